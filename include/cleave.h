@@ -1,0 +1,171 @@
+/* cleave: LLM inference for llama-family GGUF models on CPUs and GPUs.
+ * This header is the whole public API. Every fallible call returns a
+ * cleave_status; on failure cleave_last_error() holds a human-readable
+ * message (thread-local). Nothing in the library aborts on bad input or on
+ * memory exhaustion. */
+#ifndef CLEAVE_H
+#define CLEAVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cleave_status {
+    CLEAVE_OK = 0,
+    CLEAVE_ERR_INVALID_ARG,  /* a caller passed something impossible */
+    CLEAVE_ERR_IO,           /* open/read/write/mmap failed */
+    CLEAVE_ERR_FORMAT,       /* malformed or corrupt file */
+    CLEAVE_ERR_UNSUPPORTED,  /* valid, but not something cleave runs (arch, type, version) */
+    CLEAVE_ERR_OOM,          /* an allocation failed or a memory budget was exceeded */
+    CLEAVE_ERR_CONTEXT_FULL, /* more tokens than the context holds */
+    CLEAVE_ERR_DEVICE,       /* a device or driver error */
+    CLEAVE_ERR_INTERNAL,     /* a bug: please report */
+} cleave_status;
+
+/* Message for the last failure on this thread ("" if none). */
+const char *cleave_last_error(void);
+/* Short fixed name of a status, e.g. "format error". */
+const char *cleave_status_name(cleave_status st);
+
+/* Element types, numbered as in GGUF/ggml so files map directly. */
+typedef enum cleave_type {
+    CLEAVE_TYPE_F32 = 0,
+    CLEAVE_TYPE_F16 = 1,
+    CLEAVE_TYPE_Q8_0 = 8,
+    CLEAVE_TYPE_BF16 = 30,
+} cleave_type;
+
+/* Parses "f32", "f16", "bf16", "q8_0". */
+cleave_status cleave_type_from_name(const char *name, cleave_type *out);
+const char *cleave_type_name(cleave_type t);
+
+typedef struct cleave_model cleave_model;
+typedef struct cleave_context cleave_context;
+typedef struct cleave_sampler cleave_sampler;
+
+/* Progress callback for long work (loading, converting). Return false to
+ * cancel. fraction is in [0,1]. */
+typedef bool (*cleave_progress_fn)(float fraction, void *user);
+
+/* ---- models ---------------------------------------------------------- */
+
+typedef struct cleave_model_params {
+    cleave_progress_fn progress; /* may be NULL */
+    void *progress_user;
+} cleave_model_params;
+
+cleave_model_params cleave_model_default_params(void);
+cleave_status cleave_model_load(const char *path, const cleave_model_params *params,
+                                cleave_model **out);
+void cleave_model_free(cleave_model *model);
+
+typedef struct cleave_model_desc {
+    char arch[32];        /* "llama", "qwen2", "qwen3" */
+    char name[128];       /* general.name or "" */
+    uint32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    float rope_freq_base, norm_eps;
+    bool rope_neox, tied_output, has_rope_freqs;
+    uint64_t n_params;       /* parameters in all tensors */
+    uint64_t weight_bytes;   /* bytes of all tensors as stored */
+    cleave_type weight_type; /* the type of most matrix bytes */
+} cleave_model_desc;
+
+cleave_status cleave_model_describe(const cleave_model *model, cleave_model_desc *out);
+/* Bytes of KV cache per token of context for a given KV type. */
+size_t cleave_model_kv_bytes_per_token(const cleave_model *model, cleave_type kv_type);
+
+/* ---- tokens ------------------------------------------------------------ */
+
+int32_t cleave_token_bos(const cleave_model *model); /* -1 if none */
+int32_t cleave_token_eos(const cleave_model *model); /* -1 if none */
+bool cleave_token_is_eog(const cleave_model *model, int32_t token);
+
+/* Tokenizes text. add_bos prepends BOS when the vocab has one. On success
+ * *n_out is the count; if it exceeds cap, CLEAVE_ERR_INVALID_ARG is returned
+ * with *n_out set to the needed capacity. */
+cleave_status cleave_tokenize(const cleave_model *model, const char *text, size_t len,
+                              bool add_bos, int32_t *tokens, size_t cap, size_t *n_out);
+/* Text of one token for streaming output; prev is the token before it (-1 at
+ * the start) so a leading space after BOS is dropped as SentencePiece does.
+ * Writes up to cap bytes (no terminator) and sets *n_out. */
+cleave_status cleave_token_to_piece(const cleave_model *model, int32_t prev, int32_t token,
+                                    char *buf, size_t cap, size_t *n_out);
+
+/* ---- contexts ----------------------------------------------------------- */
+
+typedef struct cleave_context_params {
+    uint32_t n_ctx;        /* cells of KV cache; 0 = the model's training context (capped at 4096) */
+    uint32_t n_batch;      /* most tokens in one forward pass; 0 = 512 */
+    int n_threads;         /* CPU threads; 0 = all cores */
+    cleave_type kv_type;   /* CLEAVE_TYPE_F32 or CLEAVE_TYPE_F16 on CPU */
+    const char *devices;   /* "cpu" (default when NULL) */
+} cleave_context_params;
+
+cleave_context_params cleave_context_default_params(void);
+cleave_status cleave_context_new(cleave_model *model, const cleave_context_params *params,
+                                 cleave_context **out);
+void cleave_context_free(cleave_context *ctx);
+uint32_t cleave_context_n_ctx(const cleave_context *ctx);
+
+/* Runs n tokens of sequence seq at positions pos0, pos0+1, ... through the
+ * model in batches of at most n_batch. Logits of the last token are kept
+ * (all tokens' logits when all_logits is true). A prompt that would overflow
+ * the context returns CLEAVE_ERR_CONTEXT_FULL and changes nothing. */
+cleave_status cleave_decode(cleave_context *ctx, const int32_t *tokens, size_t n, int32_t pos0,
+                            int32_t seq, bool all_logits);
+/* Logits (n_vocab floats) of the i-th token of the last decode call; i = -1 is
+ * the last token. NULL if that row was not kept. */
+const float *cleave_get_logits(cleave_context *ctx, int32_t i);
+/* Forgets every cached token of every sequence. */
+void cleave_kv_clear(cleave_context *ctx);
+/* Number of positions cached for seq (its next position). */
+int32_t cleave_kv_seq_len(const cleave_context *ctx, int32_t seq);
+
+/* ---- sampling ----------------------------------------------------------- */
+
+typedef struct cleave_sampler_params {
+    float temperature;      /* <= 0 means greedy */
+    int32_t top_k;          /* <= 0: off */
+    float top_p;            /* >= 1: off */
+    float min_p;            /* <= 0: off */
+    float repeat_penalty;   /* 1: off */
+    float frequency_penalty;/* 0: off */
+    float presence_penalty; /* 0: off */
+    int32_t penalty_last_n; /* tokens looked back for penalties; 0: off, -1: whole history */
+    uint64_t seed;
+} cleave_sampler_params;
+
+cleave_sampler_params cleave_sampler_default_params(void);
+cleave_status cleave_sampler_new(const cleave_sampler_params *params, uint32_t n_vocab,
+                                 cleave_sampler **out);
+void cleave_sampler_free(cleave_sampler *s);
+/* Picks the next token from logits (not modified) and records it in the
+ * history the penalties look at. */
+cleave_status cleave_sampler_sample(cleave_sampler *s, const float *logits, int32_t *token);
+/* Records a token (e.g. from the prompt) in the penalty history. */
+void cleave_sampler_accept(cleave_sampler *s, int32_t token);
+void cleave_sampler_reset(cleave_sampler *s);
+
+/* ---- tools: conversion and inspection ----------------------------------- */
+
+/* Imports a llama2.c checkpoint + tokenizer into a GGUF file. */
+cleave_status cleave_convert_llama2c(const char *model_bin, const char *tokenizer_bin,
+                                     const char *out_gguf);
+/* Prints architecture, hyperparameters, tensor table and memory needs. */
+cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file /* FILE* */);
+
+/* Writes a GGUF with random weights of a preset's shapes. preset: "tiny",
+ * "1b", "8b", "32b", "70b"; arch: "llama", "qwen2", "qwen3" (tiny only;
+ * NULL = the preset's own); type: weights type. */
+cleave_status cleave_generate_model(const char *preset, const char *arch, cleave_type type,
+                                    uint64_t seed, const char *out_gguf,
+                                    cleave_progress_fn progress, void *progress_user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building and testing cleave needs on Debian 12 (as root).
+# Quiet and quick when everything is already there.
+set -euo pipefail
+need=()
+command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v ctest >/dev/null 2>&1 || need+=(cmake)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "cleave: missing ${need[*]}; run as root or install them with apt-get" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi

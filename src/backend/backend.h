@@ -1,0 +1,107 @@
+/* The device interface: a table of function pointers plus a context, as in
+ * ggml's backend interface. A device owns memory and runs the ops the
+ * forward pass needs on it; it knows nothing of layers, plans or split
+ * modes. Every pointer an op takes is a device pointer of that device.
+ * Activations are f32, row-major: [rows][width]. Allocation returns NULL on
+ * failure and never asserts, so callers (the engine, the re-shard) can roll
+ * back. Ops return a status; a device may run them asynchronously and report
+ * errors at sync. */
+#ifndef CLEAVE_BACKEND_H
+#define CLEAVE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cleave.h"
+
+typedef struct be_device be_device;
+
+/* A 2-D weight matrix stored on a device: ne1 rows of ne0 elements, rows
+ * nb1 bytes apart. type is any cleave_type. */
+typedef struct be_mat {
+    const void *data;
+    cleave_type type;
+    size_t ne0, ne1;
+    size_t nb1;
+} be_mat;
+
+typedef struct be_rope {
+    size_t n_rot;              /* rotated dims per head (<= head_dim, even) */
+    float freq_base;
+    bool neox;                 /* neox pairs (i, i+n_rot/2); else adjacent (2i, 2i+1) */
+    const float *freq_factors; /* n_rot/2 divisors of the frequencies (Llama 3), or NULL */
+} be_rope;
+
+/* Causal attention over the cache. A token (pos p, seq s) sees cell c iff
+ * cell_seq[c] == s and 0 <= cell_pos[c] <= p. */
+typedef struct be_attn {
+    const float *q;        /* [n_tokens][n_head * head_dim] */
+    const void *k, *v;     /* caches: [n_kv][n_head_kv * head_dim] of kv_type */
+    cleave_type kv_type;
+    size_t n_tokens, n_kv; /* n_kv: cells [0, n_kv) are considered */
+    size_t n_head, n_head_kv, head_dim;
+    const int32_t *tok_pos, *tok_seq;   /* [n_tokens] */
+    const int32_t *cell_pos, *cell_seq; /* [n_kv] */
+    float scale;           /* usually 1/sqrt(head_dim) */
+    float *out;            /* [n_tokens][n_head * head_dim] */
+} be_attn;
+
+typedef struct be_mem_stats {
+    size_t used, peak, budget; /* budget 0 = unlimited */
+} be_mem_stats;
+
+typedef struct be_ops {
+    const char *(*name)(be_device *d);
+    void (*destroy)(be_device *d);
+    void (*mem_stats)(be_device *d, be_mem_stats *out);
+
+    /* Memory. alloc returns NULL (with the error message set) on failure or
+     * when the device's budget would be exceeded. */
+    void *(*alloc)(be_device *d, size_t bytes, const char *what);
+    void (*free)(be_device *d, void *p);
+    /* Optional (NULL = unsupported): a device pointer aliasing host memory
+     * that stays valid while the caller keeps it (CPU: the pointer itself),
+     * so mmapped weights need no copy. */
+    const void *(*map_host)(be_device *d, const void *host, size_t bytes);
+
+    cleave_status (*write)(be_device *d, void *dst, const void *host_src, size_t n);
+    cleave_status (*read)(be_device *d, void *host_dst, const void *src, size_t n);
+    cleave_status (*copy)(be_device *d, void *dst, const void *src, size_t n);
+    cleave_status (*sync)(be_device *d);
+
+    /* out[i][:] = dequant(table row ids[i]); out is [n][table.ne0]. */
+    cleave_status (*get_rows)(be_device *d, const be_mat *table, const int32_t *ids, size_t n,
+                              float *out);
+    /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of width; y may be x. */
+    cleave_status (*rms_norm)(be_device *d, const float *x, const float *w, float *y,
+                              size_t rows, size_t width, float eps);
+    /* y[n][w.ne1] = x[n][w.ne0] . w^T (+ bias[w.ne1] when bias != NULL). */
+    cleave_status (*matmul)(be_device *d, const be_mat *w, const float *x, size_t n,
+                            const float *bias, float *y);
+    /* Rotates n_head heads of head_dim in each of n rows (row stride
+     * row_width floats), in place, at positions pos[n]. */
+    cleave_status (*rope)(be_device *d, float *x, size_t n, size_t row_width, size_t n_head,
+                          size_t head_dim, const int32_t *pos, const be_rope *p);
+    /* cache row cells[i] = convert(src[i]) for i < n; rows of width elements. */
+    cleave_status (*kv_store)(be_device *d, const float *src, size_t n, size_t width, void *cache,
+                              cleave_type kv_type, const int32_t *cells);
+    cleave_status (*attention)(be_device *d, const be_attn *a);
+    /* out[i] = silu(gate[i]) * up[i], n elements; out may alias gate. */
+    cleave_status (*swiglu)(be_device *d, const float *gate, const float *up, float *out,
+                            size_t n);
+    /* y[i] += x[i], n elements. */
+    cleave_status (*add)(be_device *d, float *y, const float *x, size_t n);
+} be_ops;
+
+struct be_device {
+    const be_ops *ops;
+    void *impl;
+};
+
+/* CPU device: n_threads workers (0 = all cores); budget_bytes caps its
+ * allocations (0 = unlimited) so tests can emulate a full device. */
+cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes,
+                            be_device **out);
+
+#endif

@@ -1,0 +1,110 @@
+/* KV cache cells and storage. Cells are taken first-fit, so a single
+ * sequence fills [0, n) contiguously and attention scans only the used
+ * prefix. */
+#include "kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "mem.h"
+#include "quant.h"
+
+cleave_status kv_init(kv_cache *kv, be_device *dev, uint32_t n_ctx, uint32_t n_layer,
+                      size_t kv_width, cleave_type type) {
+    memset(kv, 0, sizeof *kv);
+    kv->n_ctx = n_ctx;
+    kv->n_layer = n_layer;
+    kv->type = type;
+    kv->dev = dev;
+    kv->row_bytes = quant_row_bytes(type, kv_width);
+    if (!kv->row_bytes || n_ctx == 0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: type %s cannot hold rows of %zu",
+                       cleave_type_name(type), kv_width);
+    kv->pos = mem_alloc((size_t)n_ctx * sizeof(int32_t), "KV cell positions");
+    kv->seq = mem_alloc((size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
+    kv->k = mem_calloc(n_layer, sizeof(void *), "KV layer table");
+    kv->v = mem_calloc(n_layer, sizeof(void *), "KV layer table");
+    if (!kv->pos || !kv->seq || !kv->k || !kv->v) goto oom;
+    kv->dev_pos = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
+    kv->dev_seq = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
+    if (!kv->dev_pos || !kv->dev_seq) goto oom;
+    size_t bytes = kv->row_bytes * n_ctx;
+    for (uint32_t l = 0; l < n_layer; l++) {
+        kv->k[l] = dev->ops->alloc(dev, bytes, "K cache");
+        kv->v[l] = dev->ops->alloc(dev, bytes, "V cache");
+        if (!kv->k[l] || !kv->v[l]) goto oom;
+    }
+    kv_clear(kv);
+    return CLEAVE_OK;
+oom:
+    kv_free(kv);
+    return err_wrap(CLEAVE_ERR_OOM, "KV cache of %u cells x %u layers (%s)", n_ctx, n_layer,
+                    cleave_type_name(type));
+}
+
+void kv_free(kv_cache *kv) {
+    if (!kv) return;
+    be_device *d = kv->dev;
+    for (uint32_t l = 0; kv->k && l < kv->n_layer; l++) {
+        if (kv->k[l]) d->ops->free(d, kv->k[l]);
+        if (kv->v && kv->v[l]) d->ops->free(d, kv->v[l]);
+    }
+    if (kv->dev_pos) d->ops->free(d, kv->dev_pos);
+    if (kv->dev_seq) d->ops->free(d, kv->dev_seq);
+    free(kv->k);
+    free(kv->v);
+    free(kv->pos);
+    free(kv->seq);
+    memset(kv, 0, sizeof *kv);
+}
+
+void kv_clear(kv_cache *kv) {
+    for (uint32_t c = 0; c < kv->n_ctx; c++) {
+        kv->pos[c] = -1;
+        kv->seq[c] = -1;
+    }
+    kv->n_used = 0;
+    kv->hi = 0;
+}
+
+cleave_status kv_alloc_cells(kv_cache *kv, size_t n, int32_t seq, int32_t pos0, int32_t *cells) {
+    if (n > kv->n_ctx - kv->n_used)
+        return err_set(CLEAVE_ERR_CONTEXT_FULL,
+                       "%zu tokens do not fit in the context: %u cells, %u in use, %u free", n,
+                       kv->n_ctx, kv->n_used, kv->n_ctx - kv->n_used);
+    size_t got = 0;
+    for (uint32_t c = 0; c < kv->n_ctx && got < n; c++) {
+        if (kv->pos[c] >= 0) continue;
+        kv->pos[c] = pos0 + (int32_t)got;
+        kv->seq[c] = seq;
+        cells[got++] = (int32_t)c;
+        if (c + 1 > kv->hi) kv->hi = c + 1;
+    }
+    kv->n_used += (uint32_t)n;
+    return CLEAVE_OK;
+}
+
+void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        kv->pos[cells[i]] = -1;
+        kv->seq[cells[i]] = -1;
+    }
+    kv->n_used -= (uint32_t)n;
+    while (kv->hi > 0 && kv->pos[kv->hi - 1] < 0) kv->hi--;
+}
+
+cleave_status kv_sync_cells(kv_cache *kv) {
+    if (kv->hi == 0) return CLEAVE_OK;
+    size_t bytes = (size_t)kv->hi * sizeof(int32_t);
+    cleave_status st = kv->dev->ops->write(kv->dev, kv->dev_pos, kv->pos, bytes);
+    if (!st) st = kv->dev->ops->write(kv->dev, kv->dev_seq, kv->seq, bytes);
+    return st;
+}
+
+int32_t kv_seq_next_pos(const kv_cache *kv, int32_t seq) {
+    int32_t next = 0;
+    for (uint32_t c = 0; c < kv->hi; c++)
+        if (kv->seq[c] == seq && kv->pos[c] + 1 > next) next = kv->pos[c] + 1;
+    return next;
+}

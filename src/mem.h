@@ -1,0 +1,18 @@
+/* Checked allocation: every heap allocation in the library goes through
+ * these so failures (real, or injected by tests) become CLEAVE_ERR_OOM
+ * with a message instead of a crash. */
+#ifndef CLEAVE_MEM_H
+#define CLEAVE_MEM_H
+
+#include <stddef.h>
+
+/* Return NULL on failure (and set the error message naming `what`). */
+void *mem_alloc(size_t n, const char *what);
+void *mem_calloc(size_t count, size_t size, const char *what);
+void *mem_realloc(void *p, size_t n, const char *what);
+/* 64-byte aligned, for SIMD; free with mem_free_aligned. */
+void *mem_alloc_aligned(size_t n, const char *what);
+void mem_free_aligned(void *p);
+char *mem_strdup(const char *s, const char *what);
+
+#endif

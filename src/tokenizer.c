@@ -1,0 +1,493 @@
+/* SentencePiece (tokenizer.ggml.model = "llama") tokenizer over a GGUF
+ * vocabulary, behaving as llama.cpp's SPM tokenizer: spaces become U+2581,
+ * adjacent symbols merge by the best vocab score, leftovers fall back to
+ * <0xXX> byte tokens, and pieces turn back into bytes for streaming. */
+#include "tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "mem.h"
+
+#define NONE SIZE_MAX
+/* U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's visible space. */
+static const char SPM_SPACE[3] = {'\xe2', '\x96', '\x81'};
+
+struct tokenizer {
+    size_t n_vocab;
+    char *arena;      /* every token text, back to back (not NUL-terminated) */
+    size_t *off;      /* n_vocab + 1 offsets: token i is arena[off[i] .. off[i+1]) */
+    float *scores;
+    uint8_t *types;   /* enum tok_type; 0 for a type GGUF does not define */
+    int32_t *slots;   /* open-addressing text -> id table; -1 = empty */
+    size_t mask;      /* number of slots - 1 (a power of two) */
+    size_t max_len;   /* longest token text: longer pairs need no lookup */
+    int32_t byte_tok[256]; /* token for each raw byte, -1 if none */
+    int32_t bos, eos, unk, eot, eom;
+    bool add_bos, add_space_prefix;
+};
+
+/* ---- text -> id table ---- */
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h ^ (h >> 29);
+}
+
+static int32_t lookup(const tokenizer *t, const char *s, size_t n) {
+    for (size_t h = hash_bytes(s, n) & t->mask;; h = (h + 1) & t->mask) {
+        int32_t id = t->slots[h];
+        if (id < 0) return -1;
+        size_t len = t->off[id + 1] - t->off[id];
+        if (len == n && memcmp(t->arena + t->off[id], s, n) == 0) return id;
+    }
+}
+
+/* A text that occurs twice maps to its last id, as in llama.cpp. */
+static void insert(tokenizer *t, int32_t id) {
+    const char *s = t->arena + t->off[id];
+    size_t n = t->off[id + 1] - t->off[id];
+    for (size_t h = hash_bytes(s, n) & t->mask;; h = (h + 1) & t->mask) {
+        int32_t cur = t->slots[h];
+        if (cur >= 0) {
+            size_t len = t->off[cur + 1] - t->off[cur];
+            if (len != n || memcmp(t->arena + t->off[cur], s, n) != 0) continue;
+        }
+        t->slots[h] = id;
+        return;
+    }
+}
+
+/* ---- loading ---- */
+
+static bool has_key(const gguf_file *f, const char *key) { return gguf_find_key(f, key) >= 0; }
+
+/* An optional token id: -1 when absent, an error when out of range. */
+static cleave_status read_id(const gguf_file *f, const char *key, size_t n_vocab, int32_t *out) {
+    *out = -1;
+    if (!has_key(f, key)) return CLEAVE_OK;
+    int32_t v;
+    cleave_status st = gguf_get_i32(f, key, &v);
+    if (st != CLEAVE_OK) return st;
+    if (v < 0 || (size_t)v >= n_vocab)
+        return err_set(CLEAVE_ERR_FORMAT, "%s = %d is outside the vocabulary of %zu tokens", key,
+                       (int)v, n_vocab);
+    *out = v;
+    return CLEAVE_OK;
+}
+
+static cleave_status read_bool(const gguf_file *f, const char *key, bool dflt, bool *out) {
+    *out = dflt;
+    return has_key(f, key) ? gguf_get_bool(f, key, out) : CLEAVE_OK;
+}
+
+/* An optional numeric array of exactly n_vocab elements of the given type. */
+static cleave_status read_arr(const gguf_file *f, const char *key, enum gguf_vtype want,
+                              enum gguf_vtype also, size_t n_vocab, const void **data,
+                              enum gguf_vtype *type) {
+    *data = NULL;
+    if (!has_key(f, key)) return CLEAVE_OK;
+    size_t n;
+    cleave_status st = gguf_get_arr(f, key, type, &n, data);
+    if (st != CLEAVE_OK) return st;
+    if (*type != want && *type != also)
+        return err_set(CLEAVE_ERR_FORMAT, "%s has element type %d, expected %d", key, (int)*type,
+                       (int)want);
+    if (n != n_vocab)
+        return err_set(CLEAVE_ERR_FORMAT, "%s has %zu entries but the vocabulary has %zu tokens",
+                       key, n, n_vocab);
+    return CLEAVE_OK;
+}
+
+static cleave_status load_texts(tokenizer *t, const gguf_file *f, const char *key) {
+    const size_t n = t->n_vocab;
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *s;
+        size_t len;
+        cleave_status st = gguf_get_arr_str(f, key, i, &s, &len);
+        if (st != CLEAVE_OK) return st;
+        if (len > SIZE_MAX - total) return err_set(CLEAVE_ERR_FORMAT, "%s is too large", key);
+        total += len;
+    }
+    t->arena = mem_alloc(total, "vocabulary text");
+    t->off = mem_alloc((n + 1) * sizeof *t->off, "vocabulary offsets");
+    if (!t->arena || !t->off) return CLEAVE_ERR_OOM;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *s;
+        size_t len;
+        cleave_status st = gguf_get_arr_str(f, key, i, &s, &len);
+        if (st != CLEAVE_OK) return st;
+        t->off[i] = at;
+        if (len) memcpy(t->arena + at, s, len);
+        if (len > t->max_len) t->max_len = len;
+        at += len;
+    }
+    t->off[n] = at;
+    return CLEAVE_OK;
+}
+
+static cleave_status load_scores_types(tokenizer *t, const gguf_file *f) {
+    const size_t n = t->n_vocab;
+    const void *data;
+    enum gguf_vtype type;
+    t->scores = mem_calloc(n, sizeof *t->scores, "vocabulary scores");
+    t->types = mem_alloc(n, "vocabulary token types");
+    if (!t->scores || !t->types) return CLEAVE_ERR_OOM;
+
+    cleave_status st = read_arr(f, "tokenizer.ggml.scores", GGUF_T_FLOAT32, GGUF_T_FLOAT32, n,
+                                &data, &type);
+    if (st != CLEAVE_OK) return st;
+    if (data) memcpy(t->scores, data, n * sizeof(float)); /* may be unaligned in the file */
+
+    st = read_arr(f, "tokenizer.ggml.token_type", GGUF_T_INT32, GGUF_T_UINT32, n, &data, &type);
+    if (st != CLEAVE_OK) return st;
+    for (size_t i = 0; i < n; i++) {
+        int32_t v = TOK_NORMAL;
+        if (data) memcpy(&v, (const char *)data + 4 * i, 4);
+        /* Types GGUF does not define act like llama.cpp's UNDEFINED: matched
+         * from text, rendered as nothing. */
+        t->types[i] = (v >= TOK_NORMAL && v <= TOK_BYTE) ? (uint8_t)v : 0;
+    }
+    return CLEAVE_OK;
+}
+
+static void build_tables(tokenizer *t) {
+    for (size_t i = 0; i < t->n_vocab; i++) insert(t, (int32_t)i);
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        int32_t id = lookup(t, name, 6);
+        /* llama.cpp falls back to a token that is the raw byte itself */
+        if (id < 0) {
+            char raw = (char)b;
+            id = lookup(t, &raw, 1);
+        }
+        t->byte_tok[b] = id;
+    }
+}
+
+cleave_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out) {
+    if (!f || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "tokenizer: NULL argument");
+    *out = NULL;
+    const char *model;
+    size_t model_len;
+    cleave_status st = gguf_get_str(f, "tokenizer.ggml.model", &model, &model_len);
+    if (st != CLEAVE_OK) return st;
+    if (model_len != 5 || memcmp(model, "llama", 5) != 0)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "tokenizer model '%.*s' is not supported yet",
+                       (int)(model_len > 64 ? 64 : model_len), model);
+
+    const char *tokens_key = "tokenizer.ggml.tokens";
+    enum gguf_vtype et;
+    size_t n;
+    const void *unused;
+    if ((st = gguf_get_arr(f, tokens_key, &et, &n, &unused)) != CLEAVE_OK) return st;
+    if (et != GGUF_T_STRING)
+        return err_set(CLEAVE_ERR_FORMAT, "%s is not an array of strings", tokens_key);
+    if (n == 0) return err_set(CLEAVE_ERR_FORMAT, "%s is empty", tokens_key);
+    if (n > (size_t)INT32_MAX / 2)
+        return err_set(CLEAVE_ERR_FORMAT, "%s has too many tokens (%zu)", tokens_key, n);
+
+    tokenizer *t = mem_calloc(1, sizeof *t, "tokenizer");
+    if (!t) return CLEAVE_ERR_OOM;
+    t->n_vocab = n;
+    size_t n_slots = 16;
+    while (n_slots < 2 * n) n_slots *= 2; /* load factor <= 1/2 keeps probes short */
+    t->mask = n_slots - 1;
+    if ((st = load_texts(t, f, tokens_key)) || (st = load_scores_types(t, f)) ||
+        (st = read_id(f, "tokenizer.ggml.bos_token_id", n, &t->bos)) ||
+        (st = read_id(f, "tokenizer.ggml.eos_token_id", n, &t->eos)) ||
+        (st = read_id(f, "tokenizer.ggml.unknown_token_id", n, &t->unk)) ||
+        (st = read_id(f, "tokenizer.ggml.eot_token_id", n, &t->eot)) ||
+        (st = read_id(f, "tokenizer.ggml.eom_token_id", n, &t->eom)) ||
+        (st = read_bool(f, "tokenizer.ggml.add_bos_token", true, &t->add_bos)) ||
+        (st = read_bool(f, "tokenizer.ggml.add_space_prefix", true, &t->add_space_prefix)))
+        goto fail;
+    t->slots = mem_alloc(n_slots * sizeof *t->slots, "vocabulary hash table");
+    if (!t->slots) {
+        st = CLEAVE_ERR_OOM;
+        goto fail;
+    }
+    memset(t->slots, 0xff, n_slots * sizeof *t->slots); /* all -1 */
+    build_tables(t);
+    *out = t;
+    return CLEAVE_OK;
+fail:
+    tokenizer_free(t);
+    return st;
+}
+
+void tokenizer_free(tokenizer *t) {
+    if (!t) return;
+    free(t->arena);
+    free(t->off);
+    free(t->scores);
+    free(t->types);
+    free(t->slots);
+    free(t);
+}
+
+size_t tokenizer_n_vocab(const tokenizer *t) { return t ? t->n_vocab : 0; }
+int32_t tokenizer_bos(const tokenizer *t) { return t ? t->bos : -1; }
+int32_t tokenizer_eos(const tokenizer *t) { return t ? t->eos : -1; }
+bool tokenizer_add_bos(const tokenizer *t) { return t && t->add_bos; }
+
+bool tokenizer_is_eog(const tokenizer *t, int32_t token) {
+    return t && token >= 0 && (token == t->eos || token == t->eot || token == t->eom);
+}
+
+/* ---- encoding ---- */
+
+typedef struct {
+    size_t start, n;   /* bytes of the normalized text; n = 0 once merged away */
+    size_t prev, next; /* neighbours in the live chain, NONE at the ends */
+} symbol;
+
+typedef struct {
+    float score;
+    size_t left, right, size;
+} bigram;
+
+typedef struct {
+    const tokenizer *t;
+    const char *text; /* normalized: spaces as U+2581 */
+    symbol *sym;
+    bigram *heap;
+    size_t n_heap;
+    int32_t *out;
+    size_t cap, count;
+} spm_session;
+
+/* Best first: higher score, then the leftmost pair (llama.cpp's order). */
+static bool bigram_before(const bigram *a, const bigram *b) {
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void heap_push(spm_session *s, bigram b) {
+    size_t i = s->n_heap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!bigram_before(&b, &s->heap[parent])) break;
+        s->heap[i] = s->heap[parent];
+        i = parent;
+    }
+    s->heap[i] = b;
+}
+
+static bigram heap_pop(spm_session *s) {
+    bigram top = s->heap[0], last = s->heap[--s->n_heap];
+    size_t i = 0, n = s->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bigram_before(&s->heap[c + 1], &s->heap[c])) c++;
+        if (!bigram_before(&s->heap[c], &last)) break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n) s->heap[i] = last;
+    return top;
+}
+
+/* Queues the merge of two neighbours if their concatenation is a token. */
+static void try_bigram(spm_session *s, size_t left, size_t right) {
+    if (left == NONE || right == NONE) return;
+    size_t size = s->sym[left].n + s->sym[right].n;
+    if (size > s->t->max_len) return;
+    int32_t id = lookup(s->t, s->text + s->sym[left].start, size);
+    if (id < 0) return;
+    bigram b = {s->t->scores[id], left, right, size};
+    heap_push(s, b);
+}
+
+static void emit(spm_session *s, int32_t id) {
+    if (s->count < s->cap) s->out[s->count] = id;
+    s->count++;
+}
+
+/* A merge only happens when the concatenation is a token, so every merged
+ * symbol is one; llama.cpp's resegment step therefore only ever splits a
+ * single character that is not in the vocab, into byte tokens. */
+static cleave_status emit_symbol(spm_session *s, const symbol *sym) {
+    const char *p = s->text + sym->start;
+    int32_t id = lookup(s->t, p, sym->n);
+    if (id >= 0) {
+        emit(s, id);
+        return CLEAVE_OK;
+    }
+    for (size_t i = 0; i < sym->n; i++) {
+        int32_t b = s->t->byte_tok[(uint8_t)p[i]];
+        if (b < 0) b = s->t->unk;
+        if (b < 0)
+            return err_set(CLEAVE_ERR_UNSUPPORTED,
+                           "tokenize: byte 0x%02X has no token and the vocab has no <unk>",
+                           (unsigned)(uint8_t)p[i]);
+        emit(s, b);
+    }
+    return CLEAVE_OK;
+}
+
+/* Length of the UTF-8 sequence a lead byte announces, from its top four bits,
+ * as llama.cpp does: continuation bytes and other invalid leads count as one
+ * byte, and nothing checks the bytes that follow. */
+static size_t utf8_len(uint8_t c) {
+    static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lens[c >> 4];
+}
+
+static cleave_status spm_encode(const tokenizer *t, const char *text, size_t len, int32_t *out,
+                                size_t cap, size_t *count) {
+    if (len > SIZE_MAX / 1024) /* keeps the buffer sizes below from overflowing */
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: text of %zu bytes is too long", len);
+    size_t max_norm = 3 * len + 3;
+    spm_session s = {.t = t, .out = out, .cap = cap, .count = *count};
+    char *norm = mem_alloc(max_norm, "tokenizer text");
+    s.sym = mem_alloc(max_norm * sizeof *s.sym, "tokenizer symbols");
+    s.heap = mem_alloc(3 * max_norm * sizeof *s.heap, "tokenizer merge queue");
+    cleave_status st = CLEAVE_ERR_OOM;
+    if (!norm || !s.sym || !s.heap) goto done;
+
+    size_t m = 0;
+    if (t->add_space_prefix) {
+        memcpy(norm, SPM_SPACE, 3);
+        m = 3;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(norm + m, SPM_SPACE, 3);
+            m += 3;
+        } else {
+            norm[m++] = text[i];
+        }
+    }
+    s.text = norm;
+
+    size_t n_sym = 0;
+    for (size_t at = 0; at < m; n_sym++) {
+        size_t n = utf8_len((uint8_t)norm[at]);
+        if (n > m - at) n = m - at;
+        s.sym[n_sym] = (symbol){at, n, n_sym ? n_sym - 1 : NONE, at + n < m ? n_sym + 1 : NONE};
+        at += n;
+    }
+    for (size_t i = 1; i < n_sym; i++) try_bigram(&s, i - 1, i);
+
+    while (s.n_heap) {
+        bigram b = heap_pop(&s);
+        symbol *l = &s.sym[b.left], *r = &s.sym[b.right];
+        /* stale: one side has merged with something else since it was queued */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next != NONE) s.sym[r->next].prev = b.left;
+        try_bigram(&s, l->prev, b.left);
+        try_bigram(&s, b.left, l->next);
+    }
+
+    st = CLEAVE_OK;
+    for (size_t i = n_sym ? 0 : NONE; i != NONE && st == CLEAVE_OK; i = s.sym[i].next)
+        st = emit_symbol(&s, &s.sym[i]);
+    *count = s.count;
+done:
+    free(norm);
+    free(s.sym);
+    free(s.heap);
+    return st;
+}
+
+cleave_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                               int32_t *tokens, size_t cap, size_t *n_out) {
+    if (!t || !n_out || (!text && len) || (!tokens && cap))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: NULL argument");
+    *n_out = 0;
+    size_t count = 0;
+    if (add_bos && t->bos >= 0) {
+        if (cap) tokens[0] = t->bos;
+        count = 1;
+    }
+    /* An empty text gets no space prefix either: "" encodes to nothing. */
+    if (len) {
+        cleave_status st = spm_encode(t, text, len, tokens, cap, &count);
+        if (st != CLEAVE_OK) return st;
+    }
+    *n_out = count;
+    if (count > cap)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: %zu tokens do not fit in room for %zu",
+                       count, cap);
+    return CLEAVE_OK;
+}
+
+/* ---- pieces ---- */
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* Copies (dst != NULL) or measures a piece: U+2581 -> ' ' when unescape,
+ * and one leading space dropped when strip. Returns the byte count. */
+static size_t render(const char *s, size_t n, bool unescape, bool strip, char *dst) {
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        char c = s[i];
+        if (unescape && n - i >= 3 && memcmp(s + i, SPM_SPACE, 3) == 0) {
+            c = ' ';
+            i += 3;
+        } else {
+            i++;
+        }
+        bool skip = strip && o == 0 && c == ' ';
+        strip = false;
+        if (skip) continue;
+        if (dst) dst[o] = c;
+        o++;
+    }
+    return o;
+}
+
+/* Normal tokens render their text with U+2581 as spaces, user-defined ones
+ * their raw text, byte tokens <0xXX> one raw byte; control, unknown and
+ * unused tokens render as "" (llama.cpp's output without special tokens). */
+cleave_status tokenizer_piece(const tokenizer *t, int32_t prev, int32_t token, char *buf,
+                              size_t cap, size_t *n_out) {
+    if (!t || !n_out || (!buf && cap))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "token_to_piece: NULL argument");
+    *n_out = 0;
+    if (token < 0 || (size_t)token >= t->n_vocab)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "token_to_piece: token %d is outside 0..%zu",
+                       (int)token, t->n_vocab - 1);
+    const char *s = t->arena + t->off[token];
+    size_t n = t->off[token + 1] - t->off[token];
+    bool unescape = false;
+    char byte;
+    switch (t->types[token]) {
+    case TOK_NORMAL: unescape = true; break;
+    case TOK_USER_DEFINED: break;
+    case TOK_BYTE:
+        if (n == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>' && hex_digit(s[3]) >= 0 &&
+            hex_digit(s[4]) >= 0) {
+            byte = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
+            s = &byte;
+            n = 1;
+        }
+        break; /* a malformed byte token shows its text */
+    default: n = 0; break;
+    }
+    /* SentencePiece's dummy prefix: the space the encoder added before the
+     * first word is not part of the text. */
+    bool strip = t->add_space_prefix && (prev < 0 || prev == t->bos);
+    size_t need = render(s, n, unescape, strip, NULL);
+    *n_out = need;
+    if (need > cap)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "token_to_piece: piece of %zu bytes, room for %zu",
+                       need, cap);
+    render(s, n, unescape, strip, buf);
+    return CLEAVE_OK;
+}

@@ -1,0 +1,630 @@
+/* The CPU device against naive references written here: every op, each
+ * weight/cache type, the SIMD and C kernels (CLEAVE_NO_SIMD), 1 and 3
+ * threads; plus the memory budget, argument errors and the thread pool. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu_dot.h"
+#include "backend/threadpool.h"
+#include "error.h"
+#include "quant.h"
+#include "testutil.h"
+
+static const cleave_type all_types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
+                                        CLEAVE_TYPE_Q8_0};
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+}
+
+static be_device *make_dev(int threads, bool simd, size_t budget) {
+    if (simd) unsetenv("CLEAVE_NO_SIMD");
+    else setenv("CLEAVE_NO_SIMD", "1", 1);
+    be_device *d = NULL;
+    CHECK_OK(be_cpu_create(simd ? "cpu-simd" : "cpu-c", threads, budget, &d));
+    unsetenv("CLEAVE_NO_SIMD");
+    return d;
+}
+
+/* A quantized copy of a random [rows][cols] matrix, rows `pad` bytes apart
+ * beyond the packed size, plus its dequantized values for the reference. */
+typedef struct {
+    be_mat m;
+    void *data;
+    float *deq;
+} test_mat;
+
+static test_mat make_mat(cleave_type t, size_t rows, size_t cols, size_t pad) {
+    test_mat tm;
+    size_t rb = quant_row_bytes(t, cols), nb1 = rb + pad;
+    float *src = malloc(cols * sizeof(float));
+    tm.data = calloc(rows, nb1);
+    tm.deq = malloc(rows * cols * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        fill(src, cols, 1.0f);
+        quant_quantize_row(t, src, (char *)tm.data + r * nb1, cols);
+        quant_dequantize_row(t, (char *)tm.data + r * nb1, tm.deq + r * cols, cols);
+    }
+    free(src);
+    tm.m = (be_mat){tm.data, t, cols, rows, nb1};
+    return tm;
+}
+
+static void free_mat(test_mat *tm) {
+    free(tm->data);
+    free(tm->deq);
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static void test_memory(void) {
+    be_device *d = make_dev(2, true, 1 << 20);
+    if (!d) return;
+    const be_ops *o = d->ops;
+    CHECK(strcmp(o->name(d), "cpu-simd") == 0);
+    be_mem_stats ms;
+    void *a = o->alloc(d, 600000, "a");
+    CHECK(a != NULL);
+    CHECK(((uintptr_t)a & 63) == 0);
+    o->mem_stats(d, &ms);
+    CHECK(ms.used == 600000 && ms.peak == 600000 && ms.budget == 1 << 20);
+
+    err_clear();
+    void *b = o->alloc(d, 500000, "big buffer");
+    CHECK(b == NULL);
+    CHECK_MSG(strstr(cleave_last_error(), "cpu-simd") && strstr(cleave_last_error(), "500000") &&
+                  strstr(cleave_last_error(), "600000") &&
+                  strstr(cleave_last_error(), "1048576") &&
+                  strstr(cleave_last_error(), "big buffer"),
+              "message: %s", cleave_last_error());
+    o->mem_stats(d, &ms);
+    CHECK(ms.used == 600000);
+
+    void *c = o->alloc(d, 400000, "c");
+    CHECK(c != NULL);
+    o->mem_stats(d, &ms);
+    CHECK(ms.used == 1000000 && ms.peak == 1000000);
+    o->free(d, a);
+    o->free(d, NULL);
+    o->mem_stats(d, &ms);
+    CHECK(ms.used == 400000 && ms.peak == 1000000);
+    /* Exactly up to the budget is allowed. */
+    void *e = o->alloc(d, (1 << 20) - 400000, "e");
+    CHECK(e != NULL);
+    CHECK(o->alloc(d, 1, "one more") == NULL);
+    o->free(d, e);
+
+    /* Copies. */
+    float host[64], back[64];
+    fill(host, 64, 1.0f);
+    float *dp = c;
+    CHECK_OK(o->write(d, dp, host, sizeof host));
+    CHECK_OK(o->copy(d, dp + 64, dp, sizeof host));
+    CHECK_OK(o->read(d, back, dp + 64, sizeof back));
+    CHECK(memcmp(host, back, sizeof host) == 0);
+    CHECK_OK(o->sync(d));
+    CHECK(o->write(d, NULL, host, 4) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(o->map_host(d, host, sizeof host) == (const void *)host);
+    o->mem_stats(d, &ms);
+    CHECK(ms.used == 400000); /* mapping costs nothing */
+
+    /* c is left allocated on purpose: destroy must free it (ASan checks). */
+    o->destroy(d);
+
+    /* Unlimited budget, all cores. */
+    be_device *u = NULL;
+    CHECK_OK(be_cpu_create(NULL, 0, 0, &u));
+    if (u) {
+        void *big = u->ops->alloc(u, (size_t)64 << 20, "big");
+        CHECK(big != NULL);
+        u->ops->mem_stats(u, &ms);
+        CHECK(ms.budget == 0 && ms.used == (size_t)64 << 20);
+        u->ops->free(u, big);
+        u->ops->mem_stats(u, &ms);
+        CHECK(ms.used == 0 && ms.peak == (size_t)64 << 20);
+        u->ops->destroy(u);
+    }
+    be_device *bad = NULL;
+    CHECK(be_cpu_create("x", -1, 0, &bad) == CLEAVE_ERR_INVALID_ARG && bad == NULL);
+}
+
+/* ---- matmul ------------------------------------------------------------- */
+
+/* Largest error of y against the double reference, relative to the sum of
+ * |terms| of each output (a plain relative error is meaningless for sums
+ * that cancel to nearly zero). */
+static double mm_error(const test_mat *tm, const float *x, size_t n, const float *bias,
+                       const float *y) {
+    size_t k = tm->m.ne0, m = tm->m.ne1;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < m; j++) {
+            double s = 0, mag = 0;
+            for (size_t t = 0; t < k; t++) {
+                double p = (double)tm->deq[j * k + t] * x[i * k + t];
+                s += p;
+                mag += fabs(p);
+            }
+            if (bias) {
+                s += bias[j];
+                mag += fabs(bias[j]);
+            }
+            double e = fabs(y[i * m + j] - s) / (mag > 0 ? mag : 1);
+            if (e > worst) worst = e;
+        }
+    return worst;
+}
+
+static void test_matmul(void) {
+    static const size_t k_list[] = {64, 96, 4096};
+    static const size_t n_list[] = {1, 3, 17, 64, 130};
+    be_device *devs[4] = {make_dev(1, true, 0), make_dev(3, true, 0), make_dev(1, false, 0),
+                          make_dev(3, false, 0)};
+    for (int di = 0; di < 4; di++)
+        if (!devs[di]) return;
+    const size_t m = 67;
+    float *bias = malloc(m * sizeof(float));
+    fill(bias, m, 1.0f);
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            size_t k = k_list[ki];
+            /* Padded rows on one shape prove nb1 is honoured. */
+            test_mat tm = make_mat(all_types[ti], m, k, ki == 1 ? 36 : 0);
+            double type_worst = 0;
+            for (size_t ni = 0; ni < 5; ni++) {
+                size_t n = n_list[ni];
+                if (n == 130 && k == 4096) continue; /* slow reference, nothing new */
+                float *x = malloc(n * k * sizeof(float));
+                float *y = malloc(n * m * sizeof(float));
+                fill(x, n * k, 1.0f);
+                for (int di = 0; di < 4; di++)
+                    for (int wb = 0; wb < 2; wb++) {
+                        /* The error is the same for every device; the
+                         * reference is the expensive part, so only the
+                         * full product runs per case. */
+                        memset(y, 0xff, n * m * sizeof(float));
+                        CHECK_OK(devs[di]->ops->matmul(devs[di], &tm.m, x, n, wb ? bias : NULL, y));
+                        double e = mm_error(&tm, x, n, wb ? bias : NULL, y);
+                        if (e > type_worst) type_worst = e;
+                        CHECK_MSG(e < 1e-5, "matmul %s k=%zu n=%zu dev=%d bias=%d: err %.3g",
+                                  cleave_type_name(all_types[ti]), k, n, di, wb, e);
+                    }
+                free(x);
+                free(y);
+            }
+            fprintf(stderr, "matmul %s k=%zu: worst error %.2g\n", cleave_type_name(all_types[ti]),
+                    k, type_worst);
+            free_mat(&tm);
+        }
+    free(bias);
+
+    /* Errors. */
+    be_device *d = devs[1];
+    float x[64], y[4];
+    fill(x, 64, 1.0f);
+    be_mat bad = {x, (cleave_type)2 /* q4_0 */, 64, 1, 64};
+    err_clear();
+    CHECK(d->ops->matmul(d, &bad, x, 1, NULL, y) == CLEAVE_ERR_UNSUPPORTED);
+    CHECK(strstr(cleave_last_error(), "q4_0") != NULL);
+    be_mat ok = {x, CLEAVE_TYPE_F32, 64, 1, 256};
+    CHECK(d->ops->matmul(d, &ok, NULL, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(d->ops->matmul(d, &ok, x, 0, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    be_mat q = {x, CLEAVE_TYPE_Q8_0, 48, 1, 64};
+    CHECK(d->ops->matmul(d, &q, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    be_mat shortrow = {x, CLEAVE_TYPE_F32, 64, 1, 100};
+    CHECK(d->ops->matmul(d, &shortrow, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    be_mat unaligned = {x, CLEAVE_TYPE_F32, 16, 2, 66};
+    CHECK(d->ops->matmul(d, &unaligned, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    for (int di = 0; di < 4; di++) devs[di]->ops->destroy(devs[di]);
+}
+
+/* ---- get_rows, rms_norm ------------------------------------------------- */
+
+static void test_get_rows(void) {
+    be_device *d = make_dev(3, true, 0), *dc = make_dev(1, false, 0);
+    if (!d || !dc) return;
+    for (size_t ti = 0; ti < 4; ti++) {
+        test_mat tm = make_mat(all_types[ti], 10, 96, 8);
+        int32_t ids[5] = {3, 0, 9, 3, 7};
+        float out[5 * 96], outc[5 * 96];
+        CHECK_OK(d->ops->get_rows(d, &tm.m, ids, 5, out));
+        CHECK_OK(dc->ops->get_rows(dc, &tm.m, ids, 5, outc));
+        for (size_t i = 0; i < 5; i++) {
+            CHECK(memcmp(out + i * 96, tm.deq + (size_t)ids[i] * 96, 96 * sizeof(float)) == 0);
+            CHECK(memcmp(outc + i * 96, tm.deq + (size_t)ids[i] * 96, 96 * sizeof(float)) == 0);
+        }
+        int32_t bad[2] = {1, 10};
+        out[0] = 42.0f;
+        err_clear();
+        CHECK(d->ops->get_rows(d, &tm.m, bad, 2, out) == CLEAVE_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(cleave_last_error(), "get_rows") && strstr(cleave_last_error(), "10"),
+                  "%s", cleave_last_error());
+        CHECK(out[0] == 42.0f); /* nothing written */
+        bad[1] = -1;
+        CHECK(d->ops->get_rows(d, &tm.m, bad, 2, out) == CLEAVE_ERR_INVALID_ARG);
+        free_mat(&tm);
+    }
+    d->ops->destroy(d);
+    dc->ops->destroy(dc);
+}
+
+static void test_rms_norm(void) {
+    for (int simd = 0; simd < 2; simd++) {
+        be_device *d = make_dev(3, simd, 0);
+        if (!d) return;
+        size_t widths[] = {1, 13, 4096};
+        for (size_t wi = 0; wi < 3; wi++) {
+            size_t w = widths[wi], rows = 7;
+            float *x = malloc(rows * w * 4), *g = malloc(w * 4), *y = malloc(rows * w * 4);
+            fill(x, rows * w, 3.0f);
+            fill(g, w, 1.0f);
+            CHECK_OK(d->ops->rms_norm(d, x, g, y, rows, w, 1e-5f));
+            double worst = 0;
+            for (size_t r = 0; r < rows; r++) {
+                double ss = 0;
+                for (size_t i = 0; i < w; i++) ss += (double)x[r * w + i] * x[r * w + i];
+                double s = 1.0 / sqrt(ss / w + 1e-5);
+                for (size_t i = 0; i < w; i++) {
+                    double ref = x[r * w + i] * s * g[i];
+                    double e = fabs(y[r * w + i] - ref) / (fabs(ref) + 1e-30);
+                    if (e > worst) worst = e;
+                }
+            }
+            CHECK_MSG(worst < 1e-6, "rms_norm w=%zu simd=%d err %.3g", w, simd, worst);
+            /* In place gives the same result. */
+            CHECK_OK(d->ops->rms_norm(d, x, g, x, rows, w, 1e-5f));
+            CHECK(memcmp(x, y, rows * w * 4) == 0);
+            free(x);
+            free(g);
+            free(y);
+        }
+        float v = 1;
+        CHECK(d->ops->rms_norm(d, &v, &v, &v, 0, 1, 1e-5f) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(d->ops->rms_norm(d, &v, NULL, &v, 1, 1, 1e-5f) == CLEAVE_ERR_INVALID_ARG);
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- rope --------------------------------------------------------------- */
+
+static bool near(float a, double b, double tol) { return fabs(a - b) <= tol; }
+
+/* An independent rope: rotation angle computed per dimension pair. */
+static void rope_ref(float *x, size_t head_dim, int32_t pos, const be_rope *p) {
+    size_t half = p->n_rot / 2;
+    for (size_t i = 0; i < half; i++) {
+        double f = pow(p->freq_base, -(double)(2 * i) / (double)p->n_rot);
+        if (p->freq_factors) f /= p->freq_factors[i];
+        double th = pos * f;
+        size_t a = p->neox ? i : 2 * i, b = p->neox ? i + half : 2 * i + 1;
+        double xa = x[a], xb = x[b];
+        x[a] = (float)(xa * cos(th) - xb * sin(th));
+        x[b] = (float)(xa * sin(th) + xb * cos(th));
+    }
+    (void)head_dim;
+}
+
+static void test_rope(void) {
+    be_device *d = make_dev(3, true, 0);
+    if (!d) return;
+    /* Known values: head_dim 4, base 10000, pos 1: the pairs turn by 1 and
+     * 0.01 radians. */
+    int32_t pos1 = 1;
+    be_rope p = {4, 10000.0f, false, NULL};
+    float x[4] = {1, 0, 1, 0};
+    CHECK_OK(d->ops->rope(d, x, 1, 4, 1, 4, &pos1, &p));
+    CHECK(near(x[0], cos(1.0), 1e-6) && near(x[1], sin(1.0), 1e-6));
+    CHECK(near(x[2], cos(0.01), 1e-6) && near(x[3], sin(0.01), 1e-6));
+    p.neox = true;
+    float xn[4] = {1, 1, 0, 0};
+    CHECK_OK(d->ops->rope(d, xn, 1, 4, 1, 4, &pos1, &p));
+    CHECK(near(xn[0], cos(1.0), 1e-6) && near(xn[2], sin(1.0), 1e-6));
+    CHECK(near(xn[1], cos(0.01), 1e-6) && near(xn[3], sin(0.01), 1e-6));
+    /* freq_factors divide the frequency: factor 100 on pair 0 gives 0.01. */
+    float ff[2] = {100.0f, 1.0f};
+    p = (be_rope){4, 10000.0f, false, ff};
+    float xf[4] = {1, 0, 1, 0};
+    CHECK_OK(d->ops->rope(d, xf, 1, 4, 1, 4, &pos1, &p));
+    CHECK(near(xf[0], cos(0.01), 1e-6) && near(xf[1], sin(0.01), 1e-6));
+    CHECK(near(xf[2], cos(0.01), 1e-6) && near(xf[3], sin(0.01), 1e-6));
+    /* pos 0 is the identity. */
+    int32_t pos0 = 0;
+    float xi[4] = {0.5f, -2, 3, 4}, xi0[4] = {0.5f, -2, 3, 4};
+    CHECK_OK(d->ops->rope(d, xi, 1, 4, 1, 4, &pos0, &p));
+    CHECK(memcmp(xi, xi0, sizeof xi) == 0);
+
+    /* Many rows and heads, partial rotation, padded rows, large positions:
+     * against the reference, for both pairings and with factors. */
+    enum { N = 40, NH = 6, HD = 64, RW = NH * HD + 16 };
+    float factors[24];
+    for (int i = 0; i < 24; i++) factors[i] = 1.0f + (float)i * 0.5f;
+    for (int variant = 0; variant < 3; variant++) {
+        be_rope pr = {48, 500000.0f, variant == 1, variant == 2 ? factors : NULL};
+        float *a = malloc(N * RW * 4), *b = malloc(N * RW * 4);
+        int32_t pos[N];
+        for (int i = 0; i < N; i++) pos[i] = i * 997 % 8000;
+        fill(a, N * RW, 2.0f);
+        memcpy(b, a, N * RW * 4);
+        CHECK_OK(d->ops->rope(d, a, N, RW, NH, HD, pos, &pr));
+        double worst = 0;
+        for (int r = 0; r < N; r++) {
+            for (int h = 0; h < NH; h++) rope_ref(b + r * RW + h * HD, HD, pos[r], &pr);
+            for (int i = 0; i < RW; i++) {
+                double e = fabs(a[r * RW + i] - b[r * RW + i]);
+                if (e > worst) worst = e;
+            }
+        }
+        CHECK_MSG(worst < 2e-6, "rope variant %d err %.3g", variant, worst);
+        free(a);
+        free(b);
+    }
+    be_rope odd = {3, 10000.0f, false, NULL};
+    CHECK(d->ops->rope(d, x, 1, 4, 1, 4, &pos1, &odd) == CLEAVE_ERR_INVALID_ARG);
+    be_rope wide = {8, 10000.0f, false, NULL};
+    CHECK(d->ops->rope(d, x, 1, 4, 1, 4, &pos1, &wide) == CLEAVE_ERR_INVALID_ARG);
+    d->ops->destroy(d);
+}
+
+/* ---- kv_store, attention ------------------------------------------------ */
+
+static void test_kv_store(void) {
+    be_device *d = make_dev(1, true, 0), *dc = make_dev(1, false, 0);
+    if (!d || !dc) return;
+    enum { W = 96, CELLS = 8 };
+    float src[3 * W];
+    fill(src, 3 * W, 4.0f);
+    int32_t cells[3] = {5, 0, 7};
+    for (size_t ti = 0; ti < 4; ti++) {
+        cleave_type t = all_types[ti];
+        size_t rb = quant_row_bytes(t, W);
+        char *cache = calloc(CELLS, rb), *cc = calloc(CELLS, rb), *ref = calloc(CELLS, rb);
+        CHECK_OK(d->ops->kv_store(d, src, 3, W, cache, t, cells));
+        CHECK_OK(dc->ops->kv_store(dc, src, 3, W, cc, t, cells));
+        for (int i = 0; i < 3; i++) quant_quantize_row(t, src + i * W, ref + cells[i] * rb, W);
+        CHECK_MSG(memcmp(cache, ref, CELLS * rb) == 0, "kv_store %s simd", cleave_type_name(t));
+        CHECK_MSG(memcmp(cc, ref, CELLS * rb) == 0, "kv_store %s C", cleave_type_name(t));
+        free(cache);
+        free(cc);
+        free(ref);
+    }
+    float cache[W];
+    int32_t neg = -1;
+    CHECK(d->ops->kv_store(d, src, 1, W, cache, CLEAVE_TYPE_F32, &neg) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(d->ops->kv_store(d, src, 1, 40, cache, CLEAVE_TYPE_Q8_0, cells) ==
+          CLEAVE_ERR_INVALID_ARG);
+    CHECK(d->ops->kv_store(d, src, 1, W, cache, (cleave_type)2, cells) == CLEAVE_ERR_UNSUPPORTED);
+    d->ops->destroy(d);
+    dc->ops->destroy(dc);
+}
+
+static void test_attention(void) {
+    enum { NH = 8, NKV = 2, HD = 64, NT = 9, NC = 16 };
+    const size_t qw = NH * HD, kw = NKV * HD;
+    /* Batch: seq 0 at positions 3..7 (cells for 0..2 are already cached),
+     * seq 1 at 0..2, and one token of seq 5 that has no cell at all. */
+    int32_t tok_seq[NT] = {0, 0, 0, 0, 0, 1, 1, 1, 5};
+    int32_t tok_pos[NT] = {3, 4, 5, 6, 7, 0, 1, 2, 0};
+    /* Cells in scrambled order, two empty (pos -1) and one of seq 0 in the
+     * future of every token (pos 9). */
+    int32_t cell_seq[NC] = {1, 0, 0, -1, 0, 1, 0, 0, 0, 1, -1, 0, 0, 0, 0, 0};
+    int32_t cell_pos[NC] = {2, 5, 0, -1, 3, 0, 9, 1, 7, 1, -1, 2, 4, 6, 0, 0};
+    /* cells 14, 15: seq 0 pos 0 duplicates would double-count; give them
+     * seq 3 instead, which nobody in the batch belongs to. */
+    cell_seq[14] = 3;
+    cell_seq[15] = 3;
+    float *q = malloc(NT * qw * 4), *kv_k = malloc(NC * kw * 4), *kv_v = malloc(NC * kw * 4);
+    float *out = malloc(NT * qw * 4), *ref = malloc(NT * qw * 4);
+    fill(q, NT * qw, 1.0f);
+    fill(kv_k, NC * kw, 1.0f);
+    fill(kv_v, NC * kw, 1.0f);
+    int32_t all_cells[NC];
+    for (int i = 0; i < NC; i++) all_cells[i] = i;
+
+    for (size_t ti = 0; ti < 4; ti++) {
+        cleave_type t = all_types[ti];
+        size_t rb = quant_row_bytes(t, kw);
+        void *kc = calloc(NC, rb), *vc = calloc(NC, rb);
+        float *kd = malloc(NC * kw * 4), *vd = malloc(NC * kw * 4);
+        for (int c = 0; c < NC; c++) {
+            quant_quantize_row(t, kv_k + c * kw, (char *)kc + c * rb, kw);
+            quant_quantize_row(t, kv_v + c * kw, (char *)vc + c * rb, kw);
+            quant_dequantize_row(t, (char *)kc + c * rb, kd + c * kw, kw);
+            quant_dequantize_row(t, (char *)vc + c * rb, vd + c * kw, kw);
+        }
+        /* Reference in double over the dequantized cache. */
+        float scale = 1.0f / sqrtf((float)HD);
+        for (int tk = 0; tk < NT; tk++)
+            for (int h = 0; h < NH; h++) {
+                int hk = h / (NH / NKV);
+                double s[NC], mx = -INFINITY, sum = 0;
+                for (int c = 0; c < NC; c++) {
+                    s[c] = NAN;
+                    if (cell_seq[c] != tok_seq[tk] || cell_pos[c] < 0 || cell_pos[c] > tok_pos[tk])
+                        continue;
+                    double dot = 0;
+                    for (int i = 0; i < HD; i++)
+                        dot += (double)q[tk * qw + h * HD + i] * kd[c * kw + hk * HD + i];
+                    s[c] = dot * scale;
+                    if (s[c] > mx) mx = s[c];
+                }
+                for (int c = 0; c < NC; c++)
+                    if (!isnan(s[c])) sum += exp(s[c] - mx);
+                for (int i = 0; i < HD; i++) {
+                    double o = 0;
+                    for (int c = 0; c < NC; c++)
+                        if (!isnan(s[c])) o += exp(s[c] - mx) / sum * vd[c * kw + hk * HD + i];
+                    ref[tk * qw + h * HD + i] = (float)o;
+                }
+            }
+        for (int cfg = 0; cfg < 4; cfg++) {
+            be_device *d = make_dev(cfg & 1 ? 3 : 1, cfg < 2, 0);
+            if (!d) break;
+            be_attn a = {q, kc, vc, t, NT, NC, NH, NKV, HD, tok_pos, tok_seq,
+                         cell_pos, cell_seq, scale, out};
+            memset(out, 0xff, NT * qw * 4);
+            CHECK_OK(d->ops->attention(d, &a));
+            double worst = 0;
+            for (size_t i = 0; i < NT * qw; i++) {
+                double e = fabs(out[i] - ref[i]);
+                if (!(e <= worst)) worst = e; /* NaN counts as worst */
+            }
+            CHECK_MSG(worst < 1e-5, "attention %s cfg %d err %.3g", cleave_type_name(t), cfg,
+                      worst);
+            for (size_t i = 8 * qw; i < 9 * qw; i++) CHECK(out[i] == 0.0f);
+
+            /* The cache written by kv_store is what attention reads. */
+            void *kc2 = calloc(NC, rb), *vc2 = calloc(NC, rb);
+            CHECK_OK(d->ops->kv_store(d, kv_k, NC, kw, kc2, t, all_cells));
+            CHECK_OK(d->ops->kv_store(d, kv_v, NC, kw, vc2, t, all_cells));
+            a.k = kc2;
+            a.v = vc2;
+            float *out2 = malloc(NT * qw * 4);
+            a.out = out2;
+            CHECK_OK(d->ops->attention(d, &a));
+            CHECK(memcmp(out, out2, NT * qw * 4) == 0);
+            free(out2);
+            free(kc2);
+            free(vc2);
+
+            if (cfg == 0 && ti == 0) {
+                be_attn bad = a;
+                bad.n_head_kv = 3;
+                CHECK(d->ops->attention(d, &bad) == CLEAVE_ERR_INVALID_ARG);
+                bad = a;
+                bad.kv_type = (cleave_type)2;
+                CHECK(d->ops->attention(d, &bad) == CLEAVE_ERR_UNSUPPORTED);
+                bad = a;
+                bad.q = NULL;
+                CHECK(d->ops->attention(d, &bad) == CLEAVE_ERR_INVALID_ARG);
+            }
+            d->ops->destroy(d);
+        }
+        free(kc);
+        free(vc);
+        free(kd);
+        free(vd);
+    }
+    free(q);
+    free(kv_k);
+    free(kv_v);
+    free(out);
+    free(ref);
+}
+
+/* ---- swiglu, add -------------------------------------------------------- */
+
+static void test_elementwise(void) {
+    size_t sizes[] = {1, 100, 50001};
+    for (int cfg = 0; cfg < 4; cfg++) {
+        be_device *d = make_dev(cfg & 1 ? 3 : 1, cfg < 2, 0);
+        if (!d) return;
+        for (size_t si = 0; si < 3; si++) {
+            size_t n = sizes[si];
+            float *g = malloc(n * 4), *u = malloc(n * 4), *o = malloc(n * 4), *y = malloc(n * 4);
+            fill(g, n, 30.0f);
+            fill(u, n, 2.0f);
+            if (n > 10) {
+                g[0] = -100.0f;
+                g[1] = 100.0f;
+                g[2] = 0.0f;
+                g[3] = -88.5f;
+            }
+            CHECK_OK(d->ops->swiglu(d, g, u, o, n));
+            double worst = 0;
+            for (size_t i = 0; i < n; i++) {
+                double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+                double e = fabs(o[i] - ref) / (fabs(ref) + 1e-30);
+                if (fabs(ref) < 1e-30) e = fabs(o[i]);
+                if (!(e <= worst)) worst = e;
+            }
+            CHECK_MSG(worst < 1e-5, "swiglu n=%zu cfg=%d err %.3g", n, cfg, worst);
+            /* out aliasing gate */
+            memcpy(y, g, n * 4);
+            CHECK_OK(d->ops->swiglu(d, y, u, y, n));
+            CHECK(memcmp(y, o, n * 4) == 0);
+
+            memcpy(y, u, n * 4);
+            CHECK_OK(d->ops->add(d, y, g, n));
+            bool ok = true;
+            for (size_t i = 0; i < n; i++) ok = ok && y[i] == u[i] + g[i];
+            CHECK_MSG(ok, "add n=%zu cfg=%d", n, cfg);
+            free(g);
+            free(u);
+            free(o);
+            free(y);
+        }
+        float v = 0;
+        CHECK(d->ops->add(d, &v, NULL, 1) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(d->ops->swiglu(d, &v, &v, &v, 0) == CLEAVE_ERR_INVALID_ARG);
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- thread pool -------------------------------------------------------- */
+
+typedef struct {
+    atomic_int *hits;
+    atomic_int bad_thread;
+    int n_threads;
+} pool_ctx;
+
+static void pool_task(void *vc, size_t task, int thread) {
+    pool_ctx *c = vc;
+    atomic_fetch_add(&c->hits[task], 1);
+    if (thread < 0 || thread >= c->n_threads) atomic_store(&c->bad_thread, 1);
+}
+
+static void test_threadpool(void) {
+    for (int nt = 1; nt <= 4; nt++) {
+        threadpool *p = NULL;
+        CHECK_OK(threadpool_create(nt, &p));
+        if (!p) return;
+        CHECK(threadpool_size(p) == nt);
+        enum { TASKS = 37 };
+        atomic_int hits[TASKS];
+        pool_ctx c = {hits, 0, nt};
+        bool ok = true;
+        /* Many tiny jobs back to back: the decode pattern, and a hunt for
+         * lost wake-ups. */
+        for (int rep = 0; rep < 3000; rep++) {
+            size_t n = (size_t)(rep % TASKS) + 1;
+            for (size_t i = 0; i < TASKS; i++) atomic_init(&hits[i], 0);
+            threadpool_run(p, n, pool_task, &c);
+            for (size_t i = 0; i < TASKS; i++) ok = ok && atomic_load(&hits[i]) == (i < n);
+        }
+        CHECK_MSG(ok, "thread pool with %d threads missed or repeated tasks", nt);
+        CHECK(atomic_load(&c.bad_thread) == 0);
+        threadpool_run(p, 0, pool_task, &c);
+        threadpool_destroy(p);
+    }
+    threadpool_destroy(NULL);
+    threadpool *p = NULL;
+    CHECK(threadpool_create(0, &p) == CLEAVE_ERR_INVALID_ARG && p == NULL);
+}
+
+int main(void) {
+    fprintf(stderr, "CPU SIMD kernels %savailable\n", cpu_simd_available() ? "" : "not ");
+    test_threadpool();
+    test_memory();
+    test_get_rows();
+    test_rms_norm();
+    test_rope();
+    test_kv_store();
+    test_attention();
+    test_elementwise();
+    test_matmul();
+    return tu_finish("test_backend_cpu");
+}

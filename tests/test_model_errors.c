@@ -1,0 +1,151 @@
+/* Bad model files and bad requests: each must fail with a clear message and
+ * the right status, never crash. Corrupt files are made by patching bytes
+ * of a valid generated model. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+typedef struct {
+    unsigned char *data;
+    size_t size;
+} blob;
+
+static blob load(const char *path) {
+    blob b = {NULL, 0};
+    FILE *f = fopen(path, "rb");
+    if (!f) return b;
+    fseek(f, 0, SEEK_END);
+    b.size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b.data = malloc(b.size);
+    if (fread(b.data, 1, b.size, f) != b.size) b.size = 0;
+    fclose(f);
+    return b;
+}
+
+static const char *save(const char *name, const unsigned char *data, size_t n) {
+    const char *p = tu_tmp(name);
+    FILE *f = fopen(p, "wb");
+    fwrite(data, 1, n, f);
+    fclose(f);
+    return p;
+}
+
+/* Byte offset just past a tensor's name in the tensor-info table. */
+static size_t tensor_info(const blob *b, const char *name) {
+    size_t len = strlen(name);
+    unsigned char key[8 + 64];
+    uint64_t l = len;
+    memcpy(key, &l, 8);
+    memcpy(key + 8, name, len);
+    unsigned char *hit = memmem(b->data, b->size, key, 8 + len);
+    return hit ? (size_t)(hit - b->data) + 8 + len : 0;
+}
+
+/* Loads a patched copy and checks status and that the message mentions `needle`. */
+static void expect(const char *label, const blob *b, cleave_status want, const char *needle) {
+    const char *p = save(label, b->data, b->size);
+    cleave_model *m = NULL;
+    cleave_status st = cleave_model_load(p, NULL, &m);
+    const char *msg = cleave_last_error();
+    fprintf(stderr, "%-22s -> %s: %s\n", label, cleave_status_name(st), msg);
+    CHECK_MSG(st == want, "%s: got %s, want %s", label, cleave_status_name(st), cleave_status_name(want));
+    CHECK_MSG(m == NULL, "%s: model returned on failure", label);
+    CHECK_MSG(strstr(msg, needle) != NULL, "%s: message lacks '%s'", label, needle);
+    cleave_model_free(m);
+}
+
+int main(void) {
+    const char *good = tu_tiny_model("llama", CLEAVE_TYPE_F32);
+    if (!good) return tu_finish("test_model_errors");
+    blob b = load(good);
+    CHECK(b.size > 1000);
+    unsigned char *orig = malloc(b.size);
+    memcpy(orig, b.data, b.size);
+#define RESET() memcpy(b.data, orig, b.size)
+
+    cleave_model *m = NULL;
+    CHECK(cleave_model_load("/nonexistent/model.gguf", NULL, &m) == CLEAVE_ERR_IO);
+    CHECK(strstr(cleave_last_error(), "/nonexistent/model.gguf") != NULL);
+
+    b.data[0] = 'X';
+    expect("wrong-magic", &b, CLEAVE_ERR_FORMAT, "magic");
+    RESET();
+    uint32_t v = 1;
+    memcpy(b.data + 4, &v, 4);
+    expect("version-1", &b, CLEAVE_ERR_UNSUPPORTED, "version");
+    v = 99;
+    memcpy(b.data + 4, &v, 4);
+    expect("version-99", &b, CLEAVE_ERR_UNSUPPORTED, "version");
+    RESET();
+
+    blob t = b;
+    t.size = 200;
+    expect("truncated-header", &t, CLEAVE_ERR_FORMAT, "truncated");
+    t.size = b.size - 100;
+    expect("truncated-data", &t, CLEAVE_ERR_FORMAT, "past end of file");
+
+    size_t at = tensor_info(&b, "token_embd.weight");
+    CHECK(at != 0);
+    uint64_t huge = 1ull << 40;
+    memcpy(b.data + at + 4 + 8, &huge, 8); /* ne[1] */
+    expect("absurd-dims", &b, CLEAVE_ERR_FORMAT, "token_embd.weight");
+    RESET();
+
+    unsigned char *arch = memmem(b.data, b.size, "general.architecture", 20);
+    CHECK(arch != NULL);
+    memcpy(arch + 20 + 4 + 8, "gpt9x", 5); /* value "llama" -> "gpt9x" */
+    expect("unknown-arch", &b, CLEAVE_ERR_UNSUPPORTED, "gpt9x");
+    RESET();
+
+    at = tensor_info(&b, "blk.1.ffn_up.weight");
+    CHECK(at != 0);
+    b.data[at - 8] = 'q'; /* blk.1.ffn_up -> blk.1.ffn_uq */
+    expect("missing-tensor", &b, CLEAVE_ERR_FORMAT, "blk.1.ffn_up.weight");
+    RESET();
+
+    at = tensor_info(&b, "blk.0.attn_q.weight");
+    uint64_t ne0 = 32;
+    memcpy(b.data + at + 4, &ne0, 8);
+    expect("wrong-shape", &b, CLEAVE_ERR_FORMAT, "blk.0.attn_q.weight");
+    RESET();
+
+    at = tensor_info(&b, "blk.0.attn_k.weight");
+    uint32_t q4_0 = 2, n_dims;
+    memcpy(&n_dims, b.data + at, 4);
+    memcpy(b.data + at + 4 + 8 * n_dims, &q4_0, 4);
+    expect("unsupported-type", &b, CLEAVE_ERR_UNSUPPORTED, "q4_0");
+    RESET();
+
+    /* A prompt longer than the context: refused, cache untouched, usable. */
+    CHECK_OK(cleave_model_load(good, NULL, &m));
+    cleave_context *ctx = NULL;
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 16;
+    CHECK_OK(cleave_context_new(m, &cp, &ctx));
+    int32_t toks[17] = {1};
+    for (int i = 1; i < 17; i++) toks[i] = 300 + i;
+    CHECK(cleave_decode(ctx, toks, 17, 0, 0, false) == CLEAVE_ERR_CONTEXT_FULL);
+    CHECK(strstr(cleave_last_error(), "context") != NULL);
+    CHECK(cleave_kv_seq_len(ctx, 0) == 0);
+    CHECK_OK(cleave_decode(ctx, toks, 16, 0, 0, false));
+    CHECK(cleave_decode(ctx, toks, 1, 16, 0, false) == CLEAVE_ERR_CONTEXT_FULL);
+    /* out-of-vocabulary token ids and nonsense arguments */
+    cleave_kv_clear(ctx);
+    int32_t bad = 1 << 30;
+    CHECK(cleave_decode(ctx, &bad, 1, 0, 0, false) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_decode(ctx, toks, 0, 0, 0, false) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_decode(ctx, toks, 1, -1, 0, false) == CLEAVE_ERR_INVALID_ARG);
+    cleave_context_free(ctx);
+
+    /* An unsupported KV type is a clear error. */
+    cp.kv_type = CLEAVE_TYPE_Q8_0;
+    CHECK(cleave_context_new(m, &cp, &ctx) == CLEAVE_ERR_UNSUPPORTED);
+    cleave_model_free(m);
+
+    free(orig);
+    free(b.data);
+    return tu_finish("test_model_errors");
+}

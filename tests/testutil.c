@@ -1,0 +1,92 @@
+/* Helpers shared by the CTest tests. Each test binary gets its own temp
+ * folder (named after it) so tests can run in parallel. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int tu_failures;
+
+int tu_finish(const char *test_name) {
+    if (tu_failures) {
+        fprintf(stderr, "%s: %d check(s) failed\n", test_name, tu_failures);
+        return 1;
+    }
+    fprintf(stderr, "%s: all checks passed\n", test_name);
+    return 0;
+}
+
+const char *tu_shared(const char *rel) {
+    static char buf[8][4096];
+    static int slot;
+    char *p = buf[slot++ % 8];
+    snprintf(p, 4096, "%s/%s", CLEAVE_SHARED_DIR, rel);
+    if (access(p, R_OK) != 0) {
+        fprintf(stderr, "note: shared test file %s is absent\n", p);
+        return NULL;
+    }
+    return p;
+}
+
+const char *tu_tmp(const char *name) {
+    static char buf[8][4096];
+    static int slot;
+    char dir[1024];
+    if (snprintf(dir, sizeof dir, "%s/%s", CLEAVE_TEST_TMP, program_invocation_short_name) >=
+        (int)sizeof dir)
+        tu_skip("temp path too long");
+    mkdir(CLEAVE_TEST_TMP, 0755);
+    mkdir(dir, 0755);
+    char *p = buf[slot++ % 8];
+    if (snprintf(p, 4096, "%s/%s", dir, name) >= 4096) tu_skip("temp path too long");
+    return p;
+}
+
+void tu_skip(const char *why) {
+    fprintf(stderr, "skipped: %s\n", why);
+    exit(77);
+}
+
+const char *tu_tiny_model(const char *arch, cleave_type type) {
+    static char paths[16][4096];
+    static int slot;
+    char name[64];
+    snprintf(name, sizeof name, "tiny-%s-%s.gguf", arch, cleave_type_name(type));
+    char *p = paths[slot++ % 16];
+    snprintf(p, 4096, "%s", tu_tmp(name));
+    cleave_status st = cleave_generate_model("tiny", arch, type, 42, p, NULL, NULL);
+    if (st) {
+        fprintf(stderr, "generating %s: %s\n", name, cleave_last_error());
+        tu_failures++;
+        return NULL;
+    }
+    return p;
+}
+
+const char *tu_stories_model(void) {
+    const char *bin = tu_shared("models/stories260K.bin");
+    const char *tok = tu_shared("models/tok512.bin");
+    if (!bin || !tok) return NULL;
+    const char *out = tu_tmp("stories260K.gguf");
+    cleave_status st = cleave_convert_llama2c(bin, tok, out);
+    if (st) {
+        fprintf(stderr, "converting stories260K: %s\n", cleave_last_error());
+        tu_failures++;
+        return NULL;
+    }
+    return out;
+}
+
+double tu_rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d > num || d != d) num = d;
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+    }
+    return den > 0 ? num / den : num;
+}

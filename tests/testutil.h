@@ -1,0 +1,59 @@
+/* Minimal assertions for cleave's CTest tests: a failed check prints file,
+ * line and message and the test exits 1; exit 77 marks a skip. */
+#ifndef CLEAVE_TESTUTIL_H
+#define CLEAVE_TESTUTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+extern int tu_failures;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            tu_failures++;                                                           \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                         \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fprintf(stderr, "\n");                                                   \
+            tu_failures++;                                                           \
+        }                                                                            \
+    } while (0)
+
+/* Checks a cleave call returned CLEAVE_OK; prints cleave_last_error() if not. */
+#define CHECK_OK(call)                                                                     \
+    do {                                                                                   \
+        cleave_status st_ = (call);                                                        \
+        if (st_ != CLEAVE_OK) {                                                            \
+            fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,      \
+                    cleave_status_name(st_), cleave_last_error());                         \
+            tu_failures++;                                                                 \
+        }                                                                                  \
+    } while (0)
+
+/* Ends main: prints a summary and returns the exit code. */
+int tu_finish(const char *test_name);
+/* Path under the shared data dir, or NULL (and a note) if it is absent. */
+const char *tu_shared(const char *rel);
+/* A fresh path under the test temp dir (directory created). */
+const char *tu_tmp(const char *name);
+/* Skips the whole test (exit 77) with a reason. */
+void tu_skip(const char *why);
+
+
+#include "cleave.h"
+/* Generates (once per test run) a tiny random model of an architecture and
+ * weight type into the test temp dir and returns its path, or NULL. */
+const char *tu_tiny_model(const char *arch, cleave_type type);
+/* Converts stories260K to GGUF in the temp dir; NULL when the shared model
+ * is absent. */
+const char *tu_stories_model(void);
+/* max |a-b| / max |b| */
+double tu_rel_err(const float *a, const float *b, size_t n);
+#endif

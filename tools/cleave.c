@@ -1,0 +1,114 @@
+/* cleave: the command line. Thin: parses flags and calls the library.
+ * Subcommands live in tools/cmd_*.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int cli_fail(const char *what, cleave_status st) {
+    fprintf(stderr, "cleave: %s: %s (%s)\n", what, cleave_last_error(), cleave_status_name(st));
+    return 1;
+}
+
+bool cli_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return false;
+    }
+    long long x = strtoll(v, &end, 10);
+    if (*v == 0 || *end || x < lo || x > hi) {
+        fprintf(stderr, "cleave: %s: '%s' is not a number in [%lld, %lld]\n", flag, v, lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool cli_float(const char *flag, const char *v, float *out) {
+    char *end;
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return false;
+    }
+    float x = strtof(v, &end);
+    if (*v == 0 || *end || x != x) {
+        fprintf(stderr, "cleave: %s: '%s' is not a number\n", flag, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n) {
+    *n = 0;
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return false;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", v);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long x;
+        if (*n == cap) {
+            fprintf(stderr, "cleave: %s: at most %zu values\n", flag, cap);
+            return false;
+        }
+        if (!cli_int(flag, tok, 0, 1 << 24, &x)) return false;
+        out[(*n)++] = (int)x;
+    }
+    return *n > 0;
+}
+
+bool cli_progress(float fraction, void *label) {
+    static int last = -1;
+    int pct = (int)(fraction * 100.0f);
+    if (pct != last) {
+        fprintf(stderr, "\r%s: %3d%%", label ? (const char *)label : "progress", pct);
+        if (pct >= 100) fprintf(stderr, "\n");
+        last = pct >= 100 ? -1 : pct;
+    }
+    return true;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cleave COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  run      generate text:  cleave run -m MODEL.gguf -p PROMPT -n N\n"
+            "  bench    llama-bench style speed test:  cleave bench -m MODEL.gguf -p 512 -n 128 -r 3\n"
+            "  convert  import a llama2.c checkpoint:  cleave convert --from llama2c MODEL.bin TOK.bin -o OUT.gguf\n"
+            "  gen      random-weight model of real shapes:  cleave gen --preset 1b --type f16 -o OUT.gguf\n"
+            "  info     describe a model:  cleave info MODEL.gguf\n"
+            "\n"
+            "Run 'cleave COMMAND --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gen")) return cmd_gen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "cleave: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

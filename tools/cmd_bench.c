@@ -1,0 +1,181 @@
+/* `cleave bench`: llama-bench semantics so numbers compare line by line.
+ * ppN: N prompt tokens in batches from an empty cache, tokens/s.
+ * tgN: N tokens generated one at a time from an empty cache, tokens/s.
+ * One warm-up run per test, then -r timed repetitions: mean +- stddev. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define MAX_LIST 16
+
+typedef struct {
+    const char *model;
+    int pp[MAX_LIST], tg[MAX_LIST];
+    size_t n_pp, n_tg;
+    long long reps, threads, n_batch;
+    cleave_type kv_type;
+} bench_opts;
+
+static void bench_usage(FILE *out) {
+    fprintf(out,
+            "usage: cleave bench -m MODEL.gguf [-p 512] [-n 128] [-r 5] [options]\n"
+            "  -p, --n-prompt N[,N..]  prompt lengths (ppN tests; default 512, 0 = none)\n"
+            "  -n, --n-gen N[,N..]     generation lengths (tgN tests; default 128, 0 = none)\n"
+            "  -r, --repetitions N     timed runs per test (default 5)\n"
+            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -b, --batch-size N      tokens per forward pass (default 512)\n"
+            "  -ctk T                  KV cache type f16 (default) or f32\n");
+}
+
+static bool parse(int argc, char **argv, bench_opts *o) {
+    o->pp[0] = 512, o->n_pp = 1;
+    o->tg[0] = 128, o->n_tg = 1;
+    o->reps = 5;
+    o->n_batch = 512;
+    o->kv_type = CLEAVE_TYPE_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bench_usage(stdout);
+            exit(0);
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) o->model = v, i++;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+            if (!cli_int_list(a, v, o->pp, MAX_LIST, &o->n_pp)) return false;
+            i++;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+            if (!cli_int_list(a, v, o->tg, MAX_LIST, &o->n_tg)) return false;
+            i++;
+        } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
+            if (!cli_int(a, v, 1, 1000, &o->reps)) return false;
+            i++;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!cli_int(a, v, 0, 1024, &o->threads)) return false;
+            i++;
+        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
+            if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false;
+            i++;
+        } else if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
+            if (cleave_type_from_name(v, &o->kv_type)) {
+                fprintf(stderr, "cleave bench: %s: unknown type\n", a);
+                return false;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "cleave bench: unknown or incomplete option '%s'\n", a);
+            bench_usage(stderr);
+            return false;
+        }
+    }
+    if (!o->model) {
+        fprintf(stderr, "cleave bench: -m MODEL is required\n");
+        return false;
+    }
+    return true;
+}
+
+/* One timed run; returns seconds or a negative value on error. */
+static double run_once(cleave_context *ctx, const int32_t *toks, int n, bool gen) {
+    cleave_kv_clear(ctx);
+    double t0 = cli_now();
+    cleave_status st = CLEAVE_OK;
+    if (gen) {
+        for (int i = 0; i < n && !st; i++) st = cleave_decode(ctx, &toks[i], 1, i, 0, false);
+    } else {
+        st = cleave_decode(ctx, toks, (size_t)n, 0, 0, false);
+    }
+    if (st) {
+        cli_fail(gen ? "generation" : "prompt processing", st);
+        return -1;
+    }
+    return cli_now() - t0;
+}
+
+static void size_label(char *buf, size_t cap, double params) {
+    if (params >= 1e9) snprintf(buf, cap, "%.1fB", params / 1e9);
+    else snprintf(buf, cap, "%.0fM", params / 1e6);
+}
+
+static int run_test(cleave_context *ctx, const bench_opts *o, const char *model_col,
+                    const char *size_col, const char *params_col, const int32_t *toks, int n,
+                    bool gen) {
+    if (run_once(ctx, toks, n, gen) < 0) return 1; /* warm-up */
+    double sum = 0, sq = 0;
+    for (long long r = 0; r < o->reps; r++) {
+        double t = run_once(ctx, toks, n, gen);
+        if (t < 0) return 1;
+        double ts = n / t;
+        sum += ts;
+        sq += ts * ts;
+    }
+    double mean = sum / (double)o->reps;
+    double var = o->reps > 1 ? (sq - sum * sum / (double)o->reps) / (double)(o->reps - 1) : 0;
+    char test[32];
+    snprintf(test, sizeof test, "%s%d", gen ? "tg" : "pp", n);
+    printf("| %s | %s | %s | CPU | %lld | %s | %.2f ± %.2f |\n", model_col, size_col, params_col,
+           o->threads, test, mean, sqrt(var > 0 ? var : 0));
+    fflush(stdout);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o;
+    memset(&o, 0, sizeof o);
+    if (!parse(argc, argv, &o)) return 2;
+    int max_n = 1;
+    for (size_t i = 0; i < o.n_pp; i++) max_n = o.pp[i] > max_n ? o.pp[i] : max_n;
+    for (size_t i = 0; i < o.n_tg; i++) max_n = o.tg[i] > max_n ? o.tg[i] : max_n;
+
+    cleave_model *m = NULL;
+    cleave_context *ctx = NULL;
+    int32_t *toks = NULL;
+    int rc = 1;
+    cleave_status st = cleave_model_load(o.model, NULL, &m);
+    if (st) return cli_fail("loading model", st);
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = (uint32_t)max_n;
+    cp.n_batch = (uint32_t)o.n_batch;
+    cp.n_threads = (int)o.threads;
+    cp.kv_type = o.kv_type;
+    if ((st = cleave_context_new(m, &cp, &ctx))) {
+        rc = cli_fail("creating context", st);
+        goto out;
+    }
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    toks = malloc((size_t)max_n * sizeof *toks);
+    if (!toks) goto out;
+    /* BOS then pseudo-random ids, as llama-bench does */
+    uint32_t s = 12345;
+    for (int i = 0; i < max_n; i++) {
+        s = s * 1664525u + 1013904223u;
+        toks[i] = (int32_t)((s >> 8) % d.n_vocab);
+    }
+    if (cleave_token_bos(m) >= 0) toks[0] = cleave_token_bos(m);
+
+    char model_col[96], size_col[32], params_col[32], label[16];
+    size_label(label, sizeof label, (double)d.n_params);
+    snprintf(model_col, sizeof model_col, "%s %s %s", d.arch, label, cleave_type_name(d.weight_type));
+    double bytes = (double)d.weight_bytes;
+    if (bytes >= 1024.0 * 1048576.0) snprintf(size_col, sizeof size_col, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(size_col, sizeof size_col, "%.2f MiB", bytes / 1048576.0);
+    if (d.n_params >= 1000000000ull) snprintf(params_col, sizeof params_col, "%.2f B", d.n_params / 1e9);
+    else snprintf(params_col, sizeof params_col, "%.2f M", d.n_params / 1e6);
+    if (o.threads == 0) o.threads = sysconf(_SC_NPROCESSORS_ONLN);
+
+    printf("| model | size | params | backend | threads | test | t/s |\n");
+    printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: |\n");
+    rc = 0;
+    for (size_t i = 0; i < o.n_pp && !rc; i++)
+        if (o.pp[i] > 0) rc = run_test(ctx, &o, model_col, size_col, params_col, toks, o.pp[i], false);
+    for (size_t i = 0; i < o.n_tg && !rc; i++)
+        if (o.tg[i] > 0) rc = run_test(ctx, &o, model_col, size_col, params_col, toks, o.tg[i], true);
+out:
+    free(toks);
+    cleave_context_free(ctx);
+    cleave_model_free(m);
+    return rc;
+}

@@ -1,0 +1,83 @@
+/* Model-file subcommands: `convert` (llama2.c -> GGUF), `gen` (random
+ * weights of real shapes) and `info`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cmd_convert(int argc, char **argv) {
+    const char *from = NULL, *out = NULL, *pos[2] = {NULL, NULL};
+    int n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--from") && v) from = v, i++;
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) out = v, i++;
+        else if (a[0] != '-' && n_pos < 2) pos[n_pos++] = a;
+        else {
+            fprintf(stderr, "cleave convert: unexpected argument '%s'\n", a);
+            n_pos = -1;
+            break;
+        }
+    }
+    if (!from || strcmp(from, "llama2c") != 0 || n_pos != 2 || !out) {
+        fprintf(stderr, "usage: cleave convert --from llama2c MODEL.bin TOKENIZER.bin -o OUT.gguf\n");
+        return 2;
+    }
+    cleave_status st = cleave_convert_llama2c(pos[0], pos[1], out);
+    if (st) return cli_fail("convert", st);
+    fprintf(stderr, "cleave: wrote %s\n", out);
+    return 0;
+}
+
+int cmd_gen(int argc, char **argv) {
+    const char *preset = NULL, *arch = NULL, *out = NULL, *type_name = "f16";
+    long long seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--preset") && v) preset = v, i++;
+        else if (!strcmp(a, "--arch") && v) arch = v, i++;
+        else if (!strcmp(a, "--type") && v) type_name = v, i++;
+        else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) out = v, i++;
+        else if (!strcmp(a, "--seed")) {
+            if (!cli_int(a, v, 0, INT64_MAX, &seed)) return 2;
+            i++;
+        } else {
+            fprintf(stderr, "cleave gen: unexpected argument '%s'\n", a);
+            preset = NULL;
+            break;
+        }
+    }
+    cleave_type type;
+    if (!preset || !out || cleave_type_from_name(type_name, &type)) {
+        fprintf(stderr, "usage: cleave gen --preset tiny|1b|8b|32b|70b [--arch llama|qwen2|qwen3] "
+                        "[--type f32|f16|bf16|q8_0] [--seed N] -o OUT.gguf\n");
+        return 2;
+    }
+    cleave_status st = cleave_generate_model(preset, arch, type, (uint64_t)seed, out, cli_progress,
+                                             (void *)"writing");
+    if (st) return cli_fail("gen", st);
+    fprintf(stderr, "cleave: wrote %s\n", out);
+    return 0;
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    long long n_ctx = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--ctx-size")) {
+            if (!cli_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 1, 1 << 24, &n_ctx)) return 2;
+            i++;
+        } else if (argv[i][0] != '-' && !path) path = argv[i];
+        else {
+            fprintf(stderr, "usage: cleave info MODEL.gguf [-c CONTEXT]\n");
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: cleave info MODEL.gguf [-c CONTEXT]\n");
+        return 2;
+    }
+    cleave_status st = cleave_print_info(path, (uint32_t)n_ctx, stdout);
+    return st ? cli_fail("info", st) : 0;
+}

@@ -1,0 +1,233 @@
+/* `cleave run`: stream a completion. stdout carries only the prompt and the
+ * generated text, as it comes; logs and speeds go to stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *model, *prompt, *prompt_file;
+    long long n_predict, n_ctx, n_batch, threads;
+    cleave_type kv_type;
+    bool no_bos, verbose_prompt;
+    cleave_sampler_params sp;
+} run_opts;
+
+static void run_usage(FILE *out) {
+    fprintf(out,
+            "usage: cleave run -m MODEL.gguf [-p PROMPT | -f FILE] [options]\n"
+            "  -m, --model PATH        GGUF model\n"
+            "  -p, --prompt TEXT       prompt (\"\" starts from BOS alone)\n"
+            "  -f, --file PATH         read the prompt from a file\n"
+            "  -n, --n-predict N       tokens to generate (default 128; -1 = until EOS or context end)\n"
+            "  -c, --ctx-size N        context size in tokens (default: model's, at most 4096)\n"
+            "  -b, --batch-size N      tokens per forward pass in prompt processing (default 512)\n"
+            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -ctk, --cache-type T    KV cache type: f16 (default) or f32 (-ctv is the same flag)\n"
+            "  --temp T                temperature (default 0.8; 0 = greedy)\n"
+            "  --top-k N               (default 40; 0 = off)\n"
+            "  --top-p P               (default 0.95; 1 = off)\n"
+            "  --min-p P               (default 0.05; 0 = off)\n"
+            "  --repeat-penalty X      (default 1.0 = off)\n"
+            "  --repeat-last-n N       tokens the penalties look back (default 64; -1 = all)\n"
+            "  --frequency-penalty X   (default 0)\n"
+            "  --presence-penalty X    (default 0)\n"
+            "  -s, --seed N            sampling seed\n"
+            "  --no-bos                do not prepend BOS to the prompt\n");
+}
+
+static bool flag_is(const char *a, const char *name, const char *alias) {
+    return !strcmp(a, name) || (alias && !strcmp(a, alias));
+}
+
+static bool parse(int argc, char **argv, run_opts *o) {
+    o->n_predict = 128;
+    o->kv_type = CLEAVE_TYPE_F16;
+    o->sp = cleave_sampler_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x;
+#define IS(s1, s2) flag_is(a, s1, s2)
+        if (IS("-h", "--help")) {
+            run_usage(stdout);
+            exit(0);
+        } else if (IS("-m", "--model") && v) o->model = v, i++;
+        else if (IS("-p", "--prompt") && v) o->prompt = v, i++;
+        else if (IS("-f", "--file") && v) o->prompt_file = v, i++;
+        else if (IS("-n", "--n-predict")) { if (!cli_int(a, v, -1, 1 << 30, &o->n_predict)) return false; i++; }
+        else if (IS("-c", "--ctx-size")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_ctx)) return false; i++; }
+        else if (IS("-b", "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false; i++; }
+        else if (IS("-t", "--threads")) { if (!cli_int(a, v, 0, 1024, &o->threads)) return false; i++; }
+        else if (IS("-ctk", "--cache-type") || IS("-ctv", "--cache-type-v")) {
+            if (cleave_type_from_name(v, &o->kv_type) != CLEAVE_OK) {
+                fprintf(stderr, "cleave: %s: unknown type '%s'\n", a, v ? v : "");
+                return false;
+            }
+            i++;
+        }
+        else if (IS("--temp", NULL)) { if (!cli_float(a, v, &o->sp.temperature)) return false; i++; }
+        else if (IS("--top-k", NULL)) { if (!cli_int(a, v, 0, 1 << 30, &x)) return false; o->sp.top_k = (int32_t)x; i++; }
+        else if (IS("--top-p", NULL)) { if (!cli_float(a, v, &o->sp.top_p)) return false; i++; }
+        else if (IS("--min-p", NULL)) { if (!cli_float(a, v, &o->sp.min_p)) return false; i++; }
+        else if (IS("--repeat-penalty", NULL)) { if (!cli_float(a, v, &o->sp.repeat_penalty)) return false; i++; }
+        else if (IS("--repeat-last-n", NULL)) { if (!cli_int(a, v, -1, 1 << 30, &x)) return false; o->sp.penalty_last_n = (int32_t)x; i++; }
+        else if (IS("--frequency-penalty", NULL)) { if (!cli_float(a, v, &o->sp.frequency_penalty)) return false; i++; }
+        else if (IS("--presence-penalty", NULL)) { if (!cli_float(a, v, &o->sp.presence_penalty)) return false; i++; }
+        else if (IS("-s", "--seed")) { if (!cli_int(a, v, 0, INT64_MAX, &x)) return false; o->sp.seed = (uint64_t)x; i++; }
+        else if (IS("--no-bos", NULL)) o->no_bos = true;
+        else {
+            fprintf(stderr, "cleave run: unknown or incomplete option '%s'\n", a);
+            run_usage(stderr);
+            return false;
+        }
+#undef IS
+    }
+    if (!o->model) {
+        fprintf(stderr, "cleave run: -m MODEL is required\n");
+        run_usage(stderr);
+        return false;
+    }
+    return true;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+/* Streams one token's text to stdout. */
+static void emit(cleave_model *m, int32_t prev, int32_t tok) {
+    char piece[256];
+    size_t n;
+    if (cleave_token_to_piece(m, prev, tok, piece, sizeof piece, &n) == CLEAVE_OK) {
+        fwrite(piece, 1, n, stdout);
+        fflush(stdout);
+    }
+}
+
+static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, const run_opts *o,
+                    const int32_t *prompt, size_t n_prompt) {
+    double t0 = cli_now();
+    cleave_status st = cleave_decode(ctx, prompt, n_prompt, 0, 0, false);
+    if (st) return cli_fail("prompt processing", st);
+    double t_prompt = cli_now() - t0;
+    for (size_t i = 0; i < n_prompt; i++) cleave_sampler_accept(smp, prompt[i]);
+
+    uint32_t n_ctx = cleave_context_n_ctx(ctx);
+    int32_t pos = (int32_t)n_prompt, prev = prompt[n_prompt - 1];
+    long long generated = 0;
+    double t1 = cli_now();
+    while (o->n_predict < 0 || generated < o->n_predict) {
+        int32_t tok;
+        if ((st = cleave_sampler_sample(smp, cleave_get_logits(ctx, -1), &tok)))
+            return cli_fail("sampling", st);
+        if (cleave_token_is_eog(m, tok)) break;
+        emit(m, prev, tok);
+        generated++;
+        if ((uint32_t)pos >= n_ctx) {
+            fprintf(stderr, "\ncleave: context of %u tokens is full; stopping\n", n_ctx);
+            break;
+        }
+        if ((st = cleave_decode(ctx, &tok, 1, pos++, 0, false))) return cli_fail("generation", st);
+        prev = tok;
+    }
+    double t_gen = cli_now() - t1;
+    printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "\nprompt:     %6zu tokens in %8.2f ms (%8.2f tok/s)\n", n_prompt,
+            t_prompt * 1e3, n_prompt / t_prompt);
+    fprintf(stderr, "generation: %6lld tokens in %8.2f ms (%8.2f tok/s)\n", generated,
+            t_gen * 1e3, generated ? generated / t_gen : 0.0);
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o;
+    memset(&o, 0, sizeof o);
+    if (!parse(argc, argv, &o)) return 2;
+    char *file_text = NULL;
+    size_t plen = 0;
+    const char *ptext = o.prompt ? o.prompt : "";
+    if (o.prompt_file) {
+        if (!(file_text = read_file(o.prompt_file, &plen))) {
+            fprintf(stderr, "cleave run: cannot read prompt file %s\n", o.prompt_file);
+            return 1;
+        }
+        ptext = file_text;
+    } else {
+        plen = strlen(ptext);
+    }
+
+    int rc = 1;
+    cleave_model *m = NULL;
+    cleave_context *ctx = NULL;
+    cleave_sampler *smp = NULL;
+    int32_t *toks = NULL;
+    cleave_status st = cleave_model_load(o.model, NULL, &m);
+    if (st) {
+        rc = cli_fail("loading model", st);
+        goto out;
+    }
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = (uint32_t)o.n_ctx;
+    cp.n_batch = (uint32_t)o.n_batch;
+    cp.n_threads = (int)o.threads;
+    cp.kv_type = o.kv_type;
+    if ((st = cleave_context_new(m, &cp, &ctx))) {
+        rc = cli_fail("creating context", st);
+        goto out;
+    }
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s\n", o.model,
+            d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
+            cleave_type_name(o.kv_type));
+
+    size_t cap = plen + 8, n = 0;
+    toks = malloc(cap * sizeof *toks);
+    if (!toks) {
+        fprintf(stderr, "cleave run: out of memory for the prompt\n");
+        goto out;
+    }
+    if ((st = cleave_tokenize(m, ptext, plen, !o.no_bos, toks, cap, &n))) {
+        rc = cli_fail("tokenizing the prompt", st);
+        goto out;
+    }
+    if (n == 0) {
+        fprintf(stderr, "cleave run: the prompt is empty and the model has no BOS token\n");
+        goto out;
+    }
+    if (n >= cleave_context_n_ctx(ctx)) {
+        fprintf(stderr,
+                "cleave run: the prompt has %zu tokens but the context holds %u; use a larger -c\n",
+                n, cleave_context_n_ctx(ctx));
+        goto out;
+    }
+    if ((st = cleave_sampler_new(&o.sp, d.n_vocab, &smp))) {
+        rc = cli_fail("sampler", st);
+        goto out;
+    }
+    fwrite(ptext, 1, plen, stdout);
+    fflush(stdout);
+    rc = generate(m, ctx, smp, &o, toks, n);
+out:
+    free(toks);
+    free(file_text);
+    cleave_sampler_free(smp);
+    cleave_context_free(ctx);
+    cleave_model_free(m);
+    return rc;
+}
