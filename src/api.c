@@ -77,21 +77,32 @@ size_t cleave_model_kv_bytes_per_token(const cleave_model *m, cleave_type kv_typ
     return m ? model_kv_bytes_per_token(&m->hp, kv_type) : 0;
 }
 
-int32_t cleave_token_bos(const cleave_model *m) { return m ? tokenizer_bos(m->tok) : -1; }
-int32_t cleave_token_eos(const cleave_model *m) { return m ? tokenizer_eos(m->tok) : -1; }
+int32_t cleave_token_bos(const cleave_model *m) {
+    return m && m->tok ? tokenizer_bos(m->tok) : -1;
+}
+int32_t cleave_token_eos(const cleave_model *m) {
+    return m && m->tok ? tokenizer_eos(m->tok) : -1;
+}
 bool cleave_token_is_eog(const cleave_model *m, int32_t t) {
-    return m && tokenizer_is_eog(m->tok, t);
+    return m && m->tok && tokenizer_is_eog(m->tok, t);
+}
+
+static cleave_status no_tokenizer(const cleave_model *m) {
+    return err_set(CLEAVE_ERR_UNSUPPORTED, "%s (token ids still work, e.g. in cleave bench)",
+                   m->tok_error);
 }
 
 cleave_status cleave_tokenize(const cleave_model *m, const char *text, size_t len, bool add_bos,
                               int32_t *tokens, size_t cap, size_t *n_out) {
     if (!m || (!text && len) || !n_out)
         return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: null argument");
+    if (!m->tok) return no_tokenizer(m);
     return tokenizer_encode(m->tok, text ? text : "", len, add_bos, tokens, cap, n_out);
 }
 
 cleave_status cleave_token_to_piece(const cleave_model *m, int32_t prev, int32_t token, char *buf,
                                     size_t cap, size_t *n_out) {
     if (!m || !n_out) return err_set(CLEAVE_ERR_INVALID_ARG, "token_to_piece: null argument");
+    if (!m->tok) return no_tokenizer(m);
     return tokenizer_piece(m->tok, prev, token, buf, cap, n_out);
 }

@@ -59,16 +59,21 @@ static size_t align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
 
 static bool is_pow2(uint64_t a) { return a && !(a & (a - 1)); }
 
-/* Formats "path: message", since every message must name the file. */
+/* Every message starts with the file's path (or the writer's name). */
+static cleave_status vferr(const char *path, cleave_status st, const char *fmt, va_list ap) {
+    char msg[768];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return err_set(st, "%s: %s", path, msg);
+}
+
 static cleave_status ferr(const char *path, cleave_status st, const char *fmt, ...)
     ERR_PRINTF(3, 4);
 static cleave_status ferr(const char *path, cleave_status st, const char *fmt, ...) {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    st = vferr(path, st, fmt, ap);
     va_end(ap);
-    return err_set(st, "%s: %s", path, msg);
+    return st;
 }
 
 /* Open-addressing name -> index table: a hostile file may hold millions of
@@ -129,12 +134,12 @@ static bool index_add(gguf_index *ix, const char *name, size_t idx) {
 static cleave_status check_shape(const char *who, bool writer, const char *name, uint32_t type,
                                  const uint64_t *ne, uint32_t n_dims, uint64_t *n_elems,
                                  size_t *nbytes) {
-    cleave_status bad = writer ? CLEAVE_ERR_INVALID_ARG : CLEAVE_ERR_FORMAT;
+    cleave_status fail = writer ? CLEAVE_ERR_INVALID_ARG : CLEAVE_ERR_FORMAT;
     uint64_t n = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
-        if (ne[d] == 0) return ferr(who, bad, "tensor '%s' has ne[%" PRIu32 "] = 0", name, d);
+        if (ne[d] == 0) return ferr(who, fail, "tensor '%s' has ne[%" PRIu32 "] = 0", name, d);
         if (n > (GGUF_MAX_ELEMS - 1) / ne[d])
-            return ferr(who, bad,
+            return ferr(who, fail,
                         "tensor '%s' has too many elements (ne[%" PRIu32 "] = %" PRIu64
                         ", limit 2^62 in all)",
                         name, d, ne[d]);
@@ -143,14 +148,14 @@ static cleave_status check_shape(const char *who, bool writer, const char *name,
     const char *tname;
     size_t be, bb;
     if (!quant_type_info(type, &tname, &be, &bb))
-        return ferr(who, writer ? bad : CLEAVE_ERR_UNSUPPORTED,
+        return ferr(who, writer ? fail : CLEAVE_ERR_UNSUPPORTED,
                     "tensor '%s' has unknown type %" PRIu32, name, type);
     if (ne[0] % be)
-        return ferr(who, bad,
+        return ferr(who, fail,
                     "tensor '%s' of type %s has ne[0] = %" PRIu64
                     ", not a multiple of its block size %zu",
                     name, tname, ne[0], be);
-    if (n / be > SIZE_MAX / bb) return ferr(who, bad, "tensor '%s' is too large", name);
+    if (n / be > SIZE_MAX / bb) return ferr(who, fail, "tensor '%s' is too large", name);
     *n_elems = n;
     *nbytes = (size_t)(n / be) * bb;
     return CLEAVE_OK;
@@ -179,6 +184,16 @@ struct gguf_file {
     gguf_index kv_index, tensor_index;
 };
 
+/* A format error in file f. */
+static cleave_status bad(const gguf_file *f, const char *fmt, ...) ERR_PRINTF(2, 3);
+static cleave_status bad(const gguf_file *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    cleave_status st = vferr(f->path, CLEAVE_ERR_FORMAT, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
 typedef struct {
     gguf_file *f;
     size_t pos;
@@ -187,8 +202,7 @@ typedef struct {
 
 static cleave_status rd_need(rd *r, size_t n) {
     if (n <= r->f->size - r->pos) return CLEAVE_OK;
-    return ferr(r->f->path, CLEAVE_ERR_FORMAT, "truncated at byte %zu while reading %s", r->f->size,
-                r->what);
+    return bad(r->f, "truncated at byte %zu while reading %s", r->f->size, r->what);
 }
 
 static cleave_status rd_uint(rd *r, size_t n, uint64_t *v) {
@@ -200,7 +214,7 @@ static cleave_status rd_uint(rd *r, size_t n, uint64_t *v) {
 }
 
 static cleave_status rd_u32(rd *r, uint32_t *v) {
-    uint64_t x;
+    uint64_t x = 0;
     cleave_status st = rd_uint(r, 4, &x);
     *v = (uint32_t)x;
     return st;
@@ -212,10 +226,10 @@ static cleave_status rd_str(rd *r, size_t *pos, size_t *len) {
     cleave_status st = rd_uint(r, 8, &n);
     if (st) return st;
     if (n > r->f->size - r->pos)
-        return ferr(r->f->path, CLEAVE_ERR_FORMAT,
-                    "truncated at byte %zu while reading %s (a string of %" PRIu64
-                    " bytes at byte %zu)",
-                    r->f->size, r->what, n, r->pos);
+        return bad(r->f,
+                   "truncated at byte %zu while reading %s (a string of %" PRIu64
+                   " bytes at byte %zu)",
+                   r->f->size, r->what, n, r->pos);
     *pos = r->pos;
     *len = (size_t)n;
     r->pos += (size_t)n;
@@ -225,14 +239,12 @@ static cleave_status rd_str(rd *r, size_t *pos, size_t *len) {
 /* A string copied out as a C string; an embedded NUL would make two
  * different names compare equal, so it is rejected. */
 static cleave_status rd_name(rd *r, size_t max, char **out) {
-    size_t pos, len;
+    size_t pos = 0, len = 0;
     cleave_status st = rd_str(r, &pos, &len);
     if (st) return st;
     if (len > max)
-        return ferr(r->f->path, CLEAVE_ERR_FORMAT, "%s: name of %zu bytes exceeds the limit of %zu",
-                    r->what, len, max);
-    if (memchr(r->f->map + pos, 0, len))
-        return ferr(r->f->path, CLEAVE_ERR_FORMAT, "%s: name contains a NUL byte", r->what);
+        return bad(r->f, "%s: name of %zu bytes exceeds the limit of %zu", r->what, len, max);
+    if (memchr(r->f->map + pos, 0, len)) return bad(r->f, "%s: name contains a NUL byte", r->what);
     char *s = mem_alloc(len + 1, "gguf name");
     if (!s) return err_wrap(CLEAVE_ERR_OOM, "%s", r->f->path);
     memcpy(s, r->f->map + pos, len);
@@ -242,13 +254,10 @@ static cleave_status rd_name(rd *r, size_t max, char **out) {
 }
 
 static cleave_status rd_value(rd *r, gguf_kv *kv) {
-    const char *path = r->f->path;
     if (kv->type == GGUF_T_STRING) return rd_str(r, &kv->pos, &kv->n);
     if (kv->type != GGUF_T_ARRAY) {
         size_t sz = vtype_size(kv->type);
-        if (!sz)
-            return ferr(path, CLEAVE_ERR_FORMAT, "%s has unknown value type %" PRIu32, r->what,
-                        kv->type);
+        if (!sz) return bad(r->f, "%s has unknown value type %" PRIu32, r->what, kv->type);
         cleave_status st = rd_need(r, sz);
         kv->pos = r->pos;
         r->pos += sz;
@@ -259,19 +268,17 @@ static cleave_status rd_value(rd *r, gguf_kv *kv) {
     cleave_status st = rd_u32(r, &et);
     if (st) return st;
     if (et == GGUF_T_ARRAY)
-        return ferr(path, CLEAVE_ERR_FORMAT, "%s is an array of arrays, which is not supported",
-                    r->what);
+        return bad(r->f, "%s is an array of arrays, which is not supported", r->what);
     if (et != GGUF_T_STRING && !vtype_size(et))
-        return ferr(path, CLEAVE_ERR_FORMAT, "%s is an array of unknown type %" PRIu32, r->what,
-                    et);
+        return bad(r->f, "%s is an array of unknown type %" PRIu32, r->what, et);
     if ((st = rd_uint(r, 8, &count))) return st;
     /* a string element takes at least its 8-byte length */
     size_t esz = et == GGUF_T_STRING ? 8 : vtype_size(et);
     if (count > (r->f->size - r->pos) / esz)
-        return ferr(path, CLEAVE_ERR_FORMAT,
-                    "%s: array of %" PRIu64 " %s elements at byte %zu runs past the end of the "
-                    "file (size %zu)",
-                    r->what, count, vtype_name(et), r->pos, r->f->size);
+        return bad(r->f,
+                   "%s: array of %" PRIu64 " %s elements at byte %zu runs past the end of the "
+                   "file (size %zu)",
+                   r->what, count, vtype_name(et), r->pos, r->f->size);
     kv->elem_type = et;
     kv->n = (size_t)count;
     kv->pos = r->pos;
@@ -280,7 +287,7 @@ static cleave_status rd_value(rd *r, gguf_kv *kv) {
         return CLEAVE_OK;
     }
     kv->str_pos = mem_alloc(kv->n * sizeof *kv->str_pos, "gguf string array offsets");
-    if (!kv->str_pos) return err_wrap(CLEAVE_ERR_OOM, "%s", path);
+    if (!kv->str_pos) return err_wrap(CLEAVE_ERR_OOM, "%s", r->f->path);
     for (size_t i = 0; i < kv->n; i++) {
         size_t p, l;
         kv->str_pos[i] = r->pos;
@@ -298,13 +305,11 @@ static cleave_status rd_tensor(rd *r, size_t i) {
     if (st) return st;
     t->name = name;
     snprintf(r->what, sizeof r->what, "tensor %zu ('%s')", i, name);
-    if (!index_add(&f->tensor_index, name, i))
-        return ferr(f->path, CLEAVE_ERR_FORMAT, "duplicate tensor name '%s'", name);
+    if (!index_add(&f->tensor_index, name, i)) return bad(f, "duplicate tensor name '%s'", name);
     if ((st = rd_u32(r, &t->n_dims))) return st;
     if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS)
-        return ferr(f->path, CLEAVE_ERR_FORMAT,
-                    "tensor '%s' has %" PRIu32 " dimensions (must be 1 to %d)", name, t->n_dims,
-                    GGUF_MAX_DIMS);
+        return bad(f, "tensor '%s' has %" PRIu32 " dimensions (must be 1 to %d)", name, t->n_dims,
+                   GGUF_MAX_DIMS);
     for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++)
         if ((st = rd_uint(r, 8, &t->ne[d]))) return st;
@@ -315,13 +320,11 @@ static cleave_status rd_tensor(rd *r, size_t i) {
     uint64_t off;
     if ((st = rd_uint(r, 8, &off))) return st;
     if (off % f->alignment)
-        return ferr(f->path, CLEAVE_ERR_FORMAT,
-                    "tensor '%s' data offset %" PRIu64 " is not a multiple of the alignment %zu",
-                    name, off, f->alignment);
+        return bad(f, "tensor '%s' data offset %" PRIu64 " is not a multiple of the alignment %zu",
+                   name, off, f->alignment);
     if (off > f->size)
-        return ferr(f->path, CLEAVE_ERR_FORMAT,
-                    "tensor '%s' data offset %" PRIu64 " is past the end of the file (size %zu)",
-                    name, off, f->size);
+        return bad(f, "tensor '%s' data offset %" PRIu64 " is past the end of the file (size %zu)",
+                   name, off, f->size);
     t->offset = (size_t)off; /* relative until the data section start is known */
     return CLEAVE_OK;
 }
@@ -336,7 +339,7 @@ static cleave_status map_file(gguf_file *f) {
     else if (!S_ISREG(sb.st_mode))
         st = ferr(f->path, CLEAVE_ERR_IO, "not a regular file");
     else if (sb.st_size <= 0)
-        st = ferr(f->path, CLEAVE_ERR_FORMAT, "empty file");
+        st = bad(f, "empty file");
     else if ((uint64_t)sb.st_size > SIZE_MAX / 2)
         st = ferr(f->path, CLEAVE_ERR_UNSUPPORTED, "file too large to map");
     void *m = st ? MAP_FAILED : mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -353,12 +356,9 @@ static cleave_status parse(gguf_file *f) {
     rd r = {.f = f};
     const uint8_t *m = f->map;
     if (f->size >= 4 && memcmp(m, "GGUF", 4) != 0)
-        return ferr(f->path, CLEAVE_ERR_FORMAT,
-                    "not a GGUF file (magic %02x %02x %02x %02x, expected 47 47 55 46)", m[0], m[1],
-                    m[2], m[3]);
-    if (f->size < 24)
-        return ferr(f->path, CLEAVE_ERR_FORMAT,
-                    "file is only %zu bytes, too short for a GGUF header", f->size);
+        return bad(f, "not a GGUF file (magic %02x %02x %02x %02x, expected 47 47 55 46)", m[0],
+                   m[1], m[2], m[3]);
+    if (f->size < 24) return bad(f, "file is only %zu bytes, too short for a GGUF header", f->size);
     uint64_t nk, nt;
     snprintf(r.what, sizeof r.what, "the header");
     r.pos = 4;
@@ -372,9 +372,8 @@ static cleave_status parse(gguf_file *f) {
     if (st) return st;
     /* counts are bounded by the bytes left, so no allocation exceeds the file's scale */
     if (nk > (f->size - r.pos) / GGUF_MIN_KV)
-        return ferr(f->path, CLEAVE_ERR_FORMAT,
-                    "n_kv %" PRIu64 " cannot fit in a file of %zu bytes (truncated or corrupt)", nk,
-                    f->size);
+        return bad(f, "n_kv %" PRIu64 " cannot fit in a file of %zu bytes (truncated or corrupt)",
+                   nk, f->size);
     f->kv = mem_calloc((size_t)nk, sizeof *f->kv, "gguf key/values");
     if (!f->kv) return err_wrap(CLEAVE_ERR_OOM, "%s", f->path);
     f->n_kv = (size_t)nk;
@@ -384,8 +383,7 @@ static cleave_status parse(gguf_file *f) {
         snprintf(r.what, sizeof r.what, "key %zu", i);
         if ((st = rd_name(&r, SIZE_MAX, &kv->key))) return st;
         snprintf(r.what, sizeof r.what, "key %zu ('%s')", i, kv->key);
-        if (!index_add(&f->kv_index, kv->key, i))
-            return ferr(f->path, CLEAVE_ERR_FORMAT, "duplicate key '%s'", kv->key);
+        if (!index_add(&f->kv_index, kv->key, i)) return bad(f, "duplicate key '%s'", kv->key);
         if ((st = rd_u32(&r, &kv->type))) return st;
         if ((st = rd_value(&r, kv))) return st;
     }
@@ -395,17 +393,15 @@ static cleave_status parse(gguf_file *f) {
         uint32_t a;
         if ((st = gguf_get_u32(f, "general.alignment", &a))) return st;
         if (!is_pow2(a))
-            return ferr(f->path, CLEAVE_ERR_FORMAT,
-                        "general.alignment %" PRIu32 " is not a nonzero power of two", a);
+            return bad(f, "general.alignment %" PRIu32 " is not a nonzero power of two", a);
         f->alignment = a;
     }
 
     snprintf(r.what, sizeof r.what, "the tensor count");
     if (nt > (f->size - r.pos) / GGUF_MIN_TENSOR)
-        return ferr(f->path, CLEAVE_ERR_FORMAT,
-                    "n_tensors %" PRIu64
-                    " cannot fit in a file of %zu bytes (truncated or corrupt)",
-                    nt, f->size);
+        return bad(f,
+                   "n_tensors %" PRIu64 " cannot fit in a file of %zu bytes (truncated or corrupt)",
+                   nt, f->size);
     f->tensors = mem_calloc((size_t)nt, sizeof *f->tensors, "gguf tensors");
     if (!f->tensors) return err_wrap(CLEAVE_ERR_OOM, "%s", f->path);
     f->n_tensors = (size_t)nt;
@@ -419,9 +415,8 @@ static cleave_status parse(gguf_file *f) {
         size_t rel = t->offset, a = f->data_start + rel;
         if (f->data_start > f->size || rel > f->size - f->data_start || t->nbytes > f->size - a) {
             size_t b = t->nbytes > SIZE_MAX - a ? SIZE_MAX : a + t->nbytes;
-            return ferr(f->path, CLEAVE_ERR_FORMAT,
-                        "tensor '%s' data [%zu, %zu) extends past end of file (size %zu)", t->name,
-                        a, b, f->size);
+            return bad(f, "tensor '%s' data [%zu, %zu) extends past end of file (size %zu)",
+                       t->name, a, b, f->size);
         }
         t->offset = a;
         t->data = f->map + a;
@@ -492,14 +487,13 @@ static cleave_status kv_get(const gguf_file *f, const char *key, unsigned types,
                             const char *expected, const gguf_kv **out) {
     if (!f || !key) return err_set(CLEAVE_ERR_INVALID_ARG, "gguf getter: NULL argument");
     size_t i = index_find(&f->kv_index, key);
-    if (i == SIZE_MAX) return ferr(f->path, CLEAVE_ERR_FORMAT, "missing key '%s'", key);
+    if (i == SIZE_MAX) return bad(f, "missing key '%s'", key);
     const gguf_kv *kv = *out = &f->kv[i];
     if (types >> kv->type & 1) return CLEAVE_OK;
     if (kv->type == GGUF_T_ARRAY)
-        return ferr(f->path, CLEAVE_ERR_FORMAT, "key '%s' is an array of %s, expected %s", key,
-                    vtype_name(kv->elem_type), expected);
-    return ferr(f->path, CLEAVE_ERR_FORMAT, "key '%s' has type %s, expected %s", key,
-                vtype_name(kv->type), expected);
+        return bad(f, "key '%s' is an array of %s, expected %s", key, vtype_name(kv->elem_type),
+                   expected);
+    return bad(f, "key '%s' has type %s, expected %s", key, vtype_name(kv->type), expected);
 }
 
 /* Any integer value, range-checked against [lo, hi]; *neg tells whether the
@@ -516,37 +510,35 @@ static cleave_status get_int(const gguf_file *f, const char *key, const char *ta
         if (n < 8) raw |= ~(uint64_t)0 << (8 * n); /* sign-extend */
         memcpy(s, &raw, sizeof *s);
         if (*s >= lo) return CLEAVE_OK;
-        return ferr(f->path, CLEAVE_ERR_FORMAT, "key '%s' value %" PRId64 " does not fit %s", key,
-                    *s, target);
+        return bad(f, "key '%s' value %" PRId64 " does not fit %s", key, *s, target);
     }
     *u = raw;
     if (raw <= hi) return CLEAVE_OK;
-    return ferr(f->path, CLEAVE_ERR_FORMAT, "key '%s' value %" PRIu64 " does not fit %s", key, raw,
-                target);
+    return bad(f, "key '%s' value %" PRIu64 " does not fit %s", key, raw, target);
 }
 
 cleave_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out) {
-    bool neg;
-    int64_t s;
-    uint64_t u;
+    bool neg = false;
+    int64_t s = 0;
+    uint64_t u = 0;
     cleave_status st = get_int(f, key, "uint32", 0, UINT32_MAX, &neg, &s, &u);
     if (!st) *out = (uint32_t)u;
     return st;
 }
 
 cleave_status gguf_get_u64(const gguf_file *f, const char *key, uint64_t *out) {
-    bool neg;
-    int64_t s;
-    uint64_t u;
+    bool neg = false;
+    int64_t s = 0;
+    uint64_t u = 0;
     cleave_status st = get_int(f, key, "uint64", 0, UINT64_MAX, &neg, &s, &u);
     if (!st) *out = u;
     return st;
 }
 
 cleave_status gguf_get_i32(const gguf_file *f, const char *key, int32_t *out) {
-    bool neg;
-    int64_t s;
-    uint64_t u;
+    bool neg = false;
+    int64_t s = 0;
+    uint64_t u = 0;
     cleave_status st = get_int(f, key, "int32", INT32_MIN, INT32_MAX, &neg, &s, &u);
     if (!st) *out = neg ? (int32_t)s : (int32_t)u;
     return st;
@@ -567,7 +559,7 @@ cleave_status gguf_get_f32(const gguf_file *f, const char *key, float *out) {
     memcpy(&d, &bits, 8);
     /* converting an out-of-range double to float is undefined behaviour */
     if (isfinite(d) && (d > FLT_MAX || d < -FLT_MAX))
-        return ferr(f->path, CLEAVE_ERR_FORMAT, "key '%s' value %g does not fit float32", key, d);
+        return bad(f, "key '%s' value %g does not fit float32", key, d);
     *out = (float)d;
     return CLEAVE_OK;
 }
@@ -605,8 +597,7 @@ cleave_status gguf_get_arr_str(const gguf_file *f, const char *key, size_t i, co
     const gguf_kv *kv;
     cleave_status st = kv_get(f, key, 1u << GGUF_T_ARRAY, "an array of string", &kv);
     if (!st && kv->elem_type != GGUF_T_STRING)
-        st = ferr(f->path, CLEAVE_ERR_FORMAT, "key '%s' is an array of %s, expected strings", key,
-                  vtype_name(kv->elem_type));
+        st = bad(f, "key '%s' is an array of %s, expected strings", key, vtype_name(kv->elem_type));
     if (!st && i >= kv->n)
         st = ferr(f->path, CLEAVE_ERR_INVALID_ARG, "key '%s': index %zu out of range (%zu strings)",
                   key, i, kv->n);
@@ -926,8 +917,7 @@ static cleave_status writer_layout(gguf_writer *w, size_t align, size_t *header,
     return CLEAVE_OK;
 }
 
-static cleave_status writer_emit(gguf_writer *w, gguf_out *o, size_t align, size_t data_start,
-                                 uint8_t *buf) {
+static cleave_status writer_emit(gguf_writer *w, gguf_out *o, size_t data_start, uint8_t *buf) {
     cleave_status st = out_write(o, "GGUF", 4);
     if (!st) st = out_uint(o, 3, 4);
     if (!st) st = out_uint(o, w->n_t, 8);
@@ -959,7 +949,7 @@ static cleave_status writer_emit(gguf_writer *w, gguf_out *o, size_t align, size
 cleave_status gguf_writer_write(gguf_writer *w, const char *path, cleave_progress_fn progress,
                                 void *progress_user) {
     if (!w || !path) return err_set(CLEAVE_ERR_INVALID_ARG, "gguf_writer_write: NULL argument");
-    size_t align, header, data;
+    size_t align = GGUF_DEFAULT_ALIGNMENT, header = 0, data = 0;
     cleave_status st = writer_alignment(w, &align);
     if (!st) st = writer_layout(w, align, &header, &data);
     if (st) return err_wrap(st, "%s", path);
@@ -989,7 +979,7 @@ cleave_status gguf_writer_write(gguf_writer *w, const char *path, cleave_progres
     if (!o.fp) {
         st = err_set(CLEAVE_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     } else {
-        st = writer_emit(w, &o, align, data_start, buf);
+        st = writer_emit(w, &o, data_start, buf);
         if (fclose(o.fp) != 0 && !st)
             st = err_set(CLEAVE_ERR_IO, "%s: close failed: %s", tmp, strerror(errno));
         if (!st && rename(tmp, path) != 0)

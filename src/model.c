@@ -179,8 +179,23 @@ cleave_status model_load(const char *path, struct cleave_model **out) {
         goto wrap;
     }
     if ((st = read_hparams(m->file, ar, ar->name, &m->hp))) goto wrap;
-    if ((st = tokenizer_from_gguf(m->file, &m->tok))) goto wrap;
-    m->hp.n_vocab = (uint32_t)tokenizer_n_vocab(m->tok);
+    /* A tokenizer cleave cannot run yet (e.g. BPE) does not stop the model
+     * from loading: token ids still work (bench, the API); text in or out
+     * then fails with a clear message. */
+    st = tokenizer_from_gguf(m->file, &m->tok);
+    if (st == CLEAVE_ERR_UNSUPPORTED) {
+        snprintf(m->tok_error, sizeof m->tok_error, "%s", cleave_last_error());
+        const gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
+        if (!emb || emb->n_dims != 2 || emb->ne[1] > (1u << 24)) {
+            st = err_set(CLEAVE_ERR_FORMAT, "missing or malformed tensor 'token_embd.weight'");
+            goto wrap;
+        }
+        m->hp.n_vocab = (uint32_t)emb->ne[1];
+    } else if (st) {
+        goto wrap;
+    } else {
+        m->hp.n_vocab = (uint32_t)tokenizer_n_vocab(m->tok);
+    }
     m->layers = mem_calloc(m->hp.n_layer, sizeof *m->layers, "model layers");
     if (!m->layers) {
         st = CLEAVE_ERR_OOM;

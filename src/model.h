@@ -50,7 +50,8 @@ typedef struct model_layer {
 struct cleave_model {
     gguf_file *file;
     model_hparams hp;
-    tokenizer *tok;
+    tokenizer *tok;                 /* NULL when the vocab's tokenizer is unsupported */
+    char tok_error[256];            /* why tok is NULL */
     const gguf_tensor *tok_embd;    /* [n_embd, n_vocab] */
     const gguf_tensor *output_norm; /* [n_embd] */
     const gguf_tensor *output;      /* [n_embd, n_vocab]; == tok_embd when tied */

@@ -192,7 +192,8 @@ static void apply_penalties(cleave_sampler *s) {
         /* Dividing a negative logit would raise it, so those are multiplied. */
         l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
         l -= (float)s->counts[t] * p->frequency_penalty + p->presence_penalty;
-        s->cands[t].logit = isnan(l) ? -INFINITY : l;
+        /* absurd penalties must not bring back NaN or +inf */
+        s->cands[t].logit = isnan(l) ? -INFINITY : (l == INFINITY ? FLT_MAX : l);
     }
     for (size_t i = 0; i < s->hist_len; i++) s->seen[s->hist[(s->hist_head + i) % s->window]] = 0;
 }

@@ -11,7 +11,7 @@
 #include "error.h"
 #include "mem.h"
 
-#define NONE SIZE_MAX
+#define NONE UINT32_MAX
 /* U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's visible space. */
 static const char SPM_SPACE[3] = {'\xe2', '\x96', '\x81'};
 
@@ -243,14 +243,18 @@ bool tokenizer_is_eog(const tokenizer *t, int32_t token) {
 
 /* ---- encoding ---- */
 
+/* 32-bit fields keep the per-byte scratch small; texts are limited to
+ * TOKENIZER_MAX_TEXT bytes so every offset fits. */
+#define TOKENIZER_MAX_TEXT ((size_t)1 << 30)
+
 typedef struct {
-    size_t start, n;   /* bytes of the normalized text; n = 0 once merged away */
-    size_t prev, next; /* neighbours in the live chain, NONE at the ends */
+    uint32_t start, n;   /* bytes of the normalized text; n = 0 once merged away */
+    uint32_t prev, next; /* neighbours in the live chain, NONE at the ends */
 } symbol;
 
 typedef struct {
     float score;
-    size_t left, right, size;
+    uint32_t left, right, size;
 } bigram;
 
 typedef struct {
@@ -295,9 +299,9 @@ static bigram heap_pop(spm_session *s) {
 }
 
 /* Queues the merge of two neighbours if their concatenation is a token. */
-static void try_bigram(spm_session *s, size_t left, size_t right) {
+static void try_bigram(spm_session *s, uint32_t left, uint32_t right) {
     if (left == NONE || right == NONE) return;
-    size_t size = s->sym[left].n + s->sym[right].n;
+    uint32_t size = s->sym[left].n + s->sym[right].n;
     if (size > s->t->max_len) return;
     int32_t id = lookup(s->t, s->text + s->sym[left].start, size);
     if (id < 0) return;
@@ -342,39 +346,44 @@ static size_t utf8_len(uint8_t c) {
 
 static cleave_status spm_encode(const tokenizer *t, const char *text, size_t len, int32_t *out,
                                 size_t cap, size_t *count) {
-    if (len > SIZE_MAX / 1024) /* keeps the buffer sizes below from overflowing */
-        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: text of %zu bytes is too long", len);
-    size_t max_norm = 3 * len + 3;
+    if (len > TOKENIZER_MAX_TEXT)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: text of %zu bytes is over the %zu limit",
+                       len, TOKENIZER_MAX_TEXT);
+    size_t m = t->add_space_prefix ? 3 : 0; /* normalized length */
+    for (size_t i = 0; i < len; i++) m += text[i] == ' ' ? 3 : 1;
     spm_session s = {.t = t, .out = out, .cap = cap, .count = *count};
-    char *norm = mem_alloc(max_norm, "tokenizer text");
-    s.sym = mem_alloc(max_norm * sizeof *s.sym, "tokenizer symbols");
-    s.heap = mem_alloc(3 * max_norm * sizeof *s.heap, "tokenizer merge queue");
+    /* Each merge pops at least one queued pair and pushes at most two, so
+     * the queue never holds more than 2 * n_sym pairs. */
+    char *norm = mem_alloc(m, "tokenizer text");
+    s.sym = mem_alloc(m * sizeof *s.sym, "tokenizer symbols");
+    s.heap = mem_alloc(2 * m * sizeof *s.heap, "tokenizer merge queue");
     cleave_status st = CLEAVE_ERR_OOM;
     if (!norm || !s.sym || !s.heap) goto done;
 
-    size_t m = 0;
+    size_t at = 0;
     if (t->add_space_prefix) {
         memcpy(norm, SPM_SPACE, 3);
-        m = 3;
+        at = 3;
     }
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') {
-            memcpy(norm + m, SPM_SPACE, 3);
-            m += 3;
+            memcpy(norm + at, SPM_SPACE, 3);
+            at += 3;
         } else {
-            norm[m++] = text[i];
+            norm[at++] = text[i];
         }
     }
     s.text = norm;
 
-    size_t n_sym = 0;
-    for (size_t at = 0; at < m; n_sym++) {
+    uint32_t n_sym = 0;
+    for (at = 0; at < m; n_sym++) {
         size_t n = utf8_len((uint8_t)norm[at]);
         if (n > m - at) n = m - at;
-        s.sym[n_sym] = (symbol){at, n, n_sym ? n_sym - 1 : NONE, at + n < m ? n_sym + 1 : NONE};
+        s.sym[n_sym] = (symbol){(uint32_t)at, (uint32_t)n, n_sym ? n_sym - 1 : NONE,
+                                at + n < m ? n_sym + 1 : NONE};
         at += n;
     }
-    for (size_t i = 1; i < n_sym; i++) try_bigram(&s, i - 1, i);
+    for (uint32_t i = 1; i < n_sym; i++) try_bigram(&s, i - 1, i);
 
     while (s.n_heap) {
         bigram b = heap_pop(&s);
@@ -390,7 +399,7 @@ static cleave_status spm_encode(const tokenizer *t, const char *text, size_t len
     }
 
     st = CLEAVE_OK;
-    for (size_t i = n_sym ? 0 : NONE; i != NONE && st == CLEAVE_OK; i = s.sym[i].next)
+    for (uint32_t i = n_sym ? 0 : NONE; i != NONE && st == CLEAVE_OK; i = s.sym[i].next)
         st = emit_symbol(&s, &s.sym[i]);
     *count = s.count;
 done:

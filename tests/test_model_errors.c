@@ -119,6 +119,28 @@ int main(void) {
     expect("unsupported-type", &b, CLEAVE_ERR_UNSUPPORTED, "q4_0");
     RESET();
 
+    /* A tokenizer cleave cannot run (BPE for now): the model still loads and
+     * runs on token ids; text in or out is a clear error. */
+    unsigned char *tm = memmem(b.data, b.size, "tokenizer.ggml.model", 20);
+    CHECK(tm != NULL);
+    memcpy(tm + 20 + 4 + 8, "bpe42", 5);
+    const char *bpe = save("bpe-tokenizer", b.data, b.size);
+    RESET();
+    CHECK_OK(cleave_model_load(bpe, NULL, &m));
+    if (m) {
+        int32_t ids[4];
+        size_t n_ids;
+        CHECK(cleave_tokenize(m, "hi", 2, true, ids, 4, &n_ids) == CLEAVE_ERR_UNSUPPORTED);
+        CHECK(strstr(cleave_last_error(), "bpe42") != NULL);
+        cleave_context *c2 = NULL;
+        CHECK_OK(cleave_context_new(m, NULL, &c2));
+        int32_t one = 5;
+        CHECK_OK(cleave_decode(c2, &one, 1, 0, 0, false));
+        cleave_context_free(c2);
+        cleave_model_free(m);
+        m = NULL;
+    }
+
     /* A prompt longer than the context: refused, cache untouched, usable. */
     CHECK_OK(cleave_model_load(good, NULL, &m));
     cleave_context *ctx = NULL;

@@ -63,6 +63,17 @@ static float cpu_dot_q8_0_c(const void *row, const float *x, size_t n) {
     return s;
 }
 
+/* Up to four activation rows per pass: the C path just repeats the dot. */
+#define CPU_MDOT_C(NAME, DOT)                                                          \
+    static void NAME(const void *row, const float *x, size_t ldx, size_t m, size_t k,  \
+                     float *acc) {                                                     \
+        for (size_t r = 0; r < m; r++) acc[r] += DOT(row, x + r * ldx, k);             \
+    }
+CPU_MDOT_C(cpu_mdot_f32_c, cpu_dot_f32_c)
+CPU_MDOT_C(cpu_mdot_f16_c, cpu_dot_f16_c)
+CPU_MDOT_C(cpu_mdot_bf16_c, cpu_dot_bf16_c)
+CPU_MDOT_C(cpu_mdot_q8_0_c, cpu_dot_q8_0_c)
+
 static void cpu_dequant_f32_c(const void *r, float *d, size_t n) {
     quant_dequantize_row(CLEAVE_TYPE_F32, r, d, n);
 }
@@ -176,6 +187,96 @@ CPU_SIMD static float cpu_dot_q8_0_avx2(const void *row, const float *x, size_t 
         a0 = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(b[i].d)), cpu_q8_block(b + i, x + i * QK8_0),
                              a0);
     return cpu_hsum(_mm256_add_ps(a0, a1));
+}
+
+/* One weight row against M (1..4) activation rows: the row is loaded and
+ * converted once and feeds M FMAs, so small batches cost little more than
+ * one row. U vectors per step give each of the M chains enough independent
+ * accumulators to cover FMA latency without running out of registers. */
+#define CPU_MDOT_SIMD(NAME, T, LOAD, CONV)                                                   \
+    CPU_SIMD_INLINE void NAME##_m(const int M, const void *row, const float *x, size_t ldx,   \
+                                  size_t k, float *acc) {                                    \
+        const T *w = row;                                                                    \
+        const int U = M <= 2 ? 4 : 2;                                                        \
+        __m256 a[4][4];                                                                      \
+        _Pragma("GCC unroll 4") for (int r = 0; r < M; r++)                                  \
+            _Pragma("GCC unroll 4") for (int u = 0; u < U; u++) a[r][u] = _mm256_setzero_ps(); \
+        size_t i = 0;                                                                        \
+        for (; i + 8 * (size_t)U <= k; i += 8 * (size_t)U) {                                 \
+            __m256 wv[4];                                                                    \
+            _Pragma("GCC unroll 4") for (int u = 0; u < U; u++) wv[u] = LOAD(w + i + 8 * u); \
+            _Pragma("GCC unroll 4") for (int r = 0; r < M; r++)                              \
+                _Pragma("GCC unroll 4") for (int u = 0; u < U; u++)                          \
+                    a[r][u] = _mm256_fmadd_ps(wv[u], _mm256_loadu_ps(x + r * ldx + i + 8 * u), \
+                                              a[r][u]);                                      \
+        }                                                                                    \
+        for (; i + 8 <= k; i += 8) {                                                         \
+            __m256 w0 = LOAD(w + i);                                                         \
+            _Pragma("GCC unroll 4") for (int r = 0; r < M; r++)                              \
+                a[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + i), a[r][0]);    \
+        }                                                                                    \
+        _Pragma("GCC unroll 4") for (int r = 0; r < M; r++) {                               \
+            __m256 v = a[r][0];                                                              \
+            _Pragma("GCC unroll 4") for (int u = 1; u < U; u++) v = _mm256_add_ps(v, a[r][u]); \
+            float s = cpu_hsum(v);                                                           \
+            for (size_t t = i; t < k; t++) s += CONV(w[t]) * x[r * ldx + t];                 \
+            acc[r] += s;                                                                     \
+        }                                                                                    \
+    }                                                                                        \
+    CPU_SIMD static void NAME(const void *row, const float *x, size_t ldx, size_t m, size_t k, \
+                              float *acc) {                                                  \
+        switch (m) {                                                                         \
+        case 1: NAME##_m(1, row, x, ldx, k, acc); break;                                     \
+        case 2: NAME##_m(2, row, x, ldx, k, acc); break;                                     \
+        case 3: NAME##_m(3, row, x, ldx, k, acc); break;                                     \
+        default: NAME##_m(4, row, x, ldx, k, acc); break;                                    \
+        }                                                                                    \
+    }
+CPU_MDOT_SIMD(cpu_mdot_f32_avx2, float, cpu_load_f32, cpu_f32_scalar)
+CPU_MDOT_SIMD(cpu_mdot_f16_avx2, uint16_t, cpu_load_f16, cpu_f16_scalar)
+CPU_MDOT_SIMD(cpu_mdot_bf16_avx2, uint16_t, cpu_load_bf16, quant_bf16_to_f32)
+
+/* One q8_0 block against M activation rows into accumulator column u. */
+CPU_SIMD_INLINE void cpu_q8_mblock(const int M, const block_q8_0 *b, const float *x, size_t ldx,
+                                   __m256 a[4][2], int u) {
+    __m256 q0 = cpu_load_q8(b->qs), q1 = cpu_load_q8(b->qs + 8);
+    __m256 q2 = cpu_load_q8(b->qs + 16), q3 = cpu_load_q8(b->qs + 24);
+    __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
+#pragma GCC unroll 4
+    for (int r = 0; r < M; r++) {
+        const float *xr = x + r * ldx;
+        __m256 s0 = _mm256_mul_ps(q0, _mm256_loadu_ps(xr));
+        __m256 s1 = _mm256_mul_ps(q1, _mm256_loadu_ps(xr + 8));
+        s0 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(xr + 16), s0);
+        s1 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xr + 24), s1);
+        a[r][u] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), a[r][u]);
+    }
+}
+
+CPU_SIMD_INLINE void cpu_mdot_q8_0_m(const int M, const void *row, const float *x, size_t ldx,
+                                     size_t k, float *acc) {
+    const block_q8_0 *b = row;
+    size_t nb = k / QK8_0, j = 0;
+    __m256 a[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < M; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    for (; j + 2 <= nb; j += 2) {
+        cpu_q8_mblock(M, b + j, x + j * QK8_0, ldx, a, 0);
+        cpu_q8_mblock(M, b + j + 1, x + (j + 1) * QK8_0, ldx, a, 1);
+    }
+    if (j < nb) cpu_q8_mblock(M, b + j, x + j * QK8_0, ldx, a, 0);
+#pragma GCC unroll 4
+    for (int r = 0; r < M; r++) acc[r] += cpu_hsum(_mm256_add_ps(a[r][0], a[r][1]));
+}
+
+CPU_SIMD static void cpu_mdot_q8_0_avx2(const void *row, const float *x, size_t ldx, size_t m,
+                                        size_t k, float *acc) {
+    switch (m) {
+    case 1: cpu_mdot_q8_0_m(1, row, x, ldx, k, acc); break;
+    case 2: cpu_mdot_q8_0_m(2, row, x, ldx, k, acc); break;
+    case 3: cpu_mdot_q8_0_m(3, row, x, ldx, k, acc); break;
+    default: cpu_mdot_q8_0_m(4, row, x, ldx, k, acc); break;
+    }
 }
 
 #define CPU_DEQUANT_SIMD(NAME, T, LOAD, CONV)                                 \
@@ -408,6 +509,27 @@ cpu_dot_fn cpu_dot_for(cleave_type t, bool simd) {
     case CLEAVE_TYPE_F16: return cpu_dot_f16_c;
     case CLEAVE_TYPE_BF16: return cpu_dot_bf16_c;
     case CLEAVE_TYPE_Q8_0: return cpu_dot_q8_0_c;
+    }
+    return NULL;
+}
+
+cpu_mdot_fn cpu_mdot_for(cleave_type t, bool simd) {
+#if CPU_X86
+    if (simd) {
+        switch (t) {
+        case CLEAVE_TYPE_F32: return cpu_mdot_f32_avx2;
+        case CLEAVE_TYPE_F16: return cpu_mdot_f16_avx2;
+        case CLEAVE_TYPE_BF16: return cpu_mdot_bf16_avx2;
+        case CLEAVE_TYPE_Q8_0: return cpu_mdot_q8_0_avx2;
+        }
+        return NULL;
+    }
+#endif
+    switch (t) {
+    case CLEAVE_TYPE_F32: return cpu_mdot_f32_c;
+    case CLEAVE_TYPE_F16: return cpu_mdot_f16_c;
+    case CLEAVE_TYPE_BF16: return cpu_mdot_bf16_c;
+    case CLEAVE_TYPE_Q8_0: return cpu_mdot_q8_0_c;
     }
     return NULL;
 }

@@ -21,9 +21,15 @@ typedef void (*cpu_dequant_fn)(const void *row, float *dst, size_t n);
 /* y[i] += a * row[i]. */
 typedef void (*cpu_axpy_fn)(const void *row, float a, float *y, size_t n);
 
+/* acc[r] += sum_i row[i] * x[r*ldx + i] for r < m, m in 1..4: one pass over
+ * the row serves up to four activation rows. */
+typedef void (*cpu_mdot_fn)(const void *row, const float *x, size_t ldx, size_t m, size_t k,
+                            float *acc);
+
 /* NULL for a type the CPU device does not compute with. Q8_0 needs n to be
  * a multiple of 32 (and rows block-aligned). */
 cpu_dot_fn cpu_dot_for(cleave_type t, bool simd);
+cpu_mdot_fn cpu_mdot_for(cleave_type t, bool simd);
 cpu_dequant_fn cpu_dequant_for(cleave_type t, bool simd);
 cpu_axpy_fn cpu_axpy_for(cleave_type t, bool simd);
 

@@ -12,8 +12,12 @@
 #include "error.h"
 #include "quant.h"
 
-/* Activation rows from which the panel+GEMM path beats one dot per pair. */
+/* Activation rows from which the panel+GEMM path beats multi-row dots. */
 #define CPU_MM_TILE_MIN_N 4
+/* Weight rows per task on the dot path (bounds a stack array). */
+#define CPU_MM_DOT_ROWS 64
+/* Bytes of activation chunk the dot path keeps in L1. */
+#define CPU_MM_DOT_XBYTES (1024u * 1024u)
 /* Target size of one thread's dequantized panel: stays in L2 while the
  * activation rows stream past it. */
 #define CPU_MM_PANEL_BYTES (96u * 1024u)
@@ -135,7 +139,8 @@ typedef struct {
     float *y;
     size_t n;
     bool simd;
-    cpu_dot_fn dot;
+    cpu_mdot_fn mdot;
+    size_t blk_elems, blk_bytes; /* type block, to offset into a row */
     cpu_dequant_fn deq;
     size_t rows_per_task; /* weight rows per task */
     size_t n_xb, xb_rows; /* activation blocks per panel (GEMM path) */
@@ -144,15 +149,34 @@ typedef struct {
     size_t *tag;          /* [n_threads]: panel index + 1 held in panels */
 } cpu_mm_ctx;
 
+/* Rows [r0, r0 + nr), nr <= CPU_MM_DOT_ROWS, against every activation row. */
+static void cpu_mm_dot_rows(const cpu_mm_ctx *c, size_t r0, size_t nr) {
+    float acc[CPU_MM_DOT_ROWS * 4];
+    for (size_t i0 = 0; i0 < c->n; i0 += 4) {
+        size_t m = cpu_min(4, c->n - i0);
+        /* K chunks small enough that the m activation chunks stay in L1
+         * while every row of the block passes over them. */
+        size_t kc = CPU_MM_DOT_XBYTES / (m * sizeof(float)) / QK8_0 * QK8_0;
+        memset(acc, 0, nr * 4 * sizeof(float));
+        const float *x = c->x + i0 * c->ne0;
+        for (size_t k0 = 0; k0 < c->ne0; k0 += kc) {
+            size_t kl = cpu_min(kc, c->ne0 - k0);
+            const char *w = c->w + r0 * c->nb1 + k0 / c->blk_elems * c->blk_bytes;
+            for (size_t r = 0; r < nr; r++)
+                c->mdot(w + r * c->nb1, x + k0, c->ne0, m, kl, acc + r * 4);
+        }
+        for (size_t r = 0; r < nr; r++) {
+            float b = c->bias ? c->bias[r0 + r] : 0.0f;
+            for (size_t i = 0; i < m; i++) c->y[(i0 + i) * c->ne1 + r0 + r] = acc[r * 4 + i] + b;
+        }
+    }
+}
+
 static void cpu_mm_dot_task(void *vc, size_t task, int thread) {
     const cpu_mm_ctx *c = vc;
     size_t r0 = task * c->rows_per_task, r1 = cpu_min(c->ne1, r0 + c->rows_per_task);
-    for (size_t r = r0; r < r1; r++) {
-        const void *row = c->w + r * c->nb1;
-        float b = c->bias ? c->bias[r] : 0.0f;
-        for (size_t i = 0; i < c->n; i++)
-            c->y[i * c->ne1 + r] = c->dot(row, c->x + i * c->ne0, c->ne0) + b;
-    }
+    for (size_t r = r0; r < r1; r += CPU_MM_DOT_ROWS)
+        cpu_mm_dot_rows(c, r, cpu_min(CPU_MM_DOT_ROWS, r1 - r));
 }
 
 static void cpu_mm_gemm_task(void *vc, size_t task, int thread) {
@@ -197,7 +221,8 @@ cleave_status cpu_op_matmul(be_device *dev, const be_mat *w, const float *x, siz
                     .bias = bias, .y = y, .n = n, .simd = d->simd};
     size_t nt = (size_t)d->n_threads;
     if (n < CPU_MM_TILE_MIN_N) {
-        c.dot = cpu_dot_for(w->type, d->simd);
+        c.mdot = cpu_mdot_for(w->type, d->simd);
+        quant_type_info((uint32_t)w->type, NULL, &c.blk_elems, &c.blk_bytes);
         /* Several tasks per thread so a thread slowed by a neighbour on a
          * shared machine does not hold the whole op up. */
         c.rows_per_task = cpu_ceil_div(w->ne1, nt * 8);
