@@ -27,12 +27,15 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 static void fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) x[i] = frand() * scale;
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
 }
 
 static be_device *make_dev(int threads, bool simd, size_t budget) {
-    if (simd) unsetenv("CLEAVE_NO_SIMD");
-    else setenv("CLEAVE_NO_SIMD", "1", 1);
+    if (simd)
+        unsetenv("CLEAVE_NO_SIMD");
+    else
+        setenv("CLEAVE_NO_SIMD", "1", 1);
     be_device *d = NULL;
     CHECK_OK(be_cpu_create(simd ? "cpu-simd" : "cpu-c", threads, budget, &d));
     unsetenv("CLEAVE_NO_SIMD");
@@ -86,8 +89,7 @@ static void test_memory(void) {
     void *b = o->alloc(d, 500000, "big buffer");
     CHECK(b == NULL);
     CHECK_MSG(strstr(cleave_last_error(), "cpu-simd") && strstr(cleave_last_error(), "500000") &&
-                  strstr(cleave_last_error(), "600000") &&
-                  strstr(cleave_last_error(), "1048576") &&
+                  strstr(cleave_last_error(), "600000") && strstr(cleave_last_error(), "1048576") &&
                   strstr(cleave_last_error(), "big buffer"),
               "message: %s", cleave_last_error());
     o->mem_stats(d, &ms);
@@ -135,10 +137,59 @@ static void test_memory(void) {
         u->ops->free(u, big);
         u->ops->mem_stats(u, &ms);
         CHECK(ms.used == 0 && ms.peak == (size_t)64 << 20);
+        /* A block freed on the wrong device is left alone. */
+        be_device *v = make_dev(1, true, 0);
+        void *vb = v ? v->ops->alloc(v, 1000, "v") : NULL;
+        CHECK(vb != NULL);
+        u->ops->free(u, vb);
+        if (v) {
+            v->ops->mem_stats(v, &ms);
+            CHECK(ms.used == 1000);
+            v->ops->free(v, vb);
+            v->ops->mem_stats(v, &ms);
+            CHECK(ms.used == 0);
+            v->ops->destroy(v);
+        }
         u->ops->destroy(u);
     }
     be_device *bad = NULL;
     CHECK(be_cpu_create("x", -1, 0, &bad) == CLEAVE_ERR_INVALID_ARG && bad == NULL);
+}
+
+/* Every allocation failure is reported as CLEAVE_ERR_OOM and leaks nothing
+ * (ASan's leak check runs over this test). */
+static void test_injected_oom(void) {
+    be_device *d = NULL;
+    int failures = 0;
+    for (long at = 1; at < 50; at++) {
+        err_fail_alloc_countdown = at;
+        d = NULL;
+        cleave_status st = be_cpu_create("oom", 3, 0, &d);
+        err_fail_alloc_countdown = 0;
+        if (st == CLEAVE_OK) break;
+        failures++;
+        CHECK(st == CLEAVE_ERR_OOM && d == NULL);
+    }
+    CHECK(failures >= 3 && d != NULL);
+    if (!d) return;
+    be_mem_stats ms;
+    err_fail_alloc_countdown = 1;
+    CHECK(d->ops->alloc(d, 1000, "doomed") == NULL);
+    err_fail_alloc_countdown = 0;
+    CHECK(strstr(cleave_last_error(), "oom") != NULL);
+    d->ops->mem_stats(d, &ms);
+    CHECK(ms.used == 0 && ms.peak == 0);
+
+    /* Scratch growth (q8_0 panels) failing mid-op. */
+    test_mat tm = make_mat(CLEAVE_TYPE_Q8_0, 30, 64, 0);
+    float x[32 * 64], y[32 * 30];
+    fill(x, 32 * 64, 1.0f);
+    err_fail_alloc_countdown = 1;
+    CHECK(d->ops->matmul(d, &tm.m, x, 32, NULL, y) == CLEAVE_ERR_OOM);
+    err_fail_alloc_countdown = 0;
+    CHECK_OK(d->ops->matmul(d, &tm.m, x, 32, NULL, y));
+    free_mat(&tm);
+    d->ops->destroy(d);
 }
 
 /* ---- matmul ------------------------------------------------------------- */
@@ -170,7 +221,7 @@ static double mm_error(const test_mat *tm, const float *x, size_t n, const float
 
 static void test_matmul(void) {
     static const size_t k_list[] = {64, 96, 4096};
-    static const size_t n_list[] = {1, 3, 17, 64, 130};
+    static const size_t n_list[] = {1, 2, 3, 8, 17, 64, 130};
     be_device *devs[4] = {make_dev(1, true, 0), make_dev(3, true, 0), make_dev(1, false, 0),
                           make_dev(3, false, 0)};
     for (int di = 0; di < 4; di++)
@@ -184,9 +235,12 @@ static void test_matmul(void) {
             /* Padded rows on one shape prove nb1 is honoured. */
             test_mat tm = make_mat(all_types[ti], m, k, ki == 1 ? 36 : 0);
             double type_worst = 0;
-            for (size_t ni = 0; ni < 5; ni++) {
+            /* Weights are dequantized exactly and activations stay f32, so
+             * only f32 rounding is left. */
+            for (size_t ni = 0; ni < 7; ni++) {
                 size_t n = n_list[ni];
                 if (n == 130 && k == 4096) continue; /* slow reference, nothing new */
+                double tol = 1e-5;
                 float *x = malloc(n * k * sizeof(float));
                 float *y = malloc(n * m * sizeof(float));
                 fill(x, n * k, 1.0f);
@@ -199,7 +253,7 @@ static void test_matmul(void) {
                         CHECK_OK(devs[di]->ops->matmul(devs[di], &tm.m, x, n, wb ? bias : NULL, y));
                         double e = mm_error(&tm, x, n, wb ? bias : NULL, y);
                         if (e > type_worst) type_worst = e;
-                        CHECK_MSG(e < 1e-5, "matmul %s k=%zu n=%zu dev=%d bias=%d: err %.3g",
+                        CHECK_MSG(e < tol, "matmul %s k=%zu n=%zu dev=%d bias=%d: err %.3g",
                                   cleave_type_name(all_types[ti]), k, n, di, wb, e);
                     }
                 free(x);
@@ -228,7 +282,8 @@ static void test_matmul(void) {
     CHECK(d->ops->matmul(d, &shortrow, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
     be_mat unaligned = {x, CLEAVE_TYPE_F32, 16, 2, 66};
     CHECK(d->ops->matmul(d, &unaligned, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
-    for (int di = 0; di < 4; di++) devs[di]->ops->destroy(devs[di]);
+    for (int di = 0; di < 4; di++)
+        devs[di]->ops->destroy(devs[di]);
 }
 
 /* ---- get_rows, rms_norm ------------------------------------------------- */
@@ -275,7 +330,8 @@ static void test_rms_norm(void) {
             double worst = 0;
             for (size_t r = 0; r < rows; r++) {
                 double ss = 0;
-                for (size_t i = 0; i < w; i++) ss += (double)x[r * w + i] * x[r * w + i];
+                for (size_t i = 0; i < w; i++)
+                    ss += (double)x[r * w + i] * x[r * w + i];
                 double s = 1.0 / sqrt(ss / w + 1e-5);
                 for (size_t i = 0; i < w; i++) {
                     double ref = x[r * w + i] * s * g[i];
@@ -350,18 +406,21 @@ static void test_rope(void) {
      * against the reference, for both pairings and with factors. */
     enum { N = 40, NH = 6, HD = 64, RW = NH * HD + 16 };
     float factors[24];
-    for (int i = 0; i < 24; i++) factors[i] = 1.0f + (float)i * 0.5f;
+    for (int i = 0; i < 24; i++)
+        factors[i] = 1.0f + (float)i * 0.5f;
     for (int variant = 0; variant < 3; variant++) {
         be_rope pr = {48, 500000.0f, variant == 1, variant == 2 ? factors : NULL};
         float *a = malloc(N * RW * 4), *b = malloc(N * RW * 4);
         int32_t pos[N];
-        for (int i = 0; i < N; i++) pos[i] = i * 997 % 8000;
+        for (int i = 0; i < N; i++)
+            pos[i] = i * 997 % 8000;
         fill(a, N * RW, 2.0f);
         memcpy(b, a, N * RW * 4);
         CHECK_OK(d->ops->rope(d, a, N, RW, NH, HD, pos, &pr));
         double worst = 0;
         for (int r = 0; r < N; r++) {
-            for (int h = 0; h < NH; h++) rope_ref(b + r * RW + h * HD, HD, pos[r], &pr);
+            for (int h = 0; h < NH; h++)
+                rope_ref(b + r * RW + h * HD, HD, pos[r], &pr);
             for (int i = 0; i < RW; i++) {
                 double e = fabs(a[r * RW + i] - b[r * RW + i]);
                 if (e > worst) worst = e;
@@ -393,7 +452,8 @@ static void test_kv_store(void) {
         char *cache = calloc(CELLS, rb), *cc = calloc(CELLS, rb), *ref = calloc(CELLS, rb);
         CHECK_OK(d->ops->kv_store(d, src, 3, W, cache, t, cells));
         CHECK_OK(dc->ops->kv_store(dc, src, 3, W, cc, t, cells));
-        for (int i = 0; i < 3; i++) quant_quantize_row(t, src + i * W, ref + cells[i] * rb, W);
+        for (int i = 0; i < 3; i++)
+            quant_quantize_row(t, src + i * W, ref + cells[i] * rb, W);
         CHECK_MSG(memcmp(cache, ref, CELLS * rb) == 0, "kv_store %s simd", cleave_type_name(t));
         CHECK_MSG(memcmp(cc, ref, CELLS * rb) == 0, "kv_store %s C", cleave_type_name(t));
         free(cache);
@@ -431,7 +491,8 @@ static void test_attention(void) {
     fill(kv_k, NC * kw, 1.0f);
     fill(kv_v, NC * kw, 1.0f);
     int32_t all_cells[NC];
-    for (int i = 0; i < NC; i++) all_cells[i] = i;
+    for (int i = 0; i < NC; i++)
+        all_cells[i] = i;
 
     for (size_t ti = 0; ti < 4; ti++) {
         cleave_type t = all_types[ti];
@@ -472,8 +533,8 @@ static void test_attention(void) {
         for (int cfg = 0; cfg < 4; cfg++) {
             be_device *d = make_dev(cfg & 1 ? 3 : 1, cfg < 2, 0);
             if (!d) break;
-            be_attn a = {q, kc, vc, t, NT, NC, NH, NKV, HD, tok_pos, tok_seq,
-                         cell_pos, cell_seq, scale, out};
+            be_attn a = {q,  kc,      vc,      t,        NT,       NC,    NH, NKV,
+                         HD, tok_pos, tok_seq, cell_pos, cell_seq, scale, out};
             memset(out, 0xff, NT * qw * 4);
             CHECK_OK(d->ops->attention(d, &a));
             double worst = 0;
@@ -483,7 +544,8 @@ static void test_attention(void) {
             }
             CHECK_MSG(worst < 1e-5, "attention %s cfg %d err %.3g", cleave_type_name(t), cfg,
                       worst);
-            for (size_t i = 8 * qw; i < 9 * qw; i++) CHECK(out[i] == 0.0f);
+            for (size_t i = 8 * qw; i < 9 * qw; i++)
+                CHECK(out[i] == 0.0f);
 
             /* The cache written by kv_store is what attention reads. */
             void *kc2 = calloc(NC, rb), *vc2 = calloc(NC, rb);
@@ -559,7 +621,8 @@ static void test_elementwise(void) {
             memcpy(y, u, n * 4);
             CHECK_OK(d->ops->add(d, y, g, n));
             bool ok = true;
-            for (size_t i = 0; i < n; i++) ok = ok && y[i] == u[i] + g[i];
+            for (size_t i = 0; i < n; i++)
+                ok = ok && y[i] == u[i] + g[i];
             CHECK_MSG(ok, "add n=%zu cfg=%d", n, cfg);
             free(g);
             free(u);
@@ -601,9 +664,11 @@ static void test_threadpool(void) {
          * lost wake-ups. */
         for (int rep = 0; rep < 3000; rep++) {
             size_t n = (size_t)(rep % TASKS) + 1;
-            for (size_t i = 0; i < TASKS; i++) atomic_init(&hits[i], 0);
+            for (size_t i = 0; i < TASKS; i++)
+                atomic_init(&hits[i], 0);
             threadpool_run(p, n, pool_task, &c);
-            for (size_t i = 0; i < TASKS; i++) ok = ok && atomic_load(&hits[i]) == (i < n);
+            for (size_t i = 0; i < TASKS; i++)
+                ok = ok && atomic_load(&hits[i]) == (i < n);
         }
         CHECK_MSG(ok, "thread pool with %d threads missed or repeated tasks", nt);
         CHECK(atomic_load(&c.bad_thread) == 0);
@@ -619,6 +684,7 @@ int main(void) {
     fprintf(stderr, "CPU SIMD kernels %savailable\n", cpu_simd_available() ? "" : "not ");
     test_threadpool();
     test_memory();
+    test_injected_oom();
     test_get_rows();
     test_rms_norm();
     test_rope();

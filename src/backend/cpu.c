@@ -15,12 +15,13 @@
 /* Each allocation carries this header in its first 64 bytes, which keeps the
  * user pointer 64-byte aligned and lets free() know the size without a
  * lookup. The list lets destroy() release what callers leaked. */
-#define CPU_HDR 64
+#define CPU_HDR   64
 #define CPU_MAGIC 0x63707562756c6b31ull
 
 struct cpu_block {
     size_t size;
     uint64_t magic;
+    const cpu_device *owner;
     cpu_block *prev, *next;
 };
 _Static_assert(sizeof(cpu_block) <= CPU_HDR, "cpu_block must fit the header");
@@ -58,7 +59,6 @@ static void *cpu_alloc(be_device *d, size_t bytes, const char *what) {
         return NULL;
     }
     c->used += bytes;
-    if (c->used > c->peak) c->peak = c->used;
     pthread_mutex_unlock(&c->mu);
 
     cpu_block *b = mem_alloc_aligned(CPU_HDR + bytes, what);
@@ -71,8 +71,11 @@ static void *cpu_alloc(be_device *d, size_t bytes, const char *what) {
     }
     b->size = bytes;
     b->magic = CPU_MAGIC;
+    b->owner = c;
     b->prev = NULL;
     pthread_mutex_lock(&c->mu);
+    /* Peak only after success: a failed request never held memory. */
+    if (c->used > c->peak) c->peak = c->used;
     b->next = c->live;
     if (c->live) c->live->prev = b;
     c->live = b;
@@ -84,12 +87,15 @@ static void cpu_free(be_device *d, void *p) {
     if (!p) return;
     cpu_device *c = cpu_dev(d);
     cpu_block *b = (cpu_block *)((char *)p - CPU_HDR);
-    /* A foreign or double-freed pointer: leave it rather than corrupt the
-     * accounting (free() cannot report an error). */
-    if (b->magic != CPU_MAGIC) return;
+    /* A double free or another device's block: leave it rather than corrupt
+     * the accounting (free() cannot report an error). Pointers that alloc
+     * did not return at all (e.g. from map_host) must not be passed. */
+    if (b->magic != CPU_MAGIC || b->owner != c) return;
     pthread_mutex_lock(&c->mu);
-    if (b->prev) b->prev->next = b->next;
-    else c->live = b->next;
+    if (b->prev)
+        b->prev->next = b->next;
+    else
+        c->live = b->next;
     if (b->next) b->next->prev = b->prev;
     c->used -= b->size;
     pthread_mutex_unlock(&c->mu);
@@ -186,8 +192,7 @@ static bool cpu_simd_disabled(void) {
     return v && v[0] && strcmp(v, "0") != 0;
 }
 
-cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes,
-                            be_device **out) {
+cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes, be_device **out) {
     if (!out) return err_set(CLEAVE_ERR_INVALID_ARG, "be_cpu_create: out is NULL");
     *out = NULL;
     if (!name || !name[0]) name = "cpu";

@@ -49,8 +49,7 @@ cleave_status cpu_op_rope(be_device *d, float *x, size_t n, size_t row_width, si
 cleave_status cpu_op_kv_store(be_device *d, const float *src, size_t n, size_t width, void *cache,
                               cleave_type kv_type, const int32_t *cells);
 cleave_status cpu_op_attention(be_device *d, const be_attn *a);
-cleave_status cpu_op_swiglu(be_device *d, const float *gate, const float *up, float *out,
-                            size_t n);
+cleave_status cpu_op_swiglu(be_device *d, const float *gate, const float *up, float *out, size_t n);
 cleave_status cpu_op_add(be_device *d, float *y, const float *x, size_t n);
 
 #endif

@@ -1,26 +1,25 @@
 /* The CPU device's ops: argument checks, splitting work into pool tasks, and
- * the loops around the row kernels of cpu_dot.c. Matmul has two shapes: few
- * activation rows stream each weight row once through a typed dot product
- * (decode, memory-bound); many rows dequantize a panel of weight rows to f32
- * once and run a register-tiled GEMM over all of them (prefill, compute-bound). */
+ * the loops around the kernels of cpu_dot.c and cpu_vec.c. Matmul has two
+ * shapes: one activation row streams each weight row once through a typed
+ * dot product (decode, memory-bound); batches run register tiles over row
+ * blocks that stay in L2 (prefill, compute-bound). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "cpu_dot.h"
 #include "cpu_impl.h"
+#include "cpu_vec.h"
 #include "error.h"
 #include "quant.h"
 
-/* Activation rows from which the panel+GEMM path beats multi-row dots. */
-#define CPU_MM_TILE_MIN_N 4
-/* Weight rows per task on the dot path (bounds a stack array). */
-#define CPU_MM_DOT_ROWS 64
-/* Bytes of activation chunk the dot path keeps in L1. */
-#define CPU_MM_DOT_XBYTES (1024u * 1024u)
+/* Activation rows from which register tiles beat one streamed dot per row. */
+#define CPU_MM_TILE_MIN_N 2
+/* Activation rows from which converting q8_0 weights to an f32 panel pays. */
+#define CPU_MM_PANEL_MIN_N 16
 /* Target size of one thread's dequantized panel: stays in L2 while the
  * activation rows stream past it. */
-#define CPU_MM_PANEL_BYTES (96u * 1024u)
+#define CPU_MM_PANEL_BYTES    (96u * 1024u)
 #define CPU_MM_PANEL_MAX_ROWS 48
 /* Activation rows per GEMM task (a multiple of the 4-row tile). */
 #define CPU_MM_XBLOCK 64
@@ -114,8 +113,8 @@ static void cpu_norm_task(void *vc, size_t task, int thread) {
     }
 }
 
-cleave_status cpu_op_rms_norm(be_device *dev, const float *x, const float *w, float *y,
-                              size_t rows, size_t width, float eps) {
+cleave_status cpu_op_rms_norm(be_device *dev, const float *x, const float *w, float *y, size_t rows,
+                              size_t width, float eps) {
     cpu_device *d = cpu_dev(dev);
     if (!x) return cpu_null(d, "rms_norm", "x");
     if (!w) return cpu_null(d, "rms_norm", "w");
@@ -139,44 +138,27 @@ typedef struct {
     float *y;
     size_t n;
     bool simd;
-    cpu_mdot_fn mdot;
-    size_t blk_elems, blk_bytes; /* type block, to offset into a row */
+    cpu_dot_fn dot;
     cpu_dequant_fn deq;
     size_t rows_per_task; /* weight rows per task */
-    size_t n_xb, xb_rows; /* activation blocks per panel (GEMM path) */
-    bool in_place;        /* f32 weights are used as stored, no panel copy */
-    float *panels;        /* [n_threads][rows_per_task * ne0] */
-    size_t *tag;          /* [n_threads]: panel index + 1 held in panels */
+    size_t n_xb, xb_rows; /* activation blocks per row block (GEMM path) */
+    cleave_type type;
+    bool in_place; /* GEMM tiles read the weights as stored, no f32 panel */
+    float *panels; /* [n_threads][rows_per_task * ne0] */
+    size_t *tag;   /* [n_threads]: panel index + 1 held in panels */
 } cpu_mm_ctx;
 
-/* Rows [r0, r0 + nr), nr <= CPU_MM_DOT_ROWS, against every activation row. */
-static void cpu_mm_dot_rows(const cpu_mm_ctx *c, size_t r0, size_t nr) {
-    float acc[CPU_MM_DOT_ROWS * 4];
-    for (size_t i0 = 0; i0 < c->n; i0 += 4) {
-        size_t m = cpu_min(4, c->n - i0);
-        /* K chunks small enough that the m activation chunks stay in L1
-         * while every row of the block passes over them. */
-        size_t kc = CPU_MM_DOT_XBYTES / (m * sizeof(float)) / QK8_0 * QK8_0;
-        memset(acc, 0, nr * 4 * sizeof(float));
-        const float *x = c->x + i0 * c->ne0;
-        for (size_t k0 = 0; k0 < c->ne0; k0 += kc) {
-            size_t kl = cpu_min(kc, c->ne0 - k0);
-            const char *w = c->w + r0 * c->nb1 + k0 / c->blk_elems * c->blk_bytes;
-            for (size_t r = 0; r < nr; r++)
-                c->mdot(w + r * c->nb1, x + k0, c->ne0, m, kl, acc + r * 4);
-        }
-        for (size_t r = 0; r < nr; r++) {
-            float b = c->bias ? c->bias[r0 + r] : 0.0f;
-            for (size_t i = 0; i < m; i++) c->y[(i0 + i) * c->ne1 + r0 + r] = acc[r * 4 + i] + b;
-        }
-    }
-}
-
+/* One streamed dot product per (weight row, activation row): the decode
+ * shape, where reading each row once at full bandwidth is all that matters. */
 static void cpu_mm_dot_task(void *vc, size_t task, int thread) {
     const cpu_mm_ctx *c = vc;
     size_t r0 = task * c->rows_per_task, r1 = cpu_min(c->ne1, r0 + c->rows_per_task);
-    for (size_t r = r0; r < r1; r += CPU_MM_DOT_ROWS)
-        cpu_mm_dot_rows(c, r, cpu_min(CPU_MM_DOT_ROWS, r1 - r));
+    for (size_t r = r0; r < r1; r++) {
+        const char *row = c->w + r * c->nb1;
+        float b = c->bias ? c->bias[r] : 0.0f;
+        for (size_t i = 0; i < c->n; i++)
+            c->y[i * c->ne1 + r] = c->dot(row, c->x + i * c->ne0, c->ne0) + b;
+    }
 }
 
 static void cpu_mm_gemm_task(void *vc, size_t task, int thread) {
@@ -184,28 +166,28 @@ static void cpu_mm_gemm_task(void *vc, size_t task, int thread) {
     size_t p = task / c->n_xb, xb = task % c->n_xb;
     size_t r0 = p * c->rows_per_task, nr = cpu_min(c->rows_per_task, c->ne1 - r0);
     size_t i0 = xb * c->xb_rows, ni = cpu_min(c->xb_rows, c->n - i0);
-    const float *w;
-    size_t ldw;
-    if (c->in_place) {
-        w = (const float *)(c->w + r0 * c->nb1);
-        ldw = c->nb1 / sizeof(float);
-    } else {
+    const char *w = c->w + r0 * c->nb1;
+    size_t nb1 = c->nb1;
+    cleave_type type = c->type;
+    if (!c->in_place) {
         /* Consecutive tasks share a panel, so a thread usually converts it
          * once and reuses it for the next activation block. */
         float *panel = c->panels + (size_t)thread * c->rows_per_task * c->ne0;
         if (c->tag[thread] != p + 1) {
             for (size_t r = 0; r < nr; r++)
-                c->deq(c->w + (r0 + r) * c->nb1, panel + r * c->ne0, c->ne0);
+                c->deq(w + r * c->nb1, panel + r * c->ne0, c->ne0);
             c->tag[thread] = p + 1;
         }
-        w = panel;
-        ldw = c->ne0;
+        w = (const char *)panel;
+        nb1 = c->ne0 * sizeof(float);
+        type = CLEAVE_TYPE_F32;
     }
     float *y = c->y + i0 * c->ne1 + r0;
-    cpu_gemm_f32(c->simd, c->x + i0 * c->ne0, c->ne0, ni, w, ldw, nr, c->ne0, y, c->ne1);
+    cpu_gemm(c->simd, type, c->x + i0 * c->ne0, c->ne0, ni, w, nb1, nr, c->ne0, y, c->ne1);
     if (c->bias)
         for (size_t i = 0; i < ni; i++)
-            for (size_t r = 0; r < nr; r++) y[i * c->ne1 + r] += c->bias[r0 + r];
+            for (size_t r = 0; r < nr; r++)
+                y[i * c->ne1 + r] += c->bias[r0 + r];
 }
 
 cleave_status cpu_op_matmul(be_device *dev, const be_mat *w, const float *x, size_t n,
@@ -217,12 +199,21 @@ cleave_status cpu_op_matmul(be_device *dev, const be_mat *w, const float *x, siz
     if (!y) return cpu_null(d, "matmul", "y");
     if (n == 0) return cpu_zero(d, "matmul", "n");
 
-    cpu_mm_ctx c = {.w = w->data, .ne0 = w->ne0, .ne1 = w->ne1, .nb1 = w->nb1, .x = x,
-                    .bias = bias, .y = y, .n = n, .simd = d->simd};
+    cpu_mm_ctx c = {.w = w->data,
+                    .ne0 = w->ne0,
+                    .ne1 = w->ne1,
+                    .nb1 = w->nb1,
+                    .x = x,
+                    .bias = bias,
+                    .y = y,
+                    .n = n,
+                    .simd = d->simd};
     size_t nt = (size_t)d->n_threads;
     if (n < CPU_MM_TILE_MIN_N) {
-        c.mdot = cpu_mdot_for(w->type, d->simd);
-        quant_type_info((uint32_t)w->type, NULL, &c.blk_elems, &c.blk_bytes);
+        c.dot = cpu_dot_for(w->type, d->simd);
+        /* Activations stay f32 for every type and batch size, so a token
+         * gets the same logits alone or inside a batch (an int16 activation
+         * path made q8_0 decode ~1.6x faster but broke that). */
         /* Several tasks per thread so a thread slowed by a neighbour on a
          * shared machine does not hold the whole op up. */
         c.rows_per_task = cpu_ceil_div(w->ne1, nt * 8);
@@ -232,17 +223,25 @@ cleave_status cpu_op_matmul(be_device *dev, const be_mat *w, const float *x, siz
         return CLEAVE_OK;
     }
 
-    /* Panel rows: a multiple of the 3-row tile that keeps the panel near
-     * CPU_MM_PANEL_BYTES, fewer when that leaves threads idle. */
-    size_t rows = CPU_MM_PANEL_BYTES / (w->ne0 * sizeof(float));
-    rows = rows / 3 * 3;
+    /* Tiles read the weights as stored and convert them in registers: for
+     * f16/bf16 that was measured faster at every batch size than converting
+     * to an f32 panel first (the tiles are L2-bound and f16 is half the
+     * bytes). For q8_0 the conversion is dearer, so from CPU_MM_PANEL_MIN_N
+     * rows on a panel of rows is dequantized once for all activation rows. */
+    c.type = w->type;
+    c.in_place = w->type != CLEAVE_TYPE_Q8_0 || n < CPU_MM_PANEL_MIN_N;
+    /* Rows per task: a multiple of the 3-row tile whose weights (or f32
+     * panel) stay in L2 while the activation blocks pass, fewer when that
+     * leaves threads idle. */
+    size_t row_bytes = c.in_place ? w->nb1 : w->ne0 * sizeof(float);
+    size_t rows = CPU_MM_PANEL_BYTES / row_bytes / 3 * 3;
     if (rows < 3) rows = 3;
     if (rows > CPU_MM_PANEL_MAX_ROWS) rows = CPU_MM_PANEL_MAX_ROWS;
     c.xb_rows = n <= CPU_MM_XBLOCK + CPU_MM_XBLOCK / 2 ? n : CPU_MM_XBLOCK;
     c.n_xb = cpu_ceil_div(n, c.xb_rows);
-    while (rows > 3 && cpu_ceil_div(w->ne1, rows) * c.n_xb < 4 * nt) rows = (rows / 2 + 2) / 3 * 3;
+    while (rows > 3 && cpu_ceil_div(w->ne1, rows) * c.n_xb < 4 * nt)
+        rows = (rows / 2 + 2) / 3 * 3;
     c.rows_per_task = rows;
-    c.in_place = w->type == CLEAVE_TYPE_F32;
     if (!c.in_place) {
         void *scratch;
         st = cpu_scratch(d, nt * rows * w->ne0 * sizeof(float), &scratch);
@@ -334,14 +333,13 @@ static cleave_status cpu_check_kv_type(cpu_device *d, const char *op, cleave_typ
                        d->name, op, cleave_type_name(t), (int)t);
     *row_bytes = quant_row_bytes((uint32_t)t, width);
     if (*row_bytes == 0)
-        return err_set(CLEAVE_ERR_INVALID_ARG,
-                       "device '%s': %s: width %zu is not whole %s blocks", d->name, op, width,
-                       cleave_type_name(t));
+        return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': %s: width %zu is not whole %s blocks",
+                       d->name, op, width, cleave_type_name(t));
     return CLEAVE_OK;
 }
 
-cleave_status cpu_op_kv_store(be_device *dev, const float *src, size_t n, size_t width,
-                              void *cache, cleave_type kv_type, const int32_t *cells) {
+cleave_status cpu_op_kv_store(be_device *dev, const float *src, size_t n, size_t width, void *cache,
+                              cleave_type kv_type, const int32_t *cells) {
     cpu_device *d = cpu_dev(dev);
     if (!src) return cpu_null(d, "kv_store", "src");
     if (!cache) return cpu_null(d, "kv_store", "cache");
@@ -473,7 +471,9 @@ static void cpu_add_task(void *vc, size_t task, int thread) {
 
 /* Small vectors stay on the calling thread; a decode step's vectors are a
  * few thousand floats, cheaper to do than to hand out. */
-static size_t cpu_ew_tasks(size_t n) { return n < 2 * CPU_EW_CHUNK ? 1 : cpu_ceil_div(n, CPU_EW_CHUNK); }
+static size_t cpu_ew_tasks(size_t n) {
+    return n < 2 * CPU_EW_CHUNK ? 1 : cpu_ceil_div(n, CPU_EW_CHUNK);
+}
 
 cleave_status cpu_op_swiglu(be_device *dev, const float *gate, const float *up, float *out,
                             size_t n) {
@@ -484,8 +484,10 @@ cleave_status cpu_op_swiglu(be_device *dev, const float *gate, const float *up, 
     if (n == 0) return cpu_zero(d, "swiglu", "n");
     cpu_ew_ctx c = {gate, up, out, n, d->simd};
     size_t tasks = cpu_ew_tasks(n);
-    if (tasks == 1) cpu_swiglu_row(d->simd, gate, up, out, n);
-    else threadpool_run(d->pool, tasks, cpu_swiglu_task, &c);
+    if (tasks == 1)
+        cpu_swiglu_row(d->simd, gate, up, out, n);
+    else
+        threadpool_run(d->pool, tasks, cpu_swiglu_task, &c);
     return CLEAVE_OK;
 }
 
@@ -496,7 +498,9 @@ cleave_status cpu_op_add(be_device *dev, float *y, const float *x, size_t n) {
     if (n == 0) return cpu_zero(d, "add", "n");
     cpu_ew_ctx c = {x, NULL, y, n, d->simd};
     size_t tasks = cpu_ew_tasks(n);
-    if (tasks == 1) cpu_add_row(d->simd, y, x, n);
-    else threadpool_run(d->pool, tasks, cpu_add_task, &c);
+    if (tasks == 1)
+        cpu_add_row(d->simd, y, x, n);
+    else
+        threadpool_run(d->pool, tasks, cpu_add_task, &c);
     return CLEAVE_OK;
 }

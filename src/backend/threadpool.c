@@ -37,8 +37,8 @@ struct threadpool {
 
     atomic_uint gen;
     atomic_bool stop;
-    atomic_size_t next;  /* next task to claim */
-    atomic_int pending;  /* workers that have not finished the current job */
+    atomic_size_t next; /* next task to claim */
+    atomic_int pending; /* workers that have not finished the current job */
 
     /* Written by the caller before gen is bumped (release), read by workers
      * after they see the new gen (acquire). */
@@ -103,7 +103,8 @@ static void threadpool_stop_workers(threadpool *p) {
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < p->n_started; i++)
+        pthread_join(p->threads[i], NULL);
     p->n_started = 0;
 }
 
@@ -173,7 +174,8 @@ void threadpool_run(threadpool *p, size_t n_tasks, threadpool_fn fn, void *ctx) 
     if (n_tasks == 0) return;
     /* A single task or a single thread: a dispatch would only add latency. */
     if (!p || p->n_started == 0 || n_tasks == 1) {
-        for (size_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+        for (size_t t = 0; t < n_tasks; t++)
+            fn(ctx, t, 0);
         return;
     }
     p->fn = fn;
