@@ -79,6 +79,20 @@ double cli_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m,
+             cleave_context **ctx) {
+    *m = NULL;
+    *ctx = NULL;
+    cleave_status st = cleave_model_load(path, NULL, m);
+    if (st) return cli_fail("loading model", st);
+    if ((st = cleave_context_new(*m, cp, ctx))) {
+        cleave_model_free(*m);
+        *m = NULL;
+        return cli_fail("creating context", st);
+    }
+    return 0;
+}
+
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cleave COMMAND [options]\n"

@@ -19,6 +19,10 @@ bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t 
 /* A progress bar on stderr. */
 bool cli_progress(float fraction, void *label);
 double cli_now(void);
+/* Loads a model and makes a context; on failure prints why, frees both and
+ * returns the exit code (0 on success). */
+int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m,
+             cleave_context **ctx);
 
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -133,17 +133,13 @@ int cmd_bench(int argc, char **argv) {
     cleave_context *ctx = NULL;
     int32_t *toks = NULL;
     int rc = 1;
-    cleave_status st = cleave_model_load(o.model, NULL, &m);
-    if (st) return cli_fail("loading model", st);
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)max_n;
     cp.n_batch = (uint32_t)o.n_batch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
-    if ((st = cleave_context_new(m, &cp, &ctx))) {
-        rc = cli_fail("creating context", st);
-        goto out;
-    }
+    if ((rc = cli_open(o.model, &cp, &m, &ctx))) return rc;
+    rc = 1;
     cleave_model_desc d;
     cleave_model_describe(m, &d);
     toks = malloc((size_t)max_n * sizeof *toks);

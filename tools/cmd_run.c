@@ -176,20 +176,14 @@ int cmd_run(int argc, char **argv) {
     cleave_context *ctx = NULL;
     cleave_sampler *smp = NULL;
     int32_t *toks = NULL;
-    cleave_status st = cleave_model_load(o.model, NULL, &m);
-    if (st) {
-        rc = cli_fail("loading model", st);
-        goto out;
-    }
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)o.n_ctx;
     cp.n_batch = (uint32_t)o.n_batch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
-    if ((st = cleave_context_new(m, &cp, &ctx))) {
-        rc = cli_fail("creating context", st);
-        goto out;
-    }
+    if ((rc = cli_open(o.model, &cp, &m, &ctx))) goto out;
+    rc = 1;
+    cleave_status st;
     cleave_model_desc d;
     cleave_model_describe(m, &d);
     fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s\n", o.model,
