@@ -65,6 +65,7 @@ static void vocab_free(l2c_vocab *v) {
     free(v->tokens);
     free(v->scores);
     free(v->types);
+    memset(v, 0, sizeof *v); /* safe to free twice */
 }
 
 /* llama2.c keeps spaces as ' ' and names BOS/EOS "\n<s>\n"; GGUF SPM vocabs
