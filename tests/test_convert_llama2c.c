@@ -7,18 +7,6 @@
 #include "gguf.h"
 #include "testutil.h"
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n);
-    if (fread(b, 1, *n, f) != *n) *n = 0;
-    fclose(f);
-    return b;
-}
-
 /* Compares tensor `name` with `count` floats at float offset `at` of the .bin weights. */
 static void same(const gguf_file *g, const char *name, const float *w, size_t at, size_t count) {
     const gguf_tensor *t = gguf_find_tensor(g, name);
@@ -36,7 +24,7 @@ int main(void) {
     const char *out = tu_stories_model();
     if (!out) return tu_finish("test_convert_llama2c");
     size_t n;
-    unsigned char *raw = slurp(bin, &n);
+    unsigned char *raw = tu_slurp(bin, &n);
     int32_t cfg[7];
     memcpy(cfg, raw, sizeof cfg);
     const size_t D = (size_t)cfg[0], H = (size_t)cfg[1], L = (size_t)cfg[2],
@@ -69,7 +57,7 @@ int main(void) {
 
     /* tokenizer: same count, scores as stored, spaces as U+2581 */
     size_t tn;
-    unsigned char *traw = slurp(tok, &tn);
+    unsigned char *traw = tu_slurp(tok, &tn);
     const unsigned char *p = traw + 4;
     enum gguf_vtype et;
     size_t count;

@@ -16,24 +16,6 @@ static uint64_t next(void) {
     return rng;
 }
 
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(*n);
-    if (fread(b, 1, *n, f) != *n) *n = 0;
-    fclose(f);
-    return b;
-}
-
-static void spit(const char *path, const unsigned char *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    fwrite(b, 1, n, f);
-    fclose(f);
-}
-
 /* Mutations aimed at headers: flip bytes, write interesting integers
  * (0, -1, huge) over 8-byte fields, or truncate. Most hits land in the
  * first `hot` bytes, where counts, lengths, dims and offsets live. */
@@ -59,13 +41,13 @@ static size_t mutate(unsigned char *b, size_t n, size_t hot) {
 
 static void fuzz_gguf(const char *seed_path, int rounds) {
     size_t n;
-    unsigned char *orig = slurp(seed_path, &n), *buf = malloc(n);
+    unsigned char *orig = tu_slurp(seed_path, &n), *buf = malloc(n);
     const char *path = tu_tmp("fuzz.gguf");
     int ok = 0, failed = 0;
     for (int r = 0; r < rounds; r++) {
         memcpy(buf, orig, n);
         size_t m = mutate(buf, n, n < 16384 ? n : 16384);
-        spit(path, buf, m);
+        tu_spit(path, buf, m);
         cleave_model *model = NULL;
         cleave_status st = cleave_model_load(path, NULL, &model);
         if (st == CLEAVE_OK) {
@@ -118,8 +100,8 @@ static void fuzz_tokenizer(const char *model_path, int rounds) {
 
 static void fuzz_llama2c(const char *bin, const char *tok, int rounds) {
     size_t n, tn;
-    unsigned char *orig = slurp(bin, &n), *buf = malloc(n);
-    unsigned char *torig = slurp(tok, &tn), *tbuf = malloc(tn);
+    unsigned char *orig = tu_slurp(bin, &n), *buf = malloc(n);
+    unsigned char *torig = tu_slurp(tok, &tn), *tbuf = malloc(tn);
     const char *mp = tu_tmp("fuzz.bin"), *tp = tu_tmp("fuzz_tok.bin"), *out = tu_tmp("fuzz_out.gguf");
     for (int r = 0; r < rounds; r++) {
         memcpy(buf, orig, n);
@@ -127,8 +109,8 @@ static void fuzz_llama2c(const char *bin, const char *tok, int rounds) {
         size_t m = n, tm = tn;
         if (r % 2) m = mutate(buf, n, 28);
         else tm = mutate(tbuf, tn, tn);
-        spit(mp, buf, m);
-        spit(tp, tbuf, tm);
+        tu_spit(mp, buf, m);
+        tu_spit(tp, tbuf, tm);
         cleave_status st = cleave_convert_llama2c(mp, tp, out);
         if (st) CHECK_MSG(cleave_last_error()[0] != 0, "convert round %d: no message", r);
     }

@@ -13,23 +13,14 @@ typedef struct {
 } blob;
 
 static blob load(const char *path) {
-    blob b = {NULL, 0};
-    FILE *f = fopen(path, "rb");
-    if (!f) return b;
-    fseek(f, 0, SEEK_END);
-    b.size = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b.data = malloc(b.size);
-    if (fread(b.data, 1, b.size, f) != b.size) b.size = 0;
-    fclose(f);
+    blob b;
+    b.data = tu_slurp(path, &b.size);
     return b;
 }
 
 static const char *save(const char *name, const unsigned char *data, size_t n) {
     const char *p = tu_tmp(name);
-    FILE *f = fopen(p, "wb");
-    fwrite(data, 1, n, f);
-    fclose(f);
+    tu_spit(p, data, n);
     return p;
 }
 

@@ -90,3 +90,25 @@ double tu_rel_err(const float *a, const float *b, size_t n) {
     }
     return den > 0 ? num / den : num;
 }
+
+unsigned char *tu_slurp(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = size > 0 ? malloc((size_t)size) : NULL;
+    if (b && fread(b, 1, (size_t)size, f) == (size_t)size) *n = (size_t)size;
+    fclose(f);
+    return b;
+}
+
+void tu_spit(const char *path, const unsigned char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n) {
+        fprintf(stderr, "cannot write %s\n", path);
+        tu_failures++;
+    }
+    if (f) fclose(f);
+}

@@ -54,6 +54,10 @@ const char *tu_tiny_model(const char *arch, cleave_type type);
 /* Converts stories260K to GGUF in the temp dir; NULL when the shared model
  * is absent. */
 const char *tu_stories_model(void);
+/* Reads a whole file into a malloc'd buffer (NULL if unreadable). */
+unsigned char *tu_slurp(const char *path, size_t *n);
+/* Writes n bytes to path. */
+void tu_spit(const char *path, const unsigned char *data, size_t n);
 /* max |a-b| / max |b| */
 double tu_rel_err(const float *a, const float *b, size_t n);
 #endif
