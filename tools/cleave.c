@@ -48,18 +48,22 @@ bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t 
         fprintf(stderr, "cleave: %s needs a value\n", flag);
         return false;
     }
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", v);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char *buf = strdup(v);
+    bool ok = buf != NULL;
+    for (char *save = NULL, *tok = ok ? strtok_r(buf, ",", &save) : NULL; ok && tok;
+         tok = strtok_r(NULL, ",", &save)) {
         long long x;
         if (*n == cap) {
             fprintf(stderr, "cleave: %s: at most %zu values\n", flag, cap);
-            return false;
+            ok = false;
+        } else if (!cli_int(flag, tok, 0, 1 << 24, &x)) {
+            ok = false;
+        } else {
+            out[(*n)++] = (int)x;
         }
-        if (!cli_int(flag, tok, 0, 1 << 24, &x)) return false;
-        out[(*n)++] = (int)x;
     }
-    return *n > 0;
+    free(buf);
+    return ok && *n > 0;
 }
 
 bool cli_progress(float fraction, void *label) {
@@ -103,6 +107,7 @@ static void usage(FILE *out) {
             "  convert  import a llama2.c checkpoint:  cleave convert --from llama2c MODEL.bin TOK.bin -o OUT.gguf\n"
             "  gen      random-weight model of real shapes:  cleave gen --preset 1b --type f16 -o OUT.gguf\n"
             "  info     describe a model:  cleave info MODEL.gguf\n"
+            "  logits   dump logits of token ids:  cleave logits -m MODEL.gguf --tokens 1,2,3 -o OUT.f32\n"
             "\n"
             "Run 'cleave COMMAND --help' for a command's options.\n");
 }
@@ -118,6 +123,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen")) return cmd_gen(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -29,5 +29,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
 
 #endif

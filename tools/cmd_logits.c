@@ -1,0 +1,79 @@
+/* `cleave logits`: runs a list of token ids through the model in one batch
+ * and writes every position's logits (float32, little-endian, n_tokens rows
+ * of n_vocab) to a file, so other programs (reference checks, GPU vs CPU
+ * comparisons) can compare them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cmd_logits(int argc, char **argv) {
+    const char *model = NULL, *out = NULL, *tokens = NULL, *device = NULL;
+    cleave_type kv = CLEAVE_TYPE_F32;
+    long long threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-m") && v) model = v, i++;
+        else if (!strcmp(a, "-o") && v) out = v, i++;
+        else if (!strcmp(a, "--tokens") && v) tokens = v, i++;
+        else if (!strcmp(a, "--device") && v) device = v, i++;
+        else if (!strcmp(a, "-t")) {
+            if (!cli_int(a, v, 0, 1024, &threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "-ctk") && v) {
+            if (cleave_type_from_name(v, &kv)) {
+                fprintf(stderr, "cleave logits: unknown KV type '%s'\n", v);
+                return 2;
+            }
+            i++;
+        } else {
+            model = NULL;
+            break;
+        }
+    }
+    if (!model || !out || !tokens) {
+        fprintf(stderr, "usage: cleave logits -m MODEL.gguf --tokens ID,ID,... -o OUT.f32 "
+                        "[-ctk f32|f16] [--device cpu|cuda:0] [-t N]\n");
+        return 2;
+    }
+    size_t cap = strlen(tokens) / 2 + 2, n = 0;
+    int *ids = malloc(cap * sizeof *ids);
+    int32_t *toks = malloc(cap * sizeof *toks);
+    if (!ids || !toks || !cli_int_list("--tokens", tokens, ids, cap, &n)) {
+        free(ids), free(toks);
+        return 2;
+    }
+    for (size_t i = 0; i < n; i++) toks[i] = ids[i];
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = (uint32_t)(n < 16 ? 16 : n);
+    cp.n_batch = cp.n_ctx;
+    cp.kv_type = kv;
+    cp.devices = device;
+    cp.n_threads = (int)threads;
+    cleave_model *m;
+    cleave_context *ctx;
+    int rc = cli_open(model, &cp, &m, &ctx);
+    if (rc) goto done;
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    cleave_status st = cleave_decode(ctx, toks, n, 0, 0, true);
+    if (st) {
+        rc = cli_fail("decode", st);
+    } else {
+        FILE *f = fopen(out, "wb");
+        for (size_t i = 0; f && i < n; i++)
+            if (fwrite(cleave_get_logits(ctx, (int32_t)i), sizeof(float), d.n_vocab, f) != d.n_vocab)
+                break;
+        if (!f || fclose(f) != 0) {
+            fprintf(stderr, "cleave logits: cannot write %s\n", out);
+            rc = 1;
+        }
+    }
+    cleave_context_free(ctx);
+    cleave_model_free(m);
+done:
+    free(ids);
+    free(toks);
+    return rc;
+}
