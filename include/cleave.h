@@ -101,8 +101,8 @@ typedef struct cleave_context_params {
     uint32_t n_ctx;        /* cells of KV cache; 0 = the model's training context (capped at 4096) */
     uint32_t n_batch;      /* most tokens in one forward pass; 0 = 512 */
     int n_threads;         /* CPU threads; 0 = all cores */
-    cleave_type kv_type;   /* CLEAVE_TYPE_F32 or CLEAVE_TYPE_F16 on CPU */
-    const char *devices;   /* "cpu" (default when NULL) */
+    cleave_type kv_type;   /* f32, f16, bf16 or q8_0 (q8_0 needs kv heads x head size % 32 == 0) */
+    const char *devices;   /* "cpu" (default when NULL) or "cuda:N" */
 } cleave_context_params;
 
 cleave_context_params cleave_context_default_params(void);
@@ -110,6 +110,8 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
                                  cleave_context **out);
 void cleave_context_free(cleave_context *ctx);
 uint32_t cleave_context_n_ctx(const cleave_context *ctx);
+/* The device the context runs on, e.g. "cpu" or "cuda:0 (NVIDIA H200)". */
+const char *cleave_context_device(const cleave_context *ctx);
 
 /* Runs n tokens of sequence seq at positions pos0, pos0+1, ... through the
  * model in batches of at most n_batch. Logits of the last token are kept
@@ -155,6 +157,19 @@ void cleave_sampler_reset(cleave_sampler *s);
 /* Imports a llama2.c checkpoint + tokenizer into a GGUF file. */
 cleave_status cleave_convert_llama2c(const char *model_bin, const char *tokenizer_bin,
                                      const char *out_gguf);
+/* out_type for cleave_convert_hf: keep each weight's checkpoint dtype. */
+#define CLEAVE_CONVERT_KEEP_TYPE ((cleave_type)-1)
+/* Imports a Hugging Face transformers checkpoint directory (config.json and
+ * model.safetensors, or shards listed in model.safetensors.index.json) of a
+ * LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM
+ * into a GGUF. out_type is the type of the 2-D weights: F32, F16, BF16 or
+ * CLEAVE_CONVERT_KEEP_TYPE; norms and biases are always F32. The vocabulary
+ * written is a synthetic SentencePiece one of config.vocab_size tokens (HF
+ * tokenizers are BPE, which cleave does not run yet): token ids and logits
+ * are the model's, text is not. Builds without cJSON return
+ * CLEAVE_ERR_UNSUPPORTED. progress may be NULL. */
+cleave_status cleave_convert_hf(const char *dir, cleave_type out_type, const char *out_gguf,
+                                cleave_progress_fn progress, void *progress_user);
 /* Prints architecture, hyperparameters, tensor table and memory needs. */
 cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file /* FILE* */);
 

@@ -16,3 +16,9 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+# Optional: cJSON for the Hugging Face import; the build works without it.
+if [ ! -f /usr/include/cjson/cJSON.h ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libcjson-dev; } ||
+    echo "cleave: could not install libcjson-dev; building without the Hugging Face import" >&2
+fi

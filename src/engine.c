@@ -12,6 +12,7 @@
 #include "engine.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +127,7 @@ static cleave_status alloc_scratch(struct cleave_context *c) {
         {(void **)&s->pos, n * 4, "positions"},
         {(void **)&s->seq, n * 4, "sequence ids"},
         {(void **)&s->cells, n * 4, "cache cells"},
+        {(void **)&s->n_kv_live, 4, "live cell count"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = dev_alloc(c, bufs[i].bytes, bufs[i].what);
@@ -136,12 +138,24 @@ static cleave_status alloc_scratch(struct cleave_context *c) {
 
 /* ---- context lifecycle -------------------------------------------------- */
 
+/* "cpu" or "cuda:N" (one device until the split modes arrive). */
 static cleave_status open_device(const cleave_context_params *p, be_device **out) {
-    const char *spec = p->devices ? p->devices : "cpu";
-    if (strcmp(spec, "cpu") != 0)
+    const char *spec = p->devices && *p->devices ? p->devices : "cpu";
+    if (strcmp(spec, "cpu") == 0) return be_cpu_create("cpu", p->n_threads, 0, out);
+    if (strncmp(spec, "cuda", 4) == 0) {
+        char *end;
+        long ordinal = spec[4] == ':' ? strtol(spec + 5, &end, 10) : 0;
+        if ((spec[4] == ':' && (*end || end == spec + 5)) || (spec[4] && spec[4] != ':'))
+            return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': expected cuda:N", spec);
+#ifdef CLEAVE_WITH_CUDA
+        return be_cuda_create((int)ordinal, 0, out);
+#else
+        (void)ordinal;
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "device '%s' is not available in this build (use 'cpu')", spec);
-    return be_cpu_create("cpu", p->n_threads, 0, out);
+                       "device '%s': this build of cleave has no CUDA backend", spec);
+#endif
+    }
+    return err_set(CLEAVE_ERR_INVALID_ARG, "unknown device '%s' (use cpu or cuda:N)", spec);
 }
 
 static size_t tensor_bytes(const gguf_tensor *t) { return t ? t->nbytes : 0; }
@@ -184,9 +198,9 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     if (!model || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "context: model and out required");
     *out = NULL;
     cleave_context_params p = params ? *params : cleave_context_default_params();
-    if (p.kv_type != CLEAVE_TYPE_F32 && p.kv_type != CLEAVE_TYPE_F16)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %s: the CPU runs f32 and f16",
-                       cleave_type_name(p.kv_type));
+    if (!quant_type_supported(p.kv_type))
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %d: use f32, f16, bf16 or q8_0",
+                       (int)p.kv_type);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : model->hp.n_ctx_train;
     if (!p.n_ctx && n_ctx > 4096) n_ctx = 4096;
     if (n_ctx > (1u << 24))
@@ -204,6 +218,8 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     if ((st = alloc_scratch(c))) goto fail;
     size_t kv_width = (size_t)model->hp.n_head_kv * model->hp.head_dim;
     if ((st = kv_init(&c->kv, c->dev, n_ctx, model->hp.n_layer, kv_width, p.kv_type))) goto fail;
+    const char *no_graph = getenv("CLEAVE_NO_GRAPH");
+    c->graphs_off = !c->dev->ops->graph_begin || (no_graph && *no_graph && *no_graph != '0');
     *out = c;
     return CLEAVE_OK;
 fail:
@@ -214,6 +230,7 @@ fail:
 void cleave_context_free(cleave_context *c) {
     if (!c) return;
     if (c->dev) {
+        if (c->decode_graph) c->dev->ops->graph_free(c->dev, c->decode_graph);
         kv_free(&c->kv);
         for (size_t i = 0; i < c->n_owned; i++) c->dev->ops->free(c->dev, c->owned[i]);
         c->dev->ops->destroy(c->dev);
@@ -227,6 +244,10 @@ void cleave_context_free(cleave_context *c) {
 
 uint32_t cleave_context_n_ctx(const cleave_context *c) { return c->plan.n_ctx; }
 
+const char *cleave_context_device(const cleave_context *c) {
+    return c->dev->ops->name(c->dev);
+}
+
 /* ---- forward ------------------------------------------------------------ */
 
 /* Shorthands: every op returns a status and the pass stops at the first error. */
@@ -236,7 +257,9 @@ uint32_t cleave_context_n_ctx(const cleave_context *c) { return c->plan.n_ctx; }
         if (st_ != CLEAVE_OK) return st_;  \
     } while (0)
 
-static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t n) {
+/* graph: the ops are being recorded for replay, so attention reads the live
+ * cell count from the device instead of taking it by value. */
+static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t n, bool graph) {
     const model_hparams *hp = &c->model->hp;
     be_device *d = c->dev;
     const be_ops *o = d->ops;
@@ -259,7 +282,8 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
     TRY(o->kv_store(d, s->v, n, kw, c->kv.v[l], c->kv.type, s->cells));
     be_attn a = {
         .q = s->q, .k = c->kv.k[l], .v = c->kv.v[l], .kv_type = c->kv.type, .n_tokens = n,
-        .n_kv = c->kv.hi, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .n_kv = graph ? c->kv.n_ctx : c->kv.hi, .n_kv_live = graph ? s->n_kv_live : NULL,
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos, .cell_seq = c->kv.dev_seq,
         .scale = 1.0f / sqrtf((float)hd), .out = s->att,
     };
@@ -276,6 +300,45 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
     return CLEAVE_OK;
 }
 
+/* Everything between the uploaded inputs and the logits on the device. */
+static cleave_status forward_body(struct cleave_context *c, size_t n, size_t first_out, bool graph) {
+    const model_hparams *hp = &c->model->hp;
+    be_device *d = c->dev;
+    const be_ops *o = d->ops;
+    engine_scratch *s = &c->s;
+    size_t e = hp->n_embd;
+    TRY(o->get_rows(d, &c->tok_embd, s->ids, n, s->x));
+    for (uint32_t l = 0; l < hp->n_layer; l++) TRY(forward_layer(c, l, n, graph));
+    /* Only the rows whose logits are wanted go through the lm head. */
+    size_t n_out = n - first_out;
+    float *x_out = s->x + first_out * e;
+    TRY(o->rms_norm(d, x_out, c->output_norm, s->h, n_out, e, hp->norm_eps));
+    TRY(o->matmul(d, &c->output, s->h, n_out, NULL, s->logits));
+    return CLEAVE_OK;
+}
+
+/* A one-token step, recorded as a graph the first time and replayed after:
+ * the inputs live at fixed device addresses, so only they change. */
+static cleave_status forward_graph(struct cleave_context *c) {
+    be_device *d = c->dev;
+    const be_ops *o = d->ops;
+    int32_t live = (int32_t)c->kv.hi;
+    TRY(o->write(d, c->s.n_kv_live, &live, sizeof live));
+    if (!c->decode_graph) {
+        cleave_status st = o->graph_begin(d);
+        if (st) return st;
+        st = forward_body(c, 1, 0, true);
+        void *g = NULL;
+        cleave_status end = o->graph_end(d, &g);
+        if (st || end) {
+            if (g) o->graph_free(d, g);
+            return st ? st : end;
+        }
+        c->decode_graph = g;
+    }
+    return o->graph_launch(d, c->decode_graph);
+}
+
 cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, const int32_t *pos,
                              const int32_t *seq, const int32_t *cells, size_t n, size_t first_out,
                              float *logits_host) {
@@ -283,22 +346,26 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
     be_device *d = c->dev;
     const be_ops *o = d->ops;
     engine_scratch *s = &c->s;
-    size_t e = hp->n_embd;
     TRY(o->write(d, s->ids, tokens, n * sizeof(int32_t)));
     TRY(o->write(d, s->pos, pos, n * sizeof(int32_t)));
     TRY(o->write(d, s->seq, seq, n * sizeof(int32_t)));
     TRY(o->write(d, s->cells, cells, n * sizeof(int32_t)));
     TRY(kv_sync_cells(&c->kv));
 
-    TRY(o->get_rows(d, &c->tok_embd, s->ids, n, s->x));
-    for (uint32_t l = 0; l < hp->n_layer; l++) TRY(forward_layer(c, l, n));
-
-    /* Only the rows whose logits are wanted go through the lm head. */
-    size_t n_out = n - first_out;
-    float *x_out = s->x + first_out * e;
-    TRY(o->rms_norm(d, x_out, c->output_norm, s->h, n_out, e, hp->norm_eps));
-    TRY(o->matmul(d, &c->output, s->h, n_out, NULL, s->logits));
-    TRY(o->read(d, logits_host, s->logits, n_out * hp->n_vocab * sizeof(float)));
+    if (n == 1 && first_out == 0 && !c->graphs_off) {
+        cleave_status st = forward_graph(c);
+        if (st) {
+            /* Recording failed: say so once, then run op by op for good. */
+            fprintf(stderr, "cleave: decode graph unavailable (%s); running op by op\n",
+                    cleave_last_error());
+            c->graphs_off = true;
+            TRY(o->sync(d));
+            TRY(forward_body(c, n, first_out, false));
+        }
+    } else {
+        TRY(forward_body(c, n, first_out, false));
+    }
+    TRY(o->read(d, logits_host, s->logits, (n - first_out) * hp->n_vocab * sizeof(float)));
     return o->sync(d);
 }
 

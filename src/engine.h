@@ -20,6 +20,7 @@ typedef struct engine_layer {
 typedef struct engine_scratch {
     float *x, *h, *q, *k, *v, *att, *gate, *up, *logits;
     int32_t *ids, *pos, *seq, *cells;
+    int32_t *n_kv_live; /* live cell count for recorded decode graphs */
 } engine_scratch;
 
 struct cleave_context {
@@ -39,6 +40,10 @@ struct cleave_context {
     size_t logits_rows, logits_cap_rows;
     bool logits_all;
     int32_t last_n;
+    /* One-token decode step recorded once and replayed (devices with graph
+     * support); graphs_off after a failed recording or CLEAVE_NO_GRAPH=1. */
+    void *decode_graph;
+    bool graphs_off;
 };
 
 /* One forward pass of n <= n_batch tokens; the tokens' cells are already

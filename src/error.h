@@ -6,6 +6,10 @@
 
 #include "cleave.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__GNUC__)
 #define ERR_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -20,6 +24,11 @@ void err_clear(void);
 
 /* Test hook: when > 0, counts down on each checked allocation and makes the
  * allocation at zero fail, to prove every failure path is handled. */
+#ifndef __cplusplus /* C only: the CUDA sources never inject failures */
 extern _Thread_local long err_fail_alloc_countdown;
+#endif
 
+#ifdef __cplusplus
+}
+#endif
 #endif

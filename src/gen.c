@@ -12,7 +12,7 @@
 #include "gguf.h"
 #include "mem.h"
 #include "quant.h"
-#include "tokenizer.h"
+#include "vocab_synth.h"
 
 typedef struct {
     const char *name, *arch;
@@ -76,57 +76,6 @@ static cleave_status add_matrix(gguf_writer *w, gen_state *g, const char *name, 
 
 static cleave_status add_vector(gguf_writer *w, const char *name, const float *data, uint64_t n) {
     return gguf_writer_add_tensor(w, name, CLEAVE_TYPE_F32, 1, &n, data, NULL, NULL, NULL);
-}
-
-/* A synthetic SPM vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then
- * pieces made of letters so tokenizing text gives varied ids. */
-static cleave_status set_vocab(gguf_writer *w, uint32_t n_vocab) {
-    char **tok = mem_calloc(n_vocab, sizeof *tok, "vocab");
-    float *scores = mem_calloc(n_vocab, sizeof *scores, "vocab scores");
-    int32_t *types = mem_calloc(n_vocab, sizeof *types, "vocab types");
-    cleave_status st = (tok && scores && types) ? CLEAVE_OK : CLEAVE_ERR_OOM;
-    for (uint32_t i = 0; !st && i < n_vocab; i++) {
-        char buf[64];
-        types[i] = TOK_NORMAL;
-        if (i == 0) {
-            snprintf(buf, sizeof buf, "<unk>");
-            types[i] = TOK_UNKNOWN;
-        } else if (i <= 2) {
-            snprintf(buf, sizeof buf, i == 1 ? "<s>" : "</s>");
-            types[i] = TOK_CONTROL;
-        } else if (i < 259) {
-            snprintf(buf, sizeof buf, "<0x%02X>", i - 3);
-            types[i] = TOK_BYTE;
-        } else {
-            /* "\xE2\x96\x81" is the SPM space. k in base 26 has no leading
-             * zero digit, so words are distinct, and the prefix splits odd
-             * from even ids. */
-            uint32_t k = i - 259;
-            char word[16];
-            size_t len = 0;
-            do {
-                word[len++] = (char)('a' + k % 26);
-                k /= 26;
-            } while (k && len < sizeof word - 1);
-            word[len] = 0;
-            snprintf(buf, sizeof buf, "%s%s", (i % 2) ? "\xE2\x96\x81" : "", word);
-        }
-        scores[i] = -(float)i;
-        tok[i] = mem_strdup(buf, "token");
-        if (!tok[i]) st = CLEAVE_ERR_OOM;
-    }
-    if (!st) st = gguf_set_str(w, "tokenizer.ggml.model", "llama");
-    if (!st) st = gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok, n_vocab);
-    if (!st) st = gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, scores, n_vocab);
-    if (!st) st = gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, n_vocab);
-    if (!st) st = gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
-    if (!st) st = gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
-    if (!st) st = gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
-    for (uint32_t i = 0; tok && i < n_vocab; i++) free(tok[i]);
-    free(tok);
-    free(scores);
-    free(types);
-    return st;
 }
 
 static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, cleave_type type) {
@@ -261,7 +210,7 @@ cleave_status cleave_generate_model(const char *preset, const char *arch, cleave
         st = gguf_writer_new(&w);
     }
     if (!st) st = set_hparams(w, p, type);
-    if (!st) st = set_vocab(w, p->n_vocab);
+    if (!st) st = vocab_synth_write(w, p->n_vocab);
     if (!st) st = add_all_tensors(w, &g, p);
     if (!st) st = gguf_writer_write(w, out_gguf, progress, progress_user);
     gguf_writer_free(w);

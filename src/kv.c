@@ -66,6 +66,14 @@ void kv_clear(kv_cache *kv) {
     }
     kv->n_used = 0;
     kv->hi = 0;
+    /* cells past hi are never read, so nothing needs uploading */
+    kv->dirty_lo = kv->n_ctx;
+    kv->dirty_hi = 0;
+}
+
+static void mark_dirty(kv_cache *kv, uint32_t c) {
+    if (c < kv->dirty_lo) kv->dirty_lo = c;
+    if (c + 1 > kv->dirty_hi) kv->dirty_hi = c + 1;
 }
 
 cleave_status kv_alloc_cells(kv_cache *kv, size_t n, int32_t seq, int32_t pos0, int32_t *cells) {
@@ -79,6 +87,7 @@ cleave_status kv_alloc_cells(kv_cache *kv, size_t n, int32_t seq, int32_t pos0, 
         kv->pos[c] = pos0 + (int32_t)got;
         kv->seq[c] = seq;
         cells[got++] = (int32_t)c;
+        mark_dirty(kv, c);
         if (c + 1 > kv->hi) kv->hi = c + 1;
     }
     kv->n_used += (uint32_t)n;
@@ -89,16 +98,21 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n) {
     for (size_t i = 0; i < n; i++) {
         kv->pos[cells[i]] = -1;
         kv->seq[cells[i]] = -1;
+        mark_dirty(kv, (uint32_t)cells[i]);
     }
     kv->n_used -= (uint32_t)n;
     while (kv->hi > 0 && kv->pos[kv->hi - 1] < 0) kv->hi--;
 }
 
 cleave_status kv_sync_cells(kv_cache *kv) {
-    if (kv->hi == 0) return CLEAVE_OK;
-    size_t bytes = (size_t)kv->hi * sizeof(int32_t);
-    cleave_status st = kv->dev->ops->write(kv->dev, kv->dev_pos, kv->pos, bytes);
-    if (!st) st = kv->dev->ops->write(kv->dev, kv->dev_seq, kv->seq, bytes);
+    if (kv->dirty_hi <= kv->dirty_lo) return CLEAVE_OK;
+    size_t lo = kv->dirty_lo, bytes = (size_t)(kv->dirty_hi - kv->dirty_lo) * sizeof(int32_t);
+    cleave_status st = kv->dev->ops->write(kv->dev, kv->dev_pos + lo, kv->pos + lo, bytes);
+    if (!st) st = kv->dev->ops->write(kv->dev, kv->dev_seq + lo, kv->seq + lo, bytes);
+    if (!st) {
+        kv->dirty_lo = kv->n_ctx;
+        kv->dirty_hi = 0;
+    }
     return st;
 }
 

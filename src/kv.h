@@ -18,6 +18,7 @@ typedef struct kv_cache {
     int32_t *pos, *seq;      /* host cell table [n_ctx] */
     uint32_t n_used;         /* cells in use */
     uint32_t hi;             /* 1 + highest used cell: attention scans [0, hi) */
+    uint32_t dirty_lo, dirty_hi; /* cells whose table entries the device lacks */
     be_device *dev;          /* storage device (one shard per device later) */
     void **k, **v;           /* [n_layer] device buffers of n_ctx rows */
     int32_t *dev_pos, *dev_seq; /* device copies of the cell table */
@@ -35,7 +36,7 @@ void kv_free(kv_cache *kv);
 cleave_status kv_alloc_cells(kv_cache *kv, size_t n, int32_t seq, int32_t pos0, int32_t *cells);
 /* Releases the given cells (undo of a failed batch). */
 void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n);
-/* Uploads the cell table rows [0, hi) to the device. */
+/* Uploads the cell-table entries changed since the last upload. */
 cleave_status kv_sync_cells(kv_cache *kv);
 void kv_clear(kv_cache *kv);
 /* 1 + the highest position cached for seq, or 0. */

@@ -6,6 +6,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Return NULL on failure (and set the error message naming `what`). */
 void *mem_alloc(size_t n, const char *what);
 void *mem_calloc(size_t count, size_t size, const char *what);
@@ -15,4 +19,7 @@ void *mem_alloc_aligned(size_t n, const char *what);
 void mem_free_aligned(void *p);
 char *mem_strdup(const char *s, const char *what);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

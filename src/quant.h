@@ -10,6 +10,10 @@
 
 #include "cleave.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Q8_0: 32 weights share one f16 scale d; w = d * q. */
 #define QK8_0 32
 typedef struct {
@@ -37,4 +41,7 @@ uint16_t quant_f32_to_bf16(float f);
 void quant_dequantize_row(cleave_type type, const void *src, float *dst, size_t n);
 void quant_quantize_row(cleave_type type, const float *src, void *dst, size_t n);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

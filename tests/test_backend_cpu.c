@@ -533,8 +533,10 @@ static void test_attention(void) {
         for (int cfg = 0; cfg < 4; cfg++) {
             be_device *d = make_dev(cfg & 1 ? 3 : 1, cfg < 2, 0);
             if (!d) break;
-            be_attn a = {q,  kc,      vc,      t,        NT,       NC,    NH, NKV,
-                         HD, tok_pos, tok_seq, cell_pos, cell_seq, scale, out};
+            be_attn a = {.q = q, .k = kc, .v = vc, .kv_type = t, .n_tokens = NT, .n_kv = NC,
+                         .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .tok_pos = tok_pos,
+                         .tok_seq = tok_seq, .cell_pos = cell_pos, .cell_seq = cell_seq,
+                         .scale = scale, .out = out};
             memset(out, 0xff, NT * qw * 4);
             CHECK_OK(d->ops->attention(d, &a));
             double worst = 0;

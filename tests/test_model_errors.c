@@ -154,7 +154,7 @@ int main(void) {
     cleave_context_free(ctx);
 
     /* An unsupported KV type is a clear error. */
-    cp.kv_type = CLEAVE_TYPE_Q8_0;
+    cp.kv_type = (cleave_type)2; /* q4_0 */
     CHECK(cleave_context_new(m, &cp, &ctx) == CLEAVE_ERR_UNSUPPORTED);
     cleave_model_free(m);
 

@@ -66,6 +66,22 @@ bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t 
     return ok && *n > 0;
 }
 
+bool cli_device_flag(const char *flag, const char *v, const char **device) {
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return false;
+    }
+    if (!strcmp(flag, "-ngl") || !strcmp(flag, "--n-gpu-layers")) {
+        /* all layers or none until the layer split can mix devices */
+        long long n;
+        if (!cli_int(flag, v, 0, 1 << 20, &n)) return false;
+        *device = n > 0 ? "cuda:0" : "cpu";
+        return true;
+    }
+    *device = v;
+    return true;
+}
+
 bool cli_progress(float fraction, void *label) {
     static int last = -1;
     int pct = (int)(fraction * 100.0f);

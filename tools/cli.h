@@ -16,6 +16,9 @@ bool cli_int(const char *flag, const char *v, long long lo, long long hi, long l
 bool cli_float(const char *flag, const char *v, float *out);
 /* Parses "1,2,3" into up to cap ints. */
 bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n);
+/* Parses --device / -ngl into a device string (NULL = CPU). Returns false
+ * and prints why on a bad value. */
+bool cli_device_flag(const char *flag, const char *v, const char **device);
 /* A progress bar on stderr. */
 bool cli_progress(float fraction, void *label);
 double cli_now(void);

@@ -13,9 +13,9 @@
 #define MAX_LIST 16
 
 typedef struct {
-    const char *model;
-    int pp[MAX_LIST], tg[MAX_LIST];
-    size_t n_pp, n_tg;
+    const char *model, *device;
+    int pp[MAX_LIST], tg[MAX_LIST], depth[MAX_LIST];
+    size_t n_pp, n_tg, n_depth;
     long long reps, threads, n_batch;
     cleave_type kv_type;
 } bench_opts;
@@ -26,14 +26,17 @@ static void bench_usage(FILE *out) {
             "  -p, --n-prompt N[,N..]  prompt lengths (ppN tests; default 512, 0 = none)\n"
             "  -n, --n-gen N[,N..]     generation lengths (tgN tests; default 128, 0 = none)\n"
             "  -r, --repetitions N     timed runs per test (default 5)\n"
+            "  -d, --n-depth N[,N..]   tokens already in the cache before each test (default 0)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -b, --batch-size N      tokens per forward pass (default 512)\n"
-            "  -ctk T                  KV cache type f16 (default) or f32\n");
+            "  -ctk T                  KV cache type: f16 (default), f32, bf16, q8_0\n"
+            "  --device D, -ngl N      cpu (default) or cuda:N; -ngl N > 0 means cuda:0\n");
 }
 
 static bool parse(int argc, char **argv, bench_opts *o) {
     o->pp[0] = 512, o->n_pp = 1;
     o->tg[0] = 128, o->n_tg = 1;
+    o->depth[0] = 0, o->n_depth = 1;
     o->reps = 5;
     o->n_batch = 512;
     o->kv_type = CLEAVE_TYPE_F16;
@@ -49,6 +52,9 @@ static bool parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
             if (!cli_int_list(a, v, o->tg, MAX_LIST, &o->n_tg)) return false;
             i++;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) {
+            if (!cli_int_list(a, v, o->depth, MAX_LIST, &o->n_depth)) return false;
+            i++;
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (!cli_int(a, v, 1, 1000, &o->reps)) return false;
             i++;
@@ -57,6 +63,9 @@ static bool parse(int argc, char **argv, bench_opts *o) {
             i++;
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false;
+            i++;
+        } else if (!strcmp(a, "--device") || !strcmp(a, "-ngl")) {
+            if (!cli_device_flag(a, v, &o->device)) return false;
             i++;
         } else if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
             if (cleave_type_from_name(v, &o->kv_type)) {
@@ -77,15 +86,17 @@ static bool parse(int argc, char **argv, bench_opts *o) {
     return true;
 }
 
-/* One timed run; returns seconds or a negative value on error. */
-static double run_once(cleave_context *ctx, const int32_t *toks, int n, bool gen) {
+/* One timed run after `depth` untimed tokens fill the cache; returns
+ * seconds or a negative value on error. */
+static double run_once(cleave_context *ctx, const int32_t *toks, int depth, int n, bool gen) {
     cleave_kv_clear(ctx);
+    cleave_status st = depth ? cleave_decode(ctx, toks, (size_t)depth, 0, 0, false) : CLEAVE_OK;
+    const int32_t *t = toks + depth;
     double t0 = cli_now();
-    cleave_status st = CLEAVE_OK;
     if (gen) {
-        for (int i = 0; i < n && !st; i++) st = cleave_decode(ctx, &toks[i], 1, i, 0, false);
-    } else {
-        st = cleave_decode(ctx, toks, (size_t)n, 0, 0, false);
+        for (int i = 0; i < n && !st; i++) st = cleave_decode(ctx, &t[i], 1, depth + i, 0, false);
+    } else if (!st) {
+        st = cleave_decode(ctx, t, (size_t)n, depth, 0, false);
     }
     if (st) {
         cli_fail(gen ? "generation" : "prompt processing", st);
@@ -99,13 +110,16 @@ static void size_label(char *buf, size_t cap, double params) {
     else snprintf(buf, cap, "%.0fM", params / 1e6);
 }
 
-static int run_test(cleave_context *ctx, const bench_opts *o, const char *model_col,
-                    const char *size_col, const char *params_col, const int32_t *toks, int n,
-                    bool gen) {
-    if (run_once(ctx, toks, n, gen) < 0) return 1; /* warm-up */
+typedef struct {
+    const char *model, *size, *params, *backend;
+} bench_cols;
+
+static int run_test(cleave_context *ctx, const bench_opts *o, const bench_cols *cols,
+                    const int32_t *toks, int depth, int n, bool gen) {
+    if (run_once(ctx, toks, depth, n, gen) < 0) return 1; /* warm-up */
     double sum = 0, sq = 0;
     for (long long r = 0; r < o->reps; r++) {
-        double t = run_once(ctx, toks, n, gen);
+        double t = run_once(ctx, toks, depth, n, gen);
         if (t < 0) return 1;
         double ts = n / t;
         sum += ts;
@@ -113,10 +127,13 @@ static int run_test(cleave_context *ctx, const bench_opts *o, const char *model_
     }
     double mean = sum / (double)o->reps;
     double var = o->reps > 1 ? (sq - sum * sum / (double)o->reps) / (double)(o->reps - 1) : 0;
-    char test[32];
-    snprintf(test, sizeof test, "%s%d", gen ? "tg" : "pp", n);
-    printf("| %s | %s | %s | CPU | %lld | %s | %.2f ± %.2f |\n", model_col, size_col, params_col,
-           o->threads, test, mean, sqrt(var > 0 ? var : 0));
+    char test[48];
+    if (depth)
+        snprintf(test, sizeof test, "%s%d @ d%d", gen ? "tg" : "pp", n, depth);
+    else
+        snprintf(test, sizeof test, "%s%d", gen ? "tg" : "pp", n);
+    printf("| %s | %s | %s | %s | %lld | %s | %.2f ± %.2f |\n", cols->model, cols->size,
+           cols->params, cols->backend, o->threads, test, mean, sqrt(var > 0 ? var : 0));
     fflush(stdout);
     return 0;
 }
@@ -125,9 +142,11 @@ int cmd_bench(int argc, char **argv) {
     bench_opts o;
     memset(&o, 0, sizeof o);
     if (!parse(argc, argv, &o)) return 2;
-    int max_n = 1;
+    int max_n = 1, max_d = 0;
     for (size_t i = 0; i < o.n_pp; i++) max_n = o.pp[i] > max_n ? o.pp[i] : max_n;
     for (size_t i = 0; i < o.n_tg; i++) max_n = o.tg[i] > max_n ? o.tg[i] : max_n;
+    for (size_t i = 0; i < o.n_depth; i++) max_d = o.depth[i] > max_d ? o.depth[i] : max_d;
+    max_n += max_d;
 
     cleave_model *m = NULL;
     cleave_context *ctx = NULL;
@@ -138,6 +157,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_batch = (uint32_t)o.n_batch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
+    cp.devices = o.device;
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) return rc;
     rc = 1;
     cleave_model_desc d;
@@ -164,11 +184,15 @@ int cmd_bench(int argc, char **argv) {
 
     printf("| model | size | params | backend | threads | test | t/s |\n");
     printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: |\n");
+    bench_cols cols = {model_col, size_col, params_col, cleave_context_device(ctx)};
+    if (!strncmp(cols.backend, "cpu", 3)) cols.backend = "CPU";
     rc = 0;
-    for (size_t i = 0; i < o.n_pp && !rc; i++)
-        if (o.pp[i] > 0) rc = run_test(ctx, &o, model_col, size_col, params_col, toks, o.pp[i], false);
-    for (size_t i = 0; i < o.n_tg && !rc; i++)
-        if (o.tg[i] > 0) rc = run_test(ctx, &o, model_col, size_col, params_col, toks, o.tg[i], true);
+    for (size_t k = 0; k < o.n_depth && !rc; k++) {
+        for (size_t i = 0; i < o.n_pp && !rc; i++)
+            if (o.pp[i] > 0) rc = run_test(ctx, &o, &cols, toks, o.depth[k], o.pp[i], false);
+        for (size_t i = 0; i < o.n_tg && !rc; i++)
+            if (o.tg[i] > 0) rc = run_test(ctx, &o, &cols, toks, o.depth[k], o.tg[i], true);
+    }
 out:
     free(toks);
     cleave_context_free(ctx);

@@ -1,30 +1,55 @@
-/* Model-file subcommands: `convert` (llama2.c -> GGUF), `gen` (random
- * weights of real shapes) and `info`. */
+/* Model-file subcommands: `convert` (llama2.c or Hugging Face -> GGUF),
+ * `gen` (random weights of real shapes) and `info`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 
+static int convert_usage(void) {
+    fprintf(stderr,
+            "usage: cleave convert --from llama2c MODEL.bin TOKENIZER.bin -o OUT.gguf\n"
+            "       cleave convert --from hf CHECKPOINT_DIR -o OUT.gguf [--type f32|f16|bf16]\n"
+            "  --from hf reads a transformers directory (config.json + *.safetensors) of\n"
+            "  Llama/Mistral, Qwen2 or Qwen3; --type sets the weight type (default: as stored).\n"
+            "  Its vocabulary is synthetic (BPE tokenizers are not supported yet): drive the\n"
+            "  model with token ids (cleave logits --tokens), not text.\n");
+    return 2;
+}
+
 int cmd_convert(int argc, char **argv) {
-    const char *from = NULL, *out = NULL, *pos[2] = {NULL, NULL};
+    const char *from = NULL, *out = NULL, *type_name = NULL, *pos[2] = {NULL, NULL};
     int n_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--from") && v) from = v, i++;
         else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) out = v, i++;
+        else if (!strcmp(a, "--type") && v) type_name = v, i++;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return convert_usage();
         else if (a[0] != '-' && n_pos < 2) pos[n_pos++] = a;
         else {
             fprintf(stderr, "cleave convert: unexpected argument '%s'\n", a);
-            n_pos = -1;
-            break;
+            return convert_usage();
         }
     }
-    if (!from || strcmp(from, "llama2c") != 0 || n_pos != 2 || !out) {
-        fprintf(stderr, "usage: cleave convert --from llama2c MODEL.bin TOKENIZER.bin -o OUT.gguf\n");
-        return 2;
+    bool hf = from && !strcmp(from, "hf") && n_pos == 1,
+         l2c = from && !strcmp(from, "llama2c") && n_pos == 2 && !type_name;
+    if (!out || !(hf || l2c)) return convert_usage();
+    cleave_status st;
+    if (l2c) {
+        st = cleave_convert_llama2c(pos[0], pos[1], out);
+    } else {
+        cleave_type type = CLEAVE_CONVERT_KEEP_TYPE;
+        if (type_name && (cleave_type_from_name(type_name, &type) || type == CLEAVE_TYPE_Q8_0)) {
+            fprintf(stderr, "cleave convert: --type '%s': use f32, f16 or bf16\n", type_name);
+            return 2;
+        }
+        st = cleave_convert_hf(pos[0], type, out, cli_progress, (void *)"converting");
+        if (!st)
+            fprintf(stderr, "cleave: note: %s has a synthetic vocabulary (the checkpoint's BPE "
+                            "tokenizer is not imported): use token ids, not text\n",
+                    out);
     }
-    cleave_status st = cleave_convert_llama2c(pos[0], pos[1], out);
     if (st) return cli_fail("convert", st);
     fprintf(stderr, "cleave: wrote %s\n", out);
     return 0;

@@ -7,7 +7,7 @@
 #include "cli.h"
 
 typedef struct {
-    const char *model, *prompt, *prompt_file;
+    const char *model, *prompt, *prompt_file, *device;
     long long n_predict, n_ctx, n_batch, threads;
     cleave_type kv_type;
     bool no_bos, verbose_prompt;
@@ -24,7 +24,9 @@ static void run_usage(FILE *out) {
             "  -c, --ctx-size N        context size in tokens (default: model's, at most 4096)\n"
             "  -b, --batch-size N      tokens per forward pass in prompt processing (default 512)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
-            "  -ctk, --cache-type T    KV cache type: f16 (default) or f32 (-ctv is the same flag)\n"
+            "  --device D              cpu (default) or cuda:N\n"
+            "  -ngl N                  N > 0 runs every layer on cuda:0 (partial offload: not yet)\n"
+            "  -ctk, --cache-type T    KV cache type: f16 (default), f32, bf16, q8_0 (-ctv: same flag)\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k N               (default 40; 0 = off)\n"
             "  --top-p P               (default 0.95; 1 = off)\n"
@@ -75,6 +77,10 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--frequency-penalty", NULL)) { if (!cli_float(a, v, &o->sp.frequency_penalty)) return false; i++; }
         else if (IS("--presence-penalty", NULL)) { if (!cli_float(a, v, &o->sp.presence_penalty)) return false; i++; }
         else if (IS("-s", "--seed")) { if (!cli_int(a, v, 0, INT64_MAX, &x)) return false; o->sp.seed = (uint64_t)x; i++; }
+        else if (IS("--device", "-ngl") || IS("--n-gpu-layers", NULL)) {
+            if (!cli_device_flag(a, v, &o->device)) return false;
+            i++;
+        }
         else if (IS("--no-bos", NULL)) o->no_bos = true;
         else {
             fprintf(stderr, "cleave run: unknown or incomplete option '%s'\n", a);
@@ -181,14 +187,15 @@ int cmd_run(int argc, char **argv) {
     cp.n_batch = (uint32_t)o.n_batch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
+    cp.devices = o.device;
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) goto out;
     rc = 1;
     cleave_status st;
     cleave_model_desc d;
     cleave_model_describe(m, &d);
-    fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s\n", o.model,
-            d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
-            cleave_type_name(o.kv_type));
+    fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s, on %s\n",
+            o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
+            cleave_type_name(o.kv_type), cleave_context_device(ctx));
 
     size_t cap = plen + 8, n = 0;
     toks = malloc(cap * sizeof *toks);

@@ -15,6 +15,10 @@
 
 #include "cleave.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct be_device be_device;
 
 /* A 2-D weight matrix stored on a device: ne1 rows of ne0 elements, rows
@@ -40,6 +44,10 @@ typedef struct be_attn {
     const void *k, *v;     /* caches: [n_kv][n_head_kv * head_dim] of kv_type */
     cleave_type kv_type;
     size_t n_tokens, n_kv; /* n_kv: cells [0, n_kv) are considered */
+    /* Optional device scalar holding the live cell count (<= n_kv), read at
+     * run time so a recorded graph replays as the cache grows; n_kv is then
+     * the upper bound the launch is sized for. NULL: use n_kv. */
+    const int32_t *n_kv_live;
     size_t n_head, n_head_kv, head_dim;
     const int32_t *tok_pos, *tok_seq;   /* [n_tokens] */
     const int32_t *cell_pos, *cell_seq; /* [n_kv] */
@@ -92,6 +100,15 @@ typedef struct be_ops {
                             size_t n);
     /* y[i] += x[i], n elements. */
     cleave_status (*add)(be_device *d, float *y, const float *x, size_t n);
+
+    /* Optional (NULL = unsupported): record the ops issued between
+     * graph_begin and graph_end into a graph that graph_launch replays with
+     * the same pointers (CUDA graphs). Memory ops (write/read/alloc) must
+     * stay outside a recording. */
+    cleave_status (*graph_begin)(be_device *d);
+    cleave_status (*graph_end)(be_device *d, void **graph);
+    cleave_status (*graph_launch)(be_device *d, void *graph);
+    void (*graph_free)(be_device *d, void *graph);
 } be_ops;
 
 struct be_device {
@@ -104,4 +121,11 @@ struct be_device {
 cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes,
                             be_device **out);
 
+/* CUDA device `ordinal` (builds with CLEAVE_WITH_CUDA only); budget_bytes
+ * caps allocations below the card's free memory (0 = no cap). */
+cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

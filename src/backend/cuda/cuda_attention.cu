@@ -1,0 +1,311 @@
+/* Causal attention over the KV cache, flash-decoding style: each block owns
+ * one (token, query head) and a range of cells; its 4 warps walk cells with
+ * an online softmax (running max, running sum, rescaled accumulator), one
+ * cell per warp at a time, lanes across the head dimension. When there are
+ * too few (token, head) pairs to fill the GPU (decode), the cells are split
+ * across blocks and a second kernel merges the partial results. GQA: query
+ * head h reads kv head h / (n_head / n_head_kv). */
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+#define ATT_WARPS 4
+#define ATT_MAX_HD 256
+#define ATT_J (ATT_MAX_HD / 32)
+
+struct att_args {
+    const float *q;
+    const char *k, *v;
+    size_t row_bytes; /* one cell of the cache */
+    size_t n_kv, n_head, n_head_kv, hd, qw;
+    const int32_t *tok_pos, *tok_seq, *cell_pos, *cell_seq;
+    float scale;
+    size_t n_split, chunk;
+    const int32_t *n_kv_live; /* when set, the live count; chunk derives from it */
+    float *out;       /* final output when n_split == 1 */
+    float *part;      /* [pair][split][hd + 2]: acc..., max, sum */
+};
+
+template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
+    size_t pair = blockIdx.x, split = blockIdx.y;
+    size_t t = pair / a.n_head, h = pair % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float qv[ATT_J], acc[ATT_J];
+#pragma unroll
+    for (int j = 0; j < ATT_J; j++) {
+        size_t dim = lane + 32 * j;
+        qv[j] = dim < a.hd ? a.q[t * a.qw + h * a.hd + dim] * a.scale : 0.0f;
+        acc[j] = 0.0f;
+    }
+    int32_t tp = a.tok_pos[t], ts = a.tok_seq[t];
+    size_t n_kv = a.n_kv, chunk = a.chunk;
+    if (a.n_kv_live) {
+        n_kv = (size_t)*a.n_kv_live;
+        chunk = (n_kv + a.n_split - 1) / a.n_split;
+    }
+    size_t c0 = split * chunk, c1 = c0 + chunk < n_kv ? c0 + chunk : n_kv;
+    float m = -INFINITY, l = 0.0f;
+    size_t base = kvh * a.hd;
+    for (size_t c = c0 + warp; c < c1; c += ATT_WARPS) {
+        int32_t cp = a.cell_pos[c];
+        if (a.cell_seq[c] != ts || cp < 0 || cp > tp) continue;
+        const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.row_bytes;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATT_J; j++) {
+            size_t dim = lane + 32 * j;
+            if (dim < a.hd) s += qv[j] * cuda_load<KT>(kr, base + dim);
+        }
+        s = cuda_warp_sum(s);
+        float m_new = fmaxf(m, s), corr = __expf(m - m_new), p = __expf(s - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int j = 0; j < ATT_J; j++) {
+            size_t dim = lane + 32 * j;
+            if (dim < a.hd) acc[j] = acc[j] * corr + p * cuda_load<KT>(vr, base + dim);
+        }
+        m = m_new;
+    }
+    /* merge the warps */
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAX_HD];
+    if (lane == 0) sm[warp] = m, sl[warp] = l;
+#pragma unroll
+    for (int j = 0; j < ATT_J; j++)
+        if (lane + 32 * j < a.hd) sacc[warp][lane + 32 * j] = acc[j];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
+    float L = 0.0f, f[ATT_WARPS];
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = sm[w] == -INFINITY ? 0.0f : __expf(sm[w] - M);
+        L += sl[w] * f[w];
+    }
+    for (size_t dim = threadIdx.x; dim < a.hd; dim += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) v += sacc[w][dim] * f[w];
+        if (a.n_split == 1) {
+            a.out[t * a.qw + h * a.hd + dim] = L > 0.0f ? v / L : 0.0f;
+        } else {
+            a.part[(pair * a.n_split + split) * (a.hd + 2) + dim] = v;
+        }
+    }
+    if (a.n_split > 1 && threadIdx.x == 0) {
+        float *p = a.part + (pair * a.n_split + split) * (a.hd + 2);
+        p[a.hd] = M;
+        p[a.hd + 1] = L;
+    }
+}
+
+/* Merges the splits of each (token, head) pair. */
+__global__ void k_attn_merge(const float *part, size_t n_split, size_t hd, size_t n_head,
+                             size_t qw, float *out) {
+    size_t pair = blockIdx.x, t = pair / n_head, h = pair % n_head;
+    const float *p = part + pair * n_split * (hd + 2);
+    float M = -INFINITY;
+    for (size_t s = 0; s < n_split; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
+    float L = 0.0f;
+    for (size_t s = 0; s < n_split; s++) {
+        float ms = p[s * (hd + 2) + hd];
+        if (ms != -INFINITY) L += p[s * (hd + 2) + hd + 1] * __expf(ms - M);
+    }
+    for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
+        float v = 0.0f;
+        for (size_t s = 0; s < n_split; s++) {
+            float ms = p[s * (hd + 2) + hd];
+            if (ms != -INFINITY) v += p[s * (hd + 2) + dim] * __expf(ms - M);
+        }
+        out[t * qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
+    }
+}
+
+
+/* ---- prefill: tiles of queries against tiles of cells ------------------ */
+
+/* A block takes 32 query rows that share one kv head: (token, head) pairs
+ * of TILE_Q / group tokens by the group's query heads, so each K/V tile
+ * loaded into shared memory serves every head of the group. Cells come in
+ * tiles of 32, one per lane: a lane scores its cell against a row, the warp
+ * updates that row's online softmax, then lanes switch to owning output
+ * dimensions for the P.V step. Tiles whose cells all lie after every query
+ * position of the block (the causal upper triangle) are skipped. */
+#define TILE_Q 32
+#define TILE_K 32
+#define TILE_MAX_HD 128
+#define ROWS_PER_WARP (TILE_Q / ATT_WARPS)
+
+template <int KT>
+__global__ void __launch_bounds__(ATT_WARPS * 32, 2) k_attn_tiled(att_args a, size_t group, size_t n_tokens) {
+    extern __shared__ float smem[];
+    /* rows padded by 4 floats: 16-byte aligned for float4 reads, and lane k's
+     * row starts 4 banks after lane k-1's, so a quarter-warp's float4 reads
+     * of one column never share a bank */
+    const size_t hd = a.hd, ld = hd + 4;
+    float *qs = smem;                      /* [TILE_Q][hd] */
+    float *ks = qs + TILE_Q * hd;          /* [TILE_K][ld] */
+    float *vs = ks + TILE_K * ld;          /* [TILE_K][ld] */
+    __shared__ int32_t cpos[TILE_K], cseq[TILE_K];
+    __shared__ int32_t max_pos;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    size_t kvh = blockIdx.y, tok_per_block = TILE_Q / group, t0 = blockIdx.x * tok_per_block;
+
+    /* queries of this block, pre-scaled */
+    if (threadIdx.x == 0) max_pos = -1;
+    __syncthreads();
+    for (size_t i = threadIdx.x; i < TILE_Q * hd; i += blockDim.x) {
+        size_t r = i / hd, dim = i % hd, t = t0 + r / group, h = kvh * group + r % group;
+        qs[i] = t < n_tokens && r / group < tok_per_block ? a.q[t * a.qw + h * hd + dim] * a.scale : 0.0f;
+    }
+    for (size_t r = threadIdx.x; r < tok_per_block; r += blockDim.x)
+        if (t0 + r < n_tokens) atomicMax(&max_pos, a.tok_pos[t0 + r]);
+
+    float m[ROWS_PER_WARP], l[ROWS_PER_WARP], acc[ROWS_PER_WARP][TILE_MAX_HD / 32];
+    int32_t rpos[ROWS_PER_WARP], rseq[ROWS_PER_WARP];
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_WARP; i++) {
+        size_t r = warp * ROWS_PER_WARP + i, t = t0 + r / group;
+        bool valid = t < n_tokens && r / group < tok_per_block;
+        rpos[i] = valid ? a.tok_pos[t] : -1;
+        rseq[i] = valid ? a.tok_seq[t] : -1;
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TILE_MAX_HD / 32; j++) acc[i][j] = 0.0f;
+    }
+    size_t base = kvh * hd;
+    for (size_t c0 = 0; c0 < a.n_kv; c0 += TILE_K) {
+        __syncthreads(); /* previous tile fully consumed */
+        if (threadIdx.x < TILE_K) {
+            size_t c = c0 + threadIdx.x;
+            cpos[threadIdx.x] = c < a.n_kv ? a.cell_pos[c] : -1;
+            cseq[threadIdx.x] = c < a.n_kv ? a.cell_seq[c] : -1;
+        }
+        __syncthreads();
+        /* skip a tile no query of the block can see */
+        bool any = false;
+        for (int k = 0; k < TILE_K; k++) any |= cpos[k] >= 0 && cpos[k] <= max_pos;
+        if (!any) continue;
+        for (size_t i = threadIdx.x; i < TILE_K * hd; i += blockDim.x) {
+            size_t k = i / hd, dim = i % hd, c = c0 + k;
+            bool in = c < a.n_kv;
+            ks[k * ld + dim] = in ? cuda_load<KT>(a.k + c * a.row_bytes, base + dim) : 0.0f;
+            vs[k * ld + dim] = in ? cuda_load<KT>(a.v + c * a.row_bytes, base + dim) : 0.0f;
+        }
+        __syncthreads();
+        int32_t my_pos = cpos[lane], my_seq = cseq[lane];
+#pragma unroll
+        for (int i = 0; i < ROWS_PER_WARP; i++) {
+            const float *q = qs + (warp * ROWS_PER_WARP + i) * hd;
+            bool vis = my_pos >= 0 && my_seq == rseq[i] && my_pos <= rpos[i];
+            float s = -INFINITY;
+            if (vis) {
+                /* four independent chains: a single one is latency-bound */
+                const float4 *q4 = (const float4 *)q, *k4 = (const float4 *)(ks + lane * ld);
+                float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll 8
+                for (size_t i4 = 0; i4 < hd / 4; i4++) {
+                    float4 qa = q4[i4], ka = k4[i4];
+                    d0 += qa.x * ka.x;
+                    d1 += qa.y * ka.y;
+                    d2 += qa.z * ka.z;
+                    d3 += qa.w * ka.w;
+                }
+                s = (d0 + d1) + (d2 + d3);
+            }
+            float tile_max = cuda_warp_max(s);
+            /* a row that sees nothing in this tile keeps its state (m_new = m) */
+            float m_new = fmaxf(m[i], tile_max);
+            float corr = m_new == -INFINITY ? 1.0f : __expf(m[i] - m_new);
+            float p = vis ? __expf(s - m_new) : 0.0f;
+            l[i] = l[i] * corr + cuda_warp_sum(p);
+#pragma unroll
+            for (int j = 0; j < TILE_MAX_HD / 32; j++) acc[i][j] *= corr;
+#pragma unroll 8
+            for (int k = 0; k < TILE_K; k++) {
+                float pk = __shfl_sync(0xffffffffu, p, k);
+#pragma unroll
+                for (int j = 0; j < TILE_MAX_HD / 32; j++) {
+                    size_t dim = lane + 32 * j;
+                    if (dim < hd) acc[i][j] += pk * vs[k * ld + dim];
+                }
+            }
+            m[i] = m_new;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_WARP; i++) {
+        size_t r = warp * ROWS_PER_WARP + i, t = t0 + r / group, h = kvh * group + r % group;
+        if (t >= n_tokens || r / group >= tok_per_block) continue;
+#pragma unroll
+        for (int j = 0; j < TILE_MAX_HD / 32; j++) {
+            size_t dim = lane + 32 * j;
+            if (dim < hd) a.out[t * a.qw + h * hd + dim] = l[i] > 0.0f ? acc[i][j] / l[i] : 0.0f;
+        }
+    }
+}
+
+template <int KT> static cleave_status launch_tiled(cuda_device *d, const att_args &a, size_t group,
+                                                    size_t n_tokens) {
+    size_t smem = (TILE_Q * a.hd + 2 * TILE_K * (a.hd + 4)) * sizeof(float);
+    static bool raised = false; /* per instantiation: allow > 48 KB of shared memory */
+    if (!raised) {
+        CUDA_TRY(cudaFuncSetAttribute(k_attn_tiled<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)(TILE_Q * TILE_MAX_HD + 2 * TILE_K * (TILE_MAX_HD + 4)) *
+                                          (int)sizeof(float)));
+        raised = true;
+    }
+    size_t tok_per_block = TILE_Q / group;
+    dim3 grid((unsigned)((n_tokens + tok_per_block - 1) / tok_per_block), (unsigned)a.n_head_kv);
+    k_attn_tiled<KT><<<grid, ATT_WARPS * 32, smem, d->stream>>>(a, group, n_tokens);
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
+}
+
+cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
+    cuda_device *d = cuda_dev(dev);
+    size_t pairs = x->n_tokens * x->n_head;
+    if (!pairs) return CLEAVE_OK;
+    if (x->head_dim > ATT_MAX_HD || x->n_head % x->n_head_kv)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: head size %zu (at most %d), heads %zu/%zu",
+                       x->head_dim, ATT_MAX_HD, x->n_head, x->n_head_kv);
+    size_t width = x->n_head_kv * x->head_dim;
+    size_t row_bytes = quant_row_bytes(x->kv_type, width);
+    if (!row_bytes) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
+    att_args a = {x->q, (const char *)x->k, (const char *)x->v, row_bytes, x->n_kv, x->n_head,
+                  x->n_head_kv, x->head_dim, x->n_head * x->head_dim, x->tok_pos, x->tok_seq,
+                  x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
+                  x->out, NULL};
+    /* Prefill-sized batches: query tiles share each K/V tile. */
+    size_t group = x->n_head / x->n_head_kv;
+    if (x->n_tokens >= 16 && !x->n_kv_live && x->head_dim <= TILE_MAX_HD &&
+        x->head_dim % 4 == 0 && group <= TILE_Q && TILE_Q % group == 0) {
+        cleave_status st = CLEAVE_OK;
+        bool ok = cuda_dispatch(x->kv_type, [&]<int T>() { st = launch_tiled<T>(d, a, group, x->n_tokens); });
+        if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
+        return st;
+    }
+    /* Enough blocks for ~4 per multiprocessor; each split keeps >= 128 cells. */
+    size_t want = (size_t)d->n_sm * 4;
+    if (pairs < want && x->n_kv > 256) {
+        size_t split = (want + pairs - 1) / pairs, max_split = (x->n_kv + 127) / 128;
+        a.n_split = split < max_split ? split : max_split;
+        a.chunk = (x->n_kv + a.n_split - 1) / a.n_split;
+        void *part;
+        cleave_status st =
+            cuda_scratch(d, x->n_kv_live ? CUDA_SCRATCH_ATTN_GRAPH : CUDA_SCRATCH_ATTN,
+                         pairs * a.n_split * (x->head_dim + 2) * 4, &part);
+        if (st) return st;
+        a.part = (float *)part;
+    }
+    dim3 grid((unsigned)pairs, (unsigned)a.n_split);
+    bool ok = cuda_dispatch(x->kv_type, [&]<int T>() {
+        k_attn<T><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a);
+    });
+    if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
+    CUDA_LAUNCHED();
+    if (a.n_split > 1) {
+        k_attn_merge<<<(unsigned)pairs, 128, 0, d->stream>>>(a.part, a.n_split, x->head_dim,
+                                                             x->n_head, a.qw, x->out);
+        CUDA_LAUNCHED();
+    }
+    return CLEAVE_OK;
+}

@@ -1,0 +1,123 @@
+/* Shared pieces of the CUDA device: the device struct behind the vtable,
+ * error mapping (a failed CUDA or cuBLAS call becomes a status with the
+ * call, file and line in the message; nothing aborts), and element loads
+ * for every weight and cache type. */
+#ifndef CLEAVE_CUDA_COMMON_CUH
+#define CLEAVE_CUDA_COMMON_CUH
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+
+#include "backend/backend.h"
+#include "error.h"
+#include "quant.h"
+
+struct cuda_device {
+    be_device base;
+    int ordinal;
+    char name[256];
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    int n_sm;
+    pthread_mutex_t lock; /* memory accounting */
+    size_t used, peak, budget;
+    /* Grow-only scratch for GEMM operands (converted activations and
+     * dequantized weight chunks) and attention partials. */
+    void *scratch[4];
+    size_t scratch_bytes[4];
+    /* Pinned staging for small host-to-device writes, so they can be
+     * asynchronous: filled front to back, reset whenever the stream is
+     * synchronized (everything staged before then has been consumed). */
+    char *staging;
+    size_t staging_used, staging_cap;
+};
+
+/* ATTN_GRAPH serves recorded graphs only: its pointer is baked into them,
+ * so nothing else may grow (and move) it. */
+enum { CUDA_SCRATCH_X, CUDA_SCRATCH_W, CUDA_SCRATCH_ATTN, CUDA_SCRATCH_ATTN_GRAPH };
+
+static inline cuda_device *cuda_dev(be_device *d) { return (cuda_device *)d->impl; }
+
+cleave_status cuda_fail(cudaError_t e, const char *call, const char *file, int line);
+cleave_status cublas_fail(cublasStatus_t s, const char *call, const char *file, int line);
+
+/* Returns a status from the enclosing function when a CUDA call fails. */
+#define CUDA_TRY(call)                                                     \
+    do {                                                                   \
+        cudaError_t e_ = (call);                                           \
+        if (e_ != cudaSuccess) return cuda_fail(e_, #call, __FILE__, __LINE__); \
+    } while (0)
+#define CUBLAS_TRY(call)                                                        \
+    do {                                                                        \
+        cublasStatus_t s_ = (call);                                             \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return cublas_fail(s_, #call, __FILE__, __LINE__); \
+    } while (0)
+/* After a kernel launch: configuration errors surface here. */
+#define CUDA_LAUNCHED() CUDA_TRY(cudaGetLastError())
+
+/* A scratch buffer of at least `bytes`, grown (never shrunk) on demand. */
+cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out);
+
+static inline unsigned cuda_blocks(size_t n, unsigned threads) {
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b < 65535u * 16u ? b : 65535u * 16u);
+}
+
+/* ---- element access for every type cleave stores on the GPU ---------- */
+
+/* Element i of a row of type t (Q8_0: 34-byte blocks, f16 scale first). */
+template <int T> __device__ __forceinline__ float cuda_load(const void *row, size_t i);
+template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_F32>(const void *row, size_t i) {
+    return ((const float *)row)[i];
+}
+template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_F16>(const void *row, size_t i) {
+    return __half2float(((const __half *)row)[i]);
+}
+template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_BF16>(const void *row, size_t i) {
+    return __bfloat162float(((const __nv_bfloat16 *)row)[i]);
+}
+template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_Q8_0>(const void *row, size_t i) {
+    const unsigned char *b = (const unsigned char *)row + (i / QK8_0) * sizeof(block_q8_0);
+    __half d = *(const __half *)b;
+    return __half2float(d) * (float)((const signed char *)(b + 2))[i % QK8_0];
+}
+
+/* Runs f.template operator()<T>() for the runtime type t; false when the
+ * type is not one cleave computes with. */
+template <typename F> static inline bool cuda_dispatch(cleave_type t, F f) {
+    switch (t) {
+    case CLEAVE_TYPE_F32: f.template operator()<CLEAVE_TYPE_F32>(); return true;
+    case CLEAVE_TYPE_F16: f.template operator()<CLEAVE_TYPE_F16>(); return true;
+    case CLEAVE_TYPE_BF16: f.template operator()<CLEAVE_TYPE_BF16>(); return true;
+    case CLEAVE_TYPE_Q8_0: f.template operator()<CLEAVE_TYPE_Q8_0>(); return true;
+    }
+    return false;
+}
+
+__device__ __forceinline__ float cuda_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float cuda_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Ops, one file each (cuda_*.cu). */
+cleave_status cuda_op_get_rows(be_device *d, const be_mat *t, const int32_t *ids, size_t n, float *out);
+cleave_status cuda_op_rms_norm(be_device *d, const float *x, const float *w, float *y, size_t rows,
+                               size_t width, float eps);
+cleave_status cuda_op_rope(be_device *d, float *x, size_t n, size_t row_width, size_t n_head,
+                           size_t head_dim, const int32_t *pos, const be_rope *p);
+cleave_status cuda_op_kv_store(be_device *d, const float *src, size_t n, size_t width, void *cache,
+                               cleave_type kv_type, const int32_t *cells);
+cleave_status cuda_op_swiglu(be_device *d, const float *gate, const float *up, float *out, size_t n);
+cleave_status cuda_op_add(be_device *d, float *y, const float *x, size_t n);
+cleave_status cuda_op_matmul(be_device *d, const be_mat *w, const float *x, size_t n,
+                             const float *bias, float *y);
+cleave_status cuda_op_attention(be_device *d, const be_attn *a);
+
+#endif

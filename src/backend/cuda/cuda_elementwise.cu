@@ -1,0 +1,180 @@
+/* Row-wise and element-wise ops: embedding lookup, RMSNorm, RoPE, SwiGLU,
+ * residual add, and the KV-cache store (with conversion to the cache type,
+ * Q8_0 quantized per 32-element block by one warp). */
+#include "cuda_common.cuh"
+
+/* ---- get_rows ----------------------------------------------------------- */
+
+template <int T>
+__global__ void k_get_rows(const char *table, size_t nb1, size_t ne0, const int32_t *ids,
+                           float *out) {
+    const char *row = table + (size_t)ids[blockIdx.x] * nb1;
+    float *o = out + (size_t)blockIdx.x * ne0;
+    for (size_t i = threadIdx.x; i < ne0; i += blockDim.x) o[i] = cuda_load<T>(row, i);
+}
+
+/* The ids were validated on the host before upload (cleave_decode rejects
+ * ids outside the vocabulary), so the kernel trusts them. */
+cleave_status cuda_op_get_rows(be_device *dev, const be_mat *t, const int32_t *ids, size_t n,
+                               float *out) {
+    cuda_device *d = cuda_dev(dev);
+    if (!n) return CLEAVE_OK;
+    bool ok = cuda_dispatch(t->type, [&]<int T>() {
+        k_get_rows<T><<<(unsigned)n, 256, 0, d->stream>>>((const char *)t->data, t->nb1, t->ne0,
+                                                          ids, out);
+    });
+    if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "get_rows: type %d", (int)t->type);
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
+}
+
+/* ---- rms_norm ----------------------------------------------------------- */
+
+__global__ void k_rms_norm(const float *x, const float *w, float *y, size_t width, float eps) {
+    const float *xr = x + (size_t)blockIdx.x * width;
+    float *yr = y + (size_t)blockIdx.x * width;
+    float ss = 0;
+    for (size_t i = threadIdx.x; i < width; i += blockDim.x) ss += xr[i] * xr[i];
+    __shared__ float part[32];
+    ss = cuda_warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = cuda_warp_sum(v);
+        if (threadIdx.x == 0) part[0] = v;
+    }
+    __syncthreads();
+    float inv = rsqrtf(part[0] / (float)width + eps);
+    for (size_t i = threadIdx.x; i < width; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+}
+
+cleave_status cuda_op_rms_norm(be_device *dev, const float *x, const float *w, float *y,
+                               size_t rows, size_t width, float eps) {
+    if (!rows) return CLEAVE_OK;
+    unsigned threads = width >= 1024 ? 1024 : width >= 256 ? 256 : 32;
+    k_rms_norm<<<(unsigned)rows, threads, 0, cuda_dev(dev)->stream>>>(x, w, y, width, eps);
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
+}
+
+/* ---- rope --------------------------------------------------------------- */
+
+/* One thread per rotated pair. Angles in double, as the CPU reference:
+ * at position 100k an f32 angle has lost several bits. */
+__global__ void k_rope(float *x, size_t n, size_t row_width, size_t n_head, size_t head_dim,
+                       const int32_t *pos, size_t n_rot, float base, bool neox,
+                       const float *factors) {
+    size_t half = n_rot / 2, total = n * n_head * half;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t i = idx % half, h = (idx / half) % n_head, t = idx / (half * n_head);
+        double theta = (double)pos[t] * pow((double)base, -2.0 * (double)i / (double)n_rot);
+        if (factors) theta /= factors[i];
+        double s, c;
+        sincos(theta, &s, &c);
+        float *v = x + t * row_width + h * head_dim;
+        size_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = v[a], x1 = v[b];
+        v[a] = (float)(x0 * c - x1 * s);
+        v[b] = (float)(x0 * s + x1 * c);
+    }
+}
+
+cleave_status cuda_op_rope(be_device *dev, float *x, size_t n, size_t row_width, size_t n_head,
+                           size_t head_dim, const int32_t *pos, const be_rope *p) {
+    size_t total = n * n_head * (p->n_rot / 2);
+    if (!total) return CLEAVE_OK;
+    k_rope<<<cuda_blocks(total, 256), 256, 0, cuda_dev(dev)->stream>>>(
+        x, n, row_width, n_head, head_dim, pos, p->n_rot, p->freq_base, p->neox, p->freq_factors);
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
+}
+
+/* ---- swiglu, add -------------------------------------------------------- */
+
+__global__ void k_swiglu(const float *g, const float *u, float *o, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float v = g[i];
+        o[i] = v / (1.0f + expf(-v)) * u[i];
+    }
+}
+
+cleave_status cuda_op_swiglu(be_device *dev, const float *gate, const float *up, float *out,
+                             size_t n) {
+    if (!n) return CLEAVE_OK;
+    k_swiglu<<<cuda_blocks(n, 256), 256, 0, cuda_dev(dev)->stream>>>(gate, up, out, n);
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
+}
+
+__global__ void k_add(float *y, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+cleave_status cuda_op_add(be_device *dev, float *y, const float *x, size_t n) {
+    if (!n) return CLEAVE_OK;
+    k_add<<<cuda_blocks(n, 256), 256, 0, cuda_dev(dev)->stream>>>(y, x, n);
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
+}
+
+/* ---- kv_store ----------------------------------------------------------- */
+
+__global__ void k_store_f32(const float *src, size_t width, float *cache, const int32_t *cells) {
+    const float *s = src + (size_t)blockIdx.x * width;
+    float *d = cache + (size_t)cells[blockIdx.x] * width;
+    for (size_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
+}
+__global__ void k_store_f16(const float *src, size_t width, __half *cache, const int32_t *cells) {
+    const float *s = src + (size_t)blockIdx.x * width;
+    __half *d = cache + (size_t)cells[blockIdx.x] * width;
+    for (size_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = __float2half_rn(s[i]);
+}
+__global__ void k_store_bf16(const float *src, size_t width, __nv_bfloat16 *cache,
+                             const int32_t *cells) {
+    const float *s = src + (size_t)blockIdx.x * width;
+    __nv_bfloat16 *d = cache + (size_t)cells[blockIdx.x] * width;
+    for (size_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = __float2bfloat16_rn(s[i]);
+}
+/* One warp per 32-element block: scale = amax/127, round to nearest, as
+ * quant_quantize_row does on the CPU. */
+__global__ void k_store_q8_0(const float *src, size_t width, block_q8_0 *cache,
+                             const int32_t *cells) {
+    size_t nb = width / QK8_0, lane = threadIdx.x & 31;
+    const float *s = src + (size_t)blockIdx.x * width;
+    block_q8_0 *d = cache + (size_t)cells[blockIdx.x] * nb;
+    for (size_t b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) {
+        float v = s[b * QK8_0 + lane];
+        float amax = cuda_warp_max(fabsf(v));
+        float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        d[b].qs[lane] = (int8_t)roundf(v * inv);
+        if (lane == 0) {
+            __half h = __float2half_rn(scale);
+            d[b].d = *(uint16_t *)&h;
+        }
+    }
+}
+
+cleave_status cuda_op_kv_store(be_device *dev, const float *src, size_t n, size_t width,
+                               void *cache, cleave_type kv_type, const int32_t *cells) {
+    if (!n) return CLEAVE_OK;
+    cudaStream_t s = cuda_dev(dev)->stream;
+    switch (kv_type) {
+    case CLEAVE_TYPE_F32: k_store_f32<<<(unsigned)n, 256, 0, s>>>(src, width, (float *)cache, cells); break;
+    case CLEAVE_TYPE_F16: k_store_f16<<<(unsigned)n, 256, 0, s>>>(src, width, (__half *)cache, cells); break;
+    case CLEAVE_TYPE_BF16:
+        k_store_bf16<<<(unsigned)n, 256, 0, s>>>(src, width, (__nv_bfloat16 *)cache, cells);
+        break;
+    case CLEAVE_TYPE_Q8_0:
+        if (width % QK8_0) return err_set(CLEAVE_ERR_INVALID_ARG, "kv_store: q8_0 rows of %zu", width);
+        k_store_q8_0<<<(unsigned)n, 256, 0, s>>>(src, width, (block_q8_0 *)cache, cells);
+        break;
+    default: return err_set(CLEAVE_ERR_UNSUPPORTED, "kv_store: cache type %d", (int)kv_type);
+    }
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
+}

@@ -1,0 +1,269 @@
+/* y[n][ne1] = x[n][ne0] . W^T (+ bias). Decode-sized batches (n <= 8) use
+ * fused dequant-GEMV kernels: one warp per weight row, 16-byte weight loads,
+ * every token's dot product from one pass over the row, so the weights are
+ * read once per step. Larger batches use cuBLAS with f32 accumulation: f16
+ * and bf16 weights in place with the activations converted to the same
+ * type, q8_0 weights dequantized to f16 chunk by chunk, f32 in SGEMM. */
+#include "cuda_common.cuh"
+
+#define GEMV_MAX_N 8
+#define GEMV_WARPS 4
+
+/* 8 consecutive weights from a 16-byte load, as floats. */
+template <int T> __device__ __forceinline__ void load8(const char *p, float w[8]);
+template <> __device__ __forceinline__ void load8<CLEAVE_TYPE_F16>(const char *p, float w[8]) {
+    uint4 v = *(const uint4 *)p;
+    const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        w[2 * i] = f.x;
+        w[2 * i + 1] = f.y;
+    }
+}
+template <> __device__ __forceinline__ void load8<CLEAVE_TYPE_BF16>(const char *p, float w[8]) {
+    uint4 v = *(const uint4 *)p;
+    const uint32_t *u = (const uint32_t *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        w[2 * i] = __uint_as_float(u[i] << 16);
+        w[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+template <> __device__ __forceinline__ void load8<CLEAVE_TYPE_F32>(const char *p, float w[8]) {
+    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 16);
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+}
+
+/* F32/F16/BF16: lane i handles elements [8i, 8i+8) of each 256-wide
+ * stripe of the row. Needs ne0 % 8 == 0 and 16-byte aligned rows. */
+template <int T, int N>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv(const char *w, size_t nb1, size_t ne0, size_t ne1, const float *x, const float *bias,
+           float *y) {
+    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (row >= ne1) return;
+    int lane = threadIdx.x & 31;
+    const int esz = T == CLEAVE_TYPE_F32 ? 4 : 2;
+    const char *r = w + row * nb1;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++) acc[t] = 0.0f;
+#pragma unroll 4
+    for (size_t i = (size_t)lane * 8; i < ne0; i += 256) {
+        float wv[8];
+        load8<T>(r + i * esz, wv);
+#pragma unroll
+        for (int t = 0; t < N; t++) {
+            const float4 *xp = (const float4 *)(x + (size_t)t * ne0 + i);
+            float4 a = xp[0], b = xp[1];
+            acc[t] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
+                      wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        float s = cuda_warp_sum(acc[t]);
+        if (lane == 0) y[(size_t)t * ne1 + row] = s + (bias ? bias[row] : 0.0f);
+    }
+}
+
+/* Q8_0: lane i takes blocks i, i+32, ...; blocks are 34 bytes, so the
+ * int8 values are read as 16-bit pairs (2-byte alignment is all a block
+ * guarantees). */
+template <int N>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv_q8_0(const char *w, size_t nb1, size_t ne0, size_t ne1, const float *x,
+                const float *bias, float *y) {
+    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (row >= ne1) return;
+    int lane = threadIdx.x & 31;
+    const block_q8_0 *blocks = (const block_q8_0 *)(w + row * nb1);
+    size_t nb = ne0 / QK8_0;
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++) acc[t] = 0.0f;
+    for (size_t b = lane; b < nb; b += 32) {
+        const uint16_t *p = (const uint16_t *)&blocks[b];
+        uint16_t raw[17];
+#pragma unroll
+        for (int k = 0; k < 17; k++) raw[k] = p[k];
+        float d = __half2float(__ushort_as_half(raw[0]));
+        float q[32];
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            q[2 * k] = (float)(int8_t)(raw[k + 1] & 0xff);
+            q[2 * k + 1] = (float)(int8_t)(raw[k + 1] >> 8);
+        }
+#pragma unroll
+        for (int t = 0; t < N; t++) {
+            const float4 *xp = (const float4 *)(x + (size_t)t * ne0 + b * QK8_0);
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float4 a = xp[k];
+                s += q[4 * k] * a.x + q[4 * k + 1] * a.y + q[4 * k + 2] * a.z + q[4 * k + 3] * a.w;
+            }
+            acc[t] += d * s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        float s = cuda_warp_sum(acc[t]);
+        if (lane == 0) y[(size_t)t * ne1 + row] = s + (bias ? bias[row] : 0.0f);
+    }
+}
+
+/* Any type, any alignment: one warp per row, scalar loads. */
+template <int T>
+__global__ void k_gemv_generic(const char *w, size_t nb1, size_t ne0, size_t ne1, size_t n,
+                               const float *x, const float *bias, float *y) {
+    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (row >= ne1) return;
+    int lane = threadIdx.x & 31;
+    const char *r = w + row * nb1;
+    for (size_t t = 0; t < n; t++) {
+        float acc = 0.0f;
+        for (size_t i = lane; i < ne0; i += 32) acc += cuda_load<T>(r, i) * x[t * ne0 + i];
+        acc = cuda_warp_sum(acc);
+        if (lane == 0) y[t * ne1 + row] = acc + (bias ? bias[row] : 0.0f);
+    }
+}
+
+template <int T, int N>
+static void launch_gemv(cudaStream_t s, const be_mat *w, const float *x, const float *bias,
+                        float *y) {
+    unsigned blocks = (unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS);
+    if constexpr (T == CLEAVE_TYPE_Q8_0)
+        k_gemv_q8_0<N><<<blocks, GEMV_WARPS * 32, 0, s>>>((const char *)w->data, w->nb1, w->ne0,
+                                                         w->ne1, x, bias, y);
+    else
+        k_gemv<T, N><<<blocks, GEMV_WARPS * 32, 0, s>>>((const char *)w->data, w->nb1, w->ne0,
+                                                       w->ne1, x, bias, y);
+}
+
+template <int T>
+static void gemv(cudaStream_t s, const be_mat *w, const float *x, size_t n, const float *bias,
+                 float *y) {
+    switch (n) {
+    case 1: launch_gemv<T, 1>(s, w, x, bias, y); break;
+    case 2: launch_gemv<T, 2>(s, w, x, bias, y); break;
+    case 3: launch_gemv<T, 3>(s, w, x, bias, y); break;
+    case 4: launch_gemv<T, 4>(s, w, x, bias, y); break;
+    case 5: launch_gemv<T, 5>(s, w, x, bias, y); break;
+    case 6: launch_gemv<T, 6>(s, w, x, bias, y); break;
+    case 7: launch_gemv<T, 7>(s, w, x, bias, y); break;
+    default: launch_gemv<T, 8>(s, w, x, bias, y); break;
+    }
+}
+
+/* ---- GEMM through cuBLAS ------------------------------------------------ */
+
+__global__ void k_to_half(const float *x, __half *o, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        o[i] = __float2half_rn(x[i]);
+}
+__global__ void k_to_bf16(const float *x, __nv_bfloat16 *o, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        o[i] = __float2bfloat16_rn(x[i]);
+}
+/* rows x ne0 of q8_0 to f16: d * q is exact in f16 up to its rounding. */
+__global__ void k_q8_0_to_half(const char *w, size_t nb1, size_t ne0, size_t rows, __half *o) {
+    size_t nb = ne0 / QK8_0, total = rows * nb;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / nb, b = i % nb;
+        const block_q8_0 *blk = (const block_q8_0 *)(w + r * nb1) + b;
+        float d = __half2float(__ushort_as_half(blk->d));
+        __half *dst = o + r * ne0 + b * QK8_0;
+        for (int k = 0; k < QK8_0; k++) dst[k] = __float2half_rn(d * (float)blk->qs[k]);
+    }
+}
+__global__ void k_add_bias(float *y, const float *bias, size_t ne1, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * ne1;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += bias[i % ne1];
+}
+
+/* Column-major view: W (row-major [ne1][ne0]) is an ne0 x ne1 matrix, so
+ * y^T (ne1 x n) = W^T x^T: gemm(T, N, m = rows, n, k = ne0). */
+static cleave_status gemm(cuda_device *d, const void *w, cudaDataType wt, size_t ldw, size_t rows,
+                          const void *x, size_t n, size_t ne0, float *y, size_t ldy) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_TRY(cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)ne0, &one, w,
+                            wt, (int)ldw, x, wt, (int)ne0, &zero, y, CUDA_R_32F, (int)ldy,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return CLEAVE_OK;
+}
+
+static cleave_status matmul_gemm(cuda_device *d, const be_mat *w, const float *x, size_t n,
+                                 float *y) {
+    size_t ne0 = w->ne0, ne1 = w->ne1, esz = w->type == CLEAVE_TYPE_F32 ? 4 : 2;
+    cudaStream_t s = d->stream;
+    if (w->type == CLEAVE_TYPE_F32) {
+        const float one = 1.0f, zero = 0.0f;
+        CUBLAS_TRY(cublasSgemm(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)ne1, (int)n, (int)ne0, &one,
+                               (const float *)w->data, (int)(w->nb1 / 4), x, (int)ne0, &zero, y,
+                               (int)ne1));
+        return CLEAVE_OK;
+    }
+    void *xs;
+    cleave_status st = cuda_scratch(d, CUDA_SCRATCH_X, n * ne0 * 2, &xs);
+    if (st) return st;
+    if (w->type == CLEAVE_TYPE_BF16)
+        k_to_bf16<<<cuda_blocks(n * ne0, 256), 256, 0, s>>>(x, (__nv_bfloat16 *)xs, n * ne0);
+    else
+        k_to_half<<<cuda_blocks(n * ne0, 256), 256, 0, s>>>(x, (__half *)xs, n * ne0);
+    CUDA_LAUNCHED();
+    if (w->type != CLEAVE_TYPE_Q8_0)
+        return gemm(d, w->data, w->type == CLEAVE_TYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F,
+                    w->nb1 / esz, ne1, xs, n, ne0, y, ne1);
+    /* q8_0: dequantize at most ~128 MiB of rows at a time */
+    size_t chunk = ((size_t)128 << 20) / (ne0 * 2);
+    if (chunk > ne1) chunk = ne1;
+    if (chunk < 1) chunk = 1;
+    void *ws;
+    if ((st = cuda_scratch(d, CUDA_SCRATCH_W, chunk * ne0 * 2, &ws))) return st;
+    for (size_t r0 = 0; r0 < ne1; r0 += chunk) {
+        size_t rows = ne1 - r0 < chunk ? ne1 - r0 : chunk;
+        k_q8_0_to_half<<<cuda_blocks(rows * (ne0 / QK8_0), 256), 256, 0, s>>>(
+            (const char *)w->data + r0 * w->nb1, w->nb1, ne0, rows, (__half *)ws);
+        CUDA_LAUNCHED();
+        if ((st = gemm(d, ws, CUDA_R_16F, ne0, rows, xs, n, ne0, y + r0, ne1))) return st;
+    }
+    return CLEAVE_OK;
+}
+
+cleave_status cuda_op_matmul(be_device *dev, const be_mat *w, const float *x, size_t n,
+                             const float *bias, float *y) {
+    cuda_device *d = cuda_dev(dev);
+    if (!n || !w->ne1) return CLEAVE_OK;
+    if (w->type == CLEAVE_TYPE_Q8_0 && w->ne0 % QK8_0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: q8_0 rows of %zu", w->ne0);
+    if (n <= GEMV_MAX_N) {
+        bool x16 = ((uintptr_t)x % 16) == 0;
+        bool fast = w->type == CLEAVE_TYPE_Q8_0
+                        ? x16 && (uintptr_t)w->data % 2 == 0 && w->nb1 % 2 == 0
+                        : x16 && w->ne0 % 8 == 0 && (uintptr_t)w->data % 16 == 0 && w->nb1 % 16 == 0;
+        bool ok = cuda_dispatch(w->type, [&]<int T>() {
+            if (fast)
+                gemv<T>(d->stream, w, x, n, bias, y);
+            else
+                k_gemv_generic<T><<<(unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS),
+                                    GEMV_WARPS * 32, 0, d->stream>>>((const char *)w->data, w->nb1,
+                                                                     w->ne0, w->ne1, n, x, bias, y);
+        });
+        if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "matmul: weight type %d", (int)w->type);
+        CUDA_LAUNCHED();
+        return CLEAVE_OK;
+    }
+    cleave_status st = matmul_gemm(d, w, x, n, y);
+    if (st) return st;
+    if (bias) {
+        k_add_bias<<<cuda_blocks(n * w->ne1, 256), 256, 0, d->stream>>>(y, bias, w->ne1, n);
+        CUDA_LAUNCHED();
+    }
+    return CLEAVE_OK;
+}

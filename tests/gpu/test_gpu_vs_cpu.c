@@ -1,0 +1,110 @@
+/* GPU logits against the CPU backend (the reference), on stories260K and
+ * tiny generated models of every architecture and weight type: a 40-token
+ * prompt in one batch (the GEMM path), then 64 greedy steps one token at a
+ * time (the GEMV path), comparing every row of logits and every token.
+ * Needs a CUDA device; run on the GPU machine (not part of CI). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define N_PROMPT 40
+#define N_STEPS 64
+
+static int argmax(const float *v, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int)best;
+}
+
+static cleave_context *ctx_on(cleave_model *m, const char *dev, cleave_type kv) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 256;
+    cp.kv_type = kv;
+    cp.devices = dev;
+    cleave_context *c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    return c;
+}
+
+/* Returns the worst relative error; counts token mismatches in *flips. */
+static double compare(const char *label, const char *path, cleave_type gpu_kv, double tol) {
+    cleave_model *m;
+    CHECK_OK(cleave_model_load(path, NULL, &m));
+    if (!m) return 1;
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    size_t nv = d.n_vocab;
+    cleave_context *cpu = ctx_on(m, "cpu", gpu_kv); /* like for like: the cache type is not under test */
+    cleave_context *gpu = ctx_on(m, "cuda:0", gpu_kv);
+    if (!cpu || !gpu) {
+        cleave_context_free(cpu), cleave_context_free(gpu), cleave_model_free(m);
+        return 1;
+    }
+    int32_t toks[N_PROMPT];
+    toks[0] = cleave_token_bos(m) >= 0 ? cleave_token_bos(m) : 1;
+    for (int i = 1; i < N_PROMPT; i++) toks[i] = (int32_t)((i * 7919 + 11) % nv);
+    CHECK_OK(cleave_decode(cpu, toks, N_PROMPT, 0, 0, true));
+    CHECK_OK(cleave_decode(gpu, toks, N_PROMPT, 0, 0, true));
+    double worst_prompt = 0, worst_step = 0;
+    for (int i = 0; i < N_PROMPT; i++) {
+        const float *a = cleave_get_logits(gpu, i), *b = cleave_get_logits(cpu, i);
+        double e = a && b ? tu_rel_err(a, b, nv) : 1.0;
+        if (e > worst_prompt) worst_prompt = e;
+    }
+    int flips = 0, first_flip = -1;
+    int32_t tc = argmax(cleave_get_logits(cpu, -1), nv), tg = argmax(cleave_get_logits(gpu, -1), nv);
+    for (int s = 0; s < N_STEPS; s++) {
+        if (tc != tg) {
+            flips++;
+            if (first_flip < 0) first_flip = s;
+        }
+        /* both continue from the CPU's token so one flip does not cascade */
+        CHECK_OK(cleave_decode(cpu, &tc, 1, N_PROMPT + s, 0, false));
+        CHECK_OK(cleave_decode(gpu, &tc, 1, N_PROMPT + s, 0, false));
+        const float *a = cleave_get_logits(gpu, -1), *b = cleave_get_logits(cpu, -1);
+        double e = tu_rel_err(a, b, nv);
+        if (e > worst_step) worst_step = e;
+        tc = argmax(b, nv);
+        tg = argmax(a, nv);
+    }
+    fprintf(stderr, "%-22s KV %-5s prompt %.2e  decode %.2e  greedy flips %d/%d%s\n", label,
+            cleave_type_name(gpu_kv), worst_prompt, worst_step, flips, N_STEPS,
+            worst_prompt < tol && worst_step < tol && !flips ? "" : "   <-- FAIL");
+    CHECK_MSG(worst_prompt < tol && worst_step < tol, "%s: error above %g", label, tol);
+    CHECK_MSG(flips == 0, "%s: %d greedy tokens differ (first at step %d)", label, flips, first_flip);
+    cleave_context_free(cpu);
+    cleave_context_free(gpu);
+    cleave_model_free(m);
+    return worst_prompt > worst_step ? worst_prompt : worst_step;
+}
+
+int main(void) {
+    const char *stories = tu_stories_model();
+    if (stories) {
+        compare("stories260K f32", stories, CLEAVE_TYPE_F32, 1e-4);
+        compare("stories260K f32", stories, CLEAVE_TYPE_F16, 1e-3);
+        compare("stories260K f32", stories, CLEAVE_TYPE_BF16, 1e-2); /* 8-bit mantissa cache */
+    }
+    /* q8_0 caches need kv heads x head size in whole 32-blocks per head on
+     * the CPU: tiny qwen3 has head size 32. */
+    const char *q3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F32);
+    if (q3) compare("tiny qwen3 f32", q3, CLEAVE_TYPE_Q8_0, 1e-3);
+    const char *archs[] = {"llama", "qwen2", "qwen3"};
+    const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
+                                 CLEAVE_TYPE_Q8_0};
+    for (int a = 0; a < 3; a++)
+        for (int t = 0; t < 4; t++) {
+            const char *p = tu_tiny_model(archs[a], types[t]);
+            char label[64];
+            snprintf(label, sizeof label, "tiny %s %s", archs[a], cleave_type_name(types[t]));
+            /* f32 weights: f32 everywhere on both sides. Others: the GEMM
+             * path rounds activations to f16 (f16, q8_0 weights) or bf16
+             * (bf16 weights: 8 mantissa bits, measured up to 1.05e-2 on
+             * these random models). */
+            double tol = types[t] == CLEAVE_TYPE_F32 ? 1e-4 : types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2;
+            if (p) compare(label, p, CLEAVE_TYPE_F32, tol);
+        }
+    return tu_finish("test_gpu_vs_cpu");
+}
