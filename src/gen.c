@@ -26,6 +26,8 @@ static const gen_preset presets[] = {
     {"tiny", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 10000.0f, false, false},
     {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 16, 128, 320, 512, 1000000.0f, true, false},
     {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 32, 96, 320, 512, 1000000.0f, false, false},
+    /* small but GPU-shaped: rows of whole 256-weight groups, head size 64 */
+    {"small", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, false, false},
     /* real model shapes */
     {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, true, true},
     {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, true},
@@ -180,7 +182,7 @@ cleave_status cleave_generate_model(const char *preset, const char *arch, cleave
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, want) == 0) p = &presets[i];
     if (!p) return err_set(CLEAVE_ERR_INVALID_ARG,
-                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3], 1b, 8b, 32b, 70b)",
+                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3], small, 1b, 8b, 32b, 70b)",
                            want);
     if (arch && strcmp(arch, p->arch) != 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "preset %s is a %s model", p->name, p->arch);

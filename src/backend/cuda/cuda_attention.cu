@@ -7,24 +7,7 @@
  * head h reads kv head h / (n_head / n_head_kv). */
 #include <math.h>
 
-#include "cuda_common.cuh"
-
-#define ATT_WARPS 4
-#define ATT_MAX_HD 256
-#define ATT_J (ATT_MAX_HD / 32)
-
-struct att_args {
-    const float *q;
-    const char *k, *v;
-    size_t row_bytes; /* one cell of the cache */
-    size_t n_kv, n_head, n_head_kv, hd, qw;
-    const int32_t *tok_pos, *tok_seq, *cell_pos, *cell_seq;
-    float scale;
-    size_t n_split, chunk;
-    const int32_t *n_kv_live; /* when set, the live count; chunk derives from it */
-    float *out;       /* final output when n_split == 1 */
-    float *part;      /* [pair][split][hd + 2]: acc..., max, sum */
-};
+#include "cuda_attention.cuh"
 
 template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
     size_t pair = blockIdx.x, split = blockIdx.y;
@@ -93,6 +76,94 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
         float *p = a.part + (pair * a.n_split + split) * (a.hd + 2);
         p[a.hd] = M;
         p[a.hd + 1] = L;
+    }
+}
+
+/* Decode-shaped batches, head size 32 * E: a block owns one (token, kv
+ * head, split) and serves all G query heads of the group, so each K and V
+ * row is read once per group instead of once per query head; a lane holds
+ * E contiguous dimensions, so a row is one coalesced read by the warp.
+ * Partial results land in the same [pair][split] layout k_attn uses. */
+#define GQA_MAX_G 8
+template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) {
+    size_t t = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, split = blockIdx.y;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t hd = 32 * E, d0 = (size_t)lane * E;
+    float qv[GQA_MAX_G][E], acc[GQA_MAX_G][E], m[GQA_MAX_G], l[GQA_MAX_G];
+#pragma unroll
+    for (int g = 0; g < GQA_MAX_G; g++) {
+        size_t h = kvh * G + g;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            qv[g][e] = g < G ? a.q[t * a.qw + h * hd + d0 + e] * a.scale : 0.0f;
+            acc[g][e] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+    int32_t tp = a.tok_pos[t], ts = a.tok_seq[t];
+    size_t n_kv = a.n_kv, chunk = a.chunk;
+    if (a.n_kv_live) {
+        n_kv = (size_t)*a.n_kv_live;
+        chunk = (n_kv + a.n_split - 1) / a.n_split;
+    }
+    size_t c0 = split * chunk, c1 = c0 + chunk < n_kv ? c0 + chunk : n_kv;
+    size_t base = kvh * hd + d0;
+    for (size_t c = c0 + warp; c < c1; c += ATT_WARPS) {
+        int32_t cp = a.cell_pos[c];
+        if (a.cell_seq[c] != ts || cp < 0 || cp > tp) continue;
+        const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.row_bytes;
+        float kk[E], vv[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            kk[e] = cuda_load<KT>(kr, base + e);
+            vv[e] = cuda_load<KT>(vr, base + e);
+        }
+#pragma unroll
+        for (int g = 0; g < GQA_MAX_G; g++) {
+            if (g >= G) break;
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < E; e++) s += qv[g][e] * kk[e];
+            s = cuda_warp_sum(s);
+            float m_new = fmaxf(m[g], s), corr = __expf(m[g] - m_new), p = __expf(s - m_new);
+            l[g] = l[g] * corr + p;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + p * vv[e];
+            m[g] = m_new;
+        }
+    }
+    /* merge the warps, one query head at a time */
+    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][32 * E];
+#pragma unroll
+    for (int g = 0; g < GQA_MAX_G; g++) {
+        if (g >= G) break;
+        __syncthreads();
+        if (lane == 0) sm[warp] = m[g], sl[warp] = l[g];
+#pragma unroll
+        for (int e = 0; e < E; e++) sacc[warp][d0 + e] = acc[g][e];
+        __syncthreads();
+        float M = -INFINITY;
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
+        float L = 0.0f, f[ATT_WARPS];
+        for (int w = 0; w < ATT_WARPS; w++) {
+            f[w] = sm[w] == -INFINITY ? 0.0f : __expf(sm[w] - M);
+            L += sl[w] * f[w];
+        }
+        size_t h = kvh * G + g, pair = t * a.n_head + h;
+        for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
+            float v = 0.0f;
+            for (int w = 0; w < ATT_WARPS; w++) v += sacc[w][dim] * f[w];
+            if (a.n_split == 1)
+                a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
+            else
+                a.part[(pair * a.n_split + split) * (hd + 2) + dim] = v;
+        }
+        if (a.n_split > 1 && threadIdx.x == 0) {
+            float *p = a.part + (pair * a.n_split + split) * (hd + 2);
+            p[hd] = M;
+            p[hd + 1] = L;
+        }
     }
 }
 
@@ -274,7 +345,9 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
                   x->n_head_kv, x->head_dim, x->n_head * x->head_dim, x->tok_pos, x->tok_seq,
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
                   x->out, NULL};
-    /* Prefill-sized batches: query tiles share each K/V tile. */
+    /* Prefill-sized batches: query tiles share each K/V tile; on tensor
+     * cores when the cache is f16. */
+    if (cuda_attn_mma_eligible(x)) return cuda_attn_mma(d, a, x->n_tokens);
     size_t group = x->n_head / x->n_head_kv;
     if (x->n_tokens >= 16 && !x->n_kv_live && x->head_dim <= TILE_MAX_HD &&
         x->head_dim % 4 == 0 && group <= TILE_Q && TILE_Q % group == 0) {
@@ -283,10 +356,12 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
         if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
         return st;
     }
+    size_t hd = x->head_dim;
+    bool gqa = group <= GQA_MAX_G && hd % 32 == 0 && (hd == 32 || hd == 64 || hd == 128 || hd == 256);
     /* Enough blocks for ~4 per multiprocessor; each split keeps >= 128 cells. */
-    size_t want = (size_t)d->n_sm * 4;
-    if (pairs < want && x->n_kv > 256) {
-        size_t split = (want + pairs - 1) / pairs, max_split = (x->n_kv + 127) / 128;
+    size_t want = (size_t)d->n_sm * 4, blocks = gqa ? x->n_tokens * x->n_head_kv : pairs;
+    if (blocks < want && x->n_kv > 256) {
+        size_t split = (want + blocks - 1) / blocks, max_split = (x->n_kv + 127) / 128;
         a.n_split = split < max_split ? split : max_split;
         a.chunk = (x->n_kv + a.n_split - 1) / a.n_split;
         void *part;
@@ -296,9 +371,18 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
         if (st) return st;
         a.part = (float *)part;
     }
-    dim3 grid((unsigned)pairs, (unsigned)a.n_split);
+    dim3 grid(gqa ? (unsigned)(x->n_tokens * x->n_head_kv) : (unsigned)pairs, (unsigned)a.n_split);
     bool ok = cuda_dispatch(x->kv_type, [&]<int T>() {
-        k_attn<T><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a);
+        if (!gqa)
+            k_attn<T><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a);
+        else if (hd == 32)
+            k_attn_gqa<T, 1><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
+        else if (hd == 64)
+            k_attn_gqa<T, 2><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
+        else if (hd == 128)
+            k_attn_gqa<T, 4><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
+        else
+            k_attn_gqa<T, 8><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
     });
     if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
     CUDA_LAUNCHED();

@@ -1,0 +1,31 @@
+/* Shared between the attention kernels: the launch arguments and the
+ * tensor-core prefill path (cuda_attention_mma.cu). */
+#ifndef CLEAVE_CUDA_ATTENTION_CUH
+#define CLEAVE_CUDA_ATTENTION_CUH
+
+#include "cuda_common.cuh"
+
+#define ATT_WARPS 4
+#define ATT_MAX_HD 256
+#define ATT_J (ATT_MAX_HD / 32)
+
+struct att_args {
+    const float *q;
+    const char *k, *v;
+    size_t row_bytes; /* one cell of the cache */
+    size_t n_kv, n_head, n_head_kv, hd, qw;
+    const int32_t *tok_pos, *tok_seq, *cell_pos, *cell_seq;
+    float scale;
+    size_t n_split, chunk;
+    const int32_t *n_kv_live; /* when set, the live count; chunk derives from it */
+    float *out;       /* final output when n_split == 1 */
+    float *part;      /* [pair][split][hd + 2]: acc..., max, sum */
+};
+
+
+/* Tensor-core prefill for f16 caches with head sizes 16..128 (multiple of
+ * 16); eligible() says whether this batch can take it. */
+bool cuda_attn_mma_eligible(const be_attn *x);
+cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens);
+
+#endif
