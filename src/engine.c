@@ -80,9 +80,13 @@ static cleave_status place_vec(struct cleave_context *c, const gguf_tensor *t, f
 static cleave_status place_weights(struct cleave_context *c) {
     const struct cleave_model *m = c->model;
     cleave_status st;
-    if ((st = place_mat(c, m->tok_embd, &c->tok_embd)) ||
-        (st = place_mat(c, m->output, &c->output)) ||
-        (st = place_vec(c, m->output_norm, &c->output_norm)) ||
+    if ((st = place_mat(c, m->tok_embd, &c->tok_embd))) return st;
+    /* tied embeddings: one copy serves the lookup and the lm head */
+    if (m->output == m->tok_embd)
+        c->output = c->tok_embd;
+    else if ((st = place_mat(c, m->output, &c->output)))
+        return st;
+    if ((st = place_vec(c, m->output_norm, &c->output_norm)) ||
         (st = place_vec(c, m->rope_freqs, &c->rope_freqs)))
         return st;
     c->layers = mem_calloc(m->hp.n_layer, sizeof *c->layers, "engine layers");
