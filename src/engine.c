@@ -50,10 +50,27 @@ static cleave_status place_mat(struct cleave_context *c, const gguf_tensor *t, b
     m->ne0 = (size_t)t->ne[0];
     m->ne1 = (size_t)(t->n_elems / t->ne[0]);
     m->nb1 = quant_row_bytes(t->type, m->ne0);
+    m->scales = NULL;
     const void *mapped = c->dev->ops->map_host ? c->dev->ops->map_host(c->dev, t->data, t->nbytes)
                                                : NULL;
     if (mapped) {
         m->data = mapped;
+        return CLEAVE_OK;
+    }
+    if (c->dev->ops->upload_mat) {
+        be_mat host = *m;
+        host.data = t->data;
+        cleave_status st = c->dev->ops->upload_mat(c->dev, &host, m, t->name);
+        if (st) return st;
+        if ((st = own(c, (void *)m->data))) {
+            c->dev->ops->free(c->dev, (void *)m->data);
+            if (m->scales) c->dev->ops->free(c->dev, (void *)m->scales);
+            return st;
+        }
+        if (m->scales && (st = own(c, (void *)m->scales))) {
+            c->dev->ops->free(c->dev, (void *)m->scales);
+            return st;
+        }
         return CLEAVE_OK;
     }
     void *p = dev_alloc(c, t->nbytes, t->name);

@@ -52,6 +52,7 @@ typedef struct {
 
 static test_mat make_mat(cleave_type t, size_t rows, size_t cols, size_t pad) {
     test_mat tm;
+    memset(&tm, 0, sizeof tm);
     size_t rb = quant_row_bytes(t, cols), nb1 = rb + pad;
     float *src = malloc(cols * sizeof(float));
     tm.data = calloc(rows, nb1);
@@ -62,7 +63,7 @@ static test_mat make_mat(cleave_type t, size_t rows, size_t cols, size_t pad) {
         quant_dequantize_row(t, (char *)tm.data + r * nb1, tm.deq + r * cols, cols);
     }
     free(src);
-    tm.m = (be_mat){tm.data, t, cols, rows, nb1};
+    tm.m = (be_mat){.data = tm.data, .type = t, .ne0 = cols, .ne1 = rows, .nb1 = nb1};
     return tm;
 }
 
@@ -269,18 +270,18 @@ static void test_matmul(void) {
     be_device *d = devs[1];
     float x[64], y[4];
     fill(x, 64, 1.0f);
-    be_mat bad = {x, (cleave_type)2 /* q4_0 */, 64, 1, 64};
+    be_mat bad = {.data = x, .type = (cleave_type)2 /* q4_0 */, .ne0 = 64, .ne1 = 1, .nb1 = 64};
     err_clear();
     CHECK(d->ops->matmul(d, &bad, x, 1, NULL, y) == CLEAVE_ERR_UNSUPPORTED);
     CHECK(strstr(cleave_last_error(), "q4_0") != NULL);
-    be_mat ok = {x, CLEAVE_TYPE_F32, 64, 1, 256};
+    be_mat ok = {.data = x, .type = CLEAVE_TYPE_F32, .ne0 = 64, .ne1 = 1, .nb1 = 256};
     CHECK(d->ops->matmul(d, &ok, NULL, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
     CHECK(d->ops->matmul(d, &ok, x, 0, NULL, y) == CLEAVE_ERR_INVALID_ARG);
-    be_mat q = {x, CLEAVE_TYPE_Q8_0, 48, 1, 64};
+    be_mat q = {.data = x, .type = CLEAVE_TYPE_Q8_0, .ne0 = 48, .ne1 = 1, .nb1 = 64};
     CHECK(d->ops->matmul(d, &q, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
-    be_mat shortrow = {x, CLEAVE_TYPE_F32, 64, 1, 100};
+    be_mat shortrow = {.data = x, .type = CLEAVE_TYPE_F32, .ne0 = 64, .ne1 = 1, .nb1 = 100};
     CHECK(d->ops->matmul(d, &shortrow, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
-    be_mat unaligned = {x, CLEAVE_TYPE_F32, 16, 2, 66};
+    be_mat unaligned = {.data = x, .type = CLEAVE_TYPE_F32, .ne0 = 16, .ne1 = 2, .nb1 = 66};
     CHECK(d->ops->matmul(d, &unaligned, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
     for (int di = 0; di < 4; di++)
         devs[di]->ops->destroy(devs[di]);

@@ -28,6 +28,10 @@ typedef struct be_mat {
     cleave_type type;
     size_t ne0, ne1;
     size_t nb1;
+    /* NULL: rows as in GGUF. Set by a device's upload_mat for Q8_0 in its
+     * split layout: data holds the int8 weights ([ne1][ne0], nb1 = ne0)
+     * and scales the f16 scale of every 32 ([ne1][ne0 / 32]). */
+    const void *scales;
 } be_mat;
 
 typedef struct be_rope {
@@ -72,6 +76,12 @@ typedef struct be_ops {
      * that stays valid while the caller keeps it (CPU: the pointer itself),
      * so mmapped weights need no copy. */
     const void *(*map_host)(be_device *d, const void *host, size_t bytes);
+
+    /* Optional (NULL = weights are copied byte for byte with alloc+write):
+     * allocates and fills a device copy of a host matrix in the layout the
+     * device computes fastest with (out->scales may be set); the engine
+     * frees out->data and out->scales with free(). */
+    cleave_status (*upload_mat)(be_device *d, const be_mat *host, be_mat *out, const char *what);
 
     cleave_status (*write)(be_device *d, void *dst, const void *host_src, size_t n);
     cleave_status (*read)(be_device *d, void *host_dst, const void *src, size_t n);

@@ -43,6 +43,8 @@ static cleave_status cpu_zero(cpu_device *d, const char *op, const char *what) {
 static cleave_status cpu_check_mat(cpu_device *d, const char *op, const be_mat *m) {
     if (!m) return cpu_null(d, op, "matrix");
     if (!m->data) return cpu_null(d, op, "matrix data");
+    if (m->scales) /* another device's split layout */
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "device '%s': %s: split-layout matrix", d->name, op);
     if (!quant_type_supported((uint32_t)m->type))
         return err_set(CLEAVE_ERR_UNSUPPORTED, "device '%s': %s: weight type %s (%d) unsupported",
                        d->name, op, cleave_type_name(m->type), (int)m->type);

@@ -119,5 +119,6 @@ cleave_status cuda_op_add(be_device *d, float *y, const float *x, size_t n);
 cleave_status cuda_op_matmul(be_device *d, const be_mat *w, const float *x, size_t n,
                              const float *bias, float *y);
 cleave_status cuda_op_attention(be_device *d, const be_attn *a);
+cleave_status cuda_upload_mat(be_device *d, const be_mat *host, be_mat *out, const char *what);
 
 #endif

@@ -196,6 +196,7 @@ static void cuda_graph_free(be_device *dev, void *graph) {
 static const be_ops cuda_ops = {
     cuda_name,        cuda_destroy,     cuda_mem_stats,   cuda_alloc,          cuda_free,
     NULL, /* map_host: weights are copied to the card */
+    cuda_upload_mat,
     cuda_write,       cuda_read,        cuda_copy,        cuda_sync,           cuda_op_get_rows,
     cuda_op_rms_norm, cuda_op_matmul,   cuda_op_rope,     cuda_op_kv_store,    cuda_op_attention,
     cuda_op_swiglu,   cuda_op_add,      cuda_graph_begin, cuda_graph_end,      cuda_graph_launch,

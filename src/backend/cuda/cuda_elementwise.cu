@@ -15,10 +15,27 @@ __global__ void k_get_rows(const char *table, size_t nb1, size_t ne0, const int3
 
 /* The ids were validated on the host before upload (cleave_decode rejects
  * ids outside the vocabulary), so the kernel trusts them. */
+/* rows of a split-layout q8_0 table (cuda_weights.cu) */
+__global__ void k_get_rows_q8s(const int8_t *qs, const __half *scales, size_t ne0,
+                               const int32_t *ids, float *out) {
+    size_t r = (size_t)ids[blockIdx.x];
+    const int8_t *q = qs + r * ne0;
+    const __half *sc = scales + r * (ne0 / QK8_0);
+    float *o = out + (size_t)blockIdx.x * ne0;
+    for (size_t i = threadIdx.x; i < ne0; i += blockDim.x)
+        o[i] = __half2float(sc[i / QK8_0]) * (float)q[i];
+}
+
 cleave_status cuda_op_get_rows(be_device *dev, const be_mat *t, const int32_t *ids, size_t n,
                                float *out) {
     cuda_device *d = cuda_dev(dev);
     if (!n) return CLEAVE_OK;
+    if (t->scales) {
+        k_get_rows_q8s<<<(unsigned)n, 256, 0, d->stream>>>(
+            (const int8_t *)t->data, (const __half *)t->scales, t->ne0, ids, out);
+        CUDA_LAUNCHED();
+        return CLEAVE_OK;
+    }
     bool ok = cuda_dispatch(t->type, [&]<int T>() {
         k_get_rows<T><<<(unsigned)n, 256, 0, d->stream>>>((const char *)t->data, t->nb1, t->ne0,
                                                           ids, out);

@@ -114,6 +114,83 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* Q8_0 in the split layout (cuda_weights.cu): lane i reads weights
+ * [16i, 16i+16) of each 512-wide stripe with one 16-byte load and their
+ * shared f16 scale. */
+template <int N>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv_q8s(const int8_t *qs, const __half *scales, size_t ne0, size_t ne1, const float *x,
+               const float *bias, float *y) {
+    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (row >= ne1) return;
+    int lane = threadIdx.x & 31;
+    const int8_t *q = qs + row * ne0;
+    const __half *sc = scales + row * (ne0 / QK8_0);
+    float acc[N];
+#pragma unroll
+    for (int t = 0; t < N; t++) acc[t] = 0.0f;
+#pragma unroll 4
+    for (size_t i = (size_t)lane * 16; i < ne0; i += 512) {
+        int4 v = *(const int4 *)(q + i);
+        float d = __half2float(sc[i / QK8_0]);
+        const int *wv = (const int *)&v;
+        float w[16];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            w[4 * k] = (float)(int8_t)(wv[k] & 0xff);
+            w[4 * k + 1] = (float)(int8_t)((wv[k] >> 8) & 0xff);
+            w[4 * k + 2] = (float)(int8_t)((wv[k] >> 16) & 0xff);
+            w[4 * k + 3] = (float)(int8_t)((wv[k] >> 24) & 0xff);
+        }
+#pragma unroll
+        for (int t = 0; t < N; t++) {
+            const float4 *xp = (const float4 *)(x + (size_t)t * ne0 + i);
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float4 a = xp[k];
+                s += w[4 * k] * a.x + w[4 * k + 1] * a.y + w[4 * k + 2] * a.z + w[4 * k + 3] * a.w;
+            }
+            acc[t] += d * s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        float s = cuda_warp_sum(acc[t]);
+        if (lane == 0) y[(size_t)t * ne1 + row] = s + (bias ? bias[row] : 0.0f);
+    }
+}
+
+template <int N>
+static void launch_q8s(cudaStream_t s, const be_mat *w, const float *x, const float *bias, float *y) {
+    unsigned blocks = (unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS);
+    k_gemv_q8s<N><<<blocks, GEMV_WARPS * 32, 0, s>>>((const int8_t *)w->data,
+                                                    (const __half *)w->scales, w->ne0, w->ne1, x,
+                                                    bias, y);
+}
+
+static void gemv_q8s(cudaStream_t s, const be_mat *w, const float *x, size_t n, const float *bias,
+                     float *y) {
+    switch (n) {
+    case 1: launch_q8s<1>(s, w, x, bias, y); break;
+    case 2: launch_q8s<2>(s, w, x, bias, y); break;
+    case 3: launch_q8s<3>(s, w, x, bias, y); break;
+    case 4: launch_q8s<4>(s, w, x, bias, y); break;
+    case 5: launch_q8s<5>(s, w, x, bias, y); break;
+    case 6: launch_q8s<6>(s, w, x, bias, y); break;
+    case 7: launch_q8s<7>(s, w, x, bias, y); break;
+    default: launch_q8s<8>(s, w, x, bias, y); break;
+    }
+}
+
+/* split-layout rows to f16 for the GEMM path */
+__global__ void k_q8s_to_half(const int8_t *qs, const __half *scales, size_t ne0, size_t n,
+                              __half *o) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        o[i] = __float2half_rn(__half2float(scales[i / QK8_0]) * (float)qs[i]);
+}
+
 /* Any type, any alignment: one warp per row, scalar loads. */
 template <int T>
 __global__ void k_gemv_generic(const char *w, size_t nb1, size_t ne0, size_t ne1, size_t n,
@@ -228,8 +305,13 @@ static cleave_status matmul_gemm(cuda_device *d, const be_mat *w, const float *x
     if ((st = cuda_scratch(d, CUDA_SCRATCH_W, chunk * ne0 * 2, &ws))) return st;
     for (size_t r0 = 0; r0 < ne1; r0 += chunk) {
         size_t rows = ne1 - r0 < chunk ? ne1 - r0 : chunk;
-        k_q8_0_to_half<<<cuda_blocks(rows * (ne0 / QK8_0), 256), 256, 0, s>>>(
-            (const char *)w->data + r0 * w->nb1, w->nb1, ne0, rows, (__half *)ws);
+        if (w->scales)
+            k_q8s_to_half<<<cuda_blocks(rows * ne0, 256), 256, 0, s>>>(
+                (const int8_t *)w->data + r0 * ne0, (const __half *)w->scales + r0 * (ne0 / QK8_0),
+                ne0, rows * ne0, (__half *)ws);
+        else
+            k_q8_0_to_half<<<cuda_blocks(rows * (ne0 / QK8_0), 256), 256, 0, s>>>(
+                (const char *)w->data + r0 * w->nb1, w->nb1, ne0, rows, (__half *)ws);
         CUDA_LAUNCHED();
         if ((st = gemm(d, ws, CUDA_R_16F, ne0, rows, xs, n, ne0, y + r0, ne1))) return st;
     }
@@ -242,6 +324,15 @@ cleave_status cuda_op_matmul(be_device *dev, const be_mat *w, const float *x, si
     if (!n || !w->ne1) return CLEAVE_OK;
     if (w->type == CLEAVE_TYPE_Q8_0 && w->ne0 % QK8_0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: q8_0 rows of %zu", w->ne0);
+    if (w->scales && w->type != CLEAVE_TYPE_Q8_0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: split layout is for q8_0 only");
+    if (n <= GEMV_MAX_N && w->scales) {
+        if ((uintptr_t)x % 16 || w->ne0 % 16)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: unaligned input for a split q8_0 matrix");
+        gemv_q8s(d->stream, w, x, n, bias, y);
+        CUDA_LAUNCHED();
+        return CLEAVE_OK;
+    }
     if (n <= GEMV_MAX_N) {
         bool x16 = ((uintptr_t)x % 16) == 0;
         bool fast = w->type == CLEAVE_TYPE_Q8_0
