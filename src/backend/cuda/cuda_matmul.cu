@@ -36,36 +36,48 @@ template <> __device__ __forceinline__ void load8<CLEAVE_TYPE_F32>(const char *p
 }
 
 /* F32/F16/BF16: lane i handles elements [8i, 8i+8) of each 256-wide
- * stripe of the row. Needs ne0 % 8 == 0 and 16-byte aligned rows. */
-template <int T, int N>
+ * stripe of R rows at once, so each piece of x loaded serves R rows (x
+ * traffic would otherwise rival the weights'). Needs ne0 % 8 == 0 and
+ * 16-byte aligned rows. */
+template <int T, int N, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv(const char *w, size_t nb1, size_t ne0, size_t ne1, const float *x, const float *bias,
            float *y) {
-    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (row >= ne1) return;
+    size_t row0 = ((size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
+    if (row0 >= ne1) return;
     int lane = threadIdx.x & 31;
     const int esz = T == CLEAVE_TYPE_F32 ? 4 : 2;
-    const char *r = w + row * nb1;
-    float acc[N];
+    const char *rp[R];
 #pragma unroll
-    for (int t = 0; t < N; t++) acc[t] = 0.0f;
+    for (int r = 0; r < R; r++) rp[r] = w + (row0 + r < ne1 ? row0 + r : row0) * nb1;
+    float acc[N][R];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
 #pragma unroll 4
     for (size_t i = (size_t)lane * 8; i < ne0; i += 256) {
-        float wv[8];
-        load8<T>(r + i * esz, wv);
+        float wv[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) load8<T>(rp[r] + i * esz, wv[r]);
 #pragma unroll
         for (int t = 0; t < N; t++) {
             const float4 *xp = (const float4 *)(x + (size_t)t * ne0 + i);
             float4 a = xp[0], b = xp[1];
-            acc[t] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x +
-                      wv[5] * b.y + wv[6] * b.z + wv[7] * b.w;
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[t][r] += wv[r][0] * a.x + wv[r][1] * a.y + wv[r][2] * a.z + wv[r][3] * a.w +
+                             wv[r][4] * b.x + wv[r][5] * b.y + wv[r][6] * b.z + wv[r][7] * b.w;
         }
     }
 #pragma unroll
-    for (int t = 0; t < N; t++) {
-        float s = cuda_warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * ne1 + row] = s + (bias ? bias[row] : 0.0f);
-    }
+    for (int t = 0; t < N; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float s = cuda_warp_sum(acc[t][r]);
+            if (lane == 0 && row0 + r < ne1)
+                y[(size_t)t * ne1 + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
+        }
 }
 
 /* Q8_0: lane i takes blocks i, i+32, ...; blocks are 34 bytes, so the
@@ -115,56 +127,75 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 }
 
 /* Q8_0 in the split layout (cuda_weights.cu): lane i reads weights
- * [16i, 16i+16) of each 512-wide stripe with one 16-byte load and their
- * shared f16 scale. */
-template <int N>
+ * [16i, 16i+16) of each 512-wide stripe of R rows with one 16-byte load per
+ * row and their shared f16 scale; each x piece serves the R rows (16 int8
+ * weights need 64 bytes of f32 x, so without the reuse x traffic would be
+ * four times the weights'). */
+#define Q8S_ROWS 4
+template <int N, int R>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     k_gemv_q8s(const int8_t *qs, const __half *scales, size_t ne0, size_t ne1, const float *x,
                const float *bias, float *y) {
-    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (row >= ne1) return;
+    size_t row0 = ((size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * R;
+    if (row0 >= ne1) return;
     int lane = threadIdx.x & 31;
-    const int8_t *q = qs + row * ne0;
-    const __half *sc = scales + row * (ne0 / QK8_0);
-    float acc[N];
+    size_t nb = ne0 / QK8_0;
+    const int8_t *q[R];
+    const __half *sc[R];
 #pragma unroll
-    for (int t = 0; t < N; t++) acc[t] = 0.0f;
-#pragma unroll 4
+    for (int r = 0; r < R; r++) {
+        size_t row = row0 + r < ne1 ? row0 + r : row0;
+        q[r] = qs + row * ne0;
+        sc[r] = scales + row * nb;
+    }
+    float acc[N][R];
+#pragma unroll
+    for (int t = 0; t < N; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+#pragma unroll 2
     for (size_t i = (size_t)lane * 16; i < ne0; i += 512) {
-        int4 v = *(const int4 *)(q + i);
-        float d = __half2float(sc[i / QK8_0]);
-        const int *wv = (const int *)&v;
-        float w[16];
+        int4 v[R];
+        float d[R];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            w[4 * k] = (float)(int8_t)(wv[k] & 0xff);
-            w[4 * k + 1] = (float)(int8_t)((wv[k] >> 8) & 0xff);
-            w[4 * k + 2] = (float)(int8_t)((wv[k] >> 16) & 0xff);
-            w[4 * k + 3] = (float)(int8_t)((wv[k] >> 24) & 0xff);
+        for (int r = 0; r < R; r++) {
+            v[r] = *(const int4 *)(q[r] + i);
+            d[r] = __half2float(sc[r][i / QK8_0]);
         }
 #pragma unroll
         for (int t = 0; t < N; t++) {
             const float4 *xp = (const float4 *)(x + (size_t)t * ne0 + i);
-            float s = 0.0f;
+            float4 xa[4] = {xp[0], xp[1], xp[2], xp[3]};
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float4 a = xp[k];
-                s += w[4 * k] * a.x + w[4 * k + 1] * a.y + w[4 * k + 2] * a.z + w[4 * k + 3] * a.w;
+            for (int r = 0; r < R; r++) {
+                const int *wv = (const int *)&v[r];
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    s += (float)(int8_t)(wv[k] & 0xff) * xa[k].x +
+                         (float)(int8_t)((wv[k] >> 8) & 0xff) * xa[k].y +
+                         (float)(int8_t)((wv[k] >> 16) & 0xff) * xa[k].z +
+                         (float)(int8_t)((wv[k] >> 24) & 0xff) * xa[k].w;
+                }
+                acc[t][r] += d[r] * s;
             }
-            acc[t] += d * s;
         }
     }
 #pragma unroll
-    for (int t = 0; t < N; t++) {
-        float s = cuda_warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * ne1 + row] = s + (bias ? bias[row] : 0.0f);
-    }
+    for (int t = 0; t < N; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float s = cuda_warp_sum(acc[t][r]);
+            if (lane == 0 && row0 + r < ne1)
+                y[(size_t)t * ne1 + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
+        }
 }
 
 template <int N>
 static void launch_q8s(cudaStream_t s, const be_mat *w, const float *x, const float *bias, float *y) {
-    unsigned blocks = (unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS);
-    k_gemv_q8s<N><<<blocks, GEMV_WARPS * 32, 0, s>>>((const int8_t *)w->data,
+    size_t per_block = GEMV_WARPS * Q8S_ROWS;
+    unsigned blocks = (unsigned)((w->ne1 + per_block - 1) / per_block);
+    k_gemv_q8s<N, Q8S_ROWS><<<blocks, GEMV_WARPS * 32, 0, s>>>((const int8_t *)w->data,
                                                     (const __half *)w->scales, w->ne0, w->ne1, x,
                                                     bias, y);
 }
@@ -207,16 +238,22 @@ __global__ void k_gemv_generic(const char *w, size_t nb1, size_t ne0, size_t ne1
     }
 }
 
+/* rows per warp for f32/f16/bf16: 2 measured slower than 1 on an H200 (8B
+ * bf16 decode 166 vs 176 tok/s): fewer warps leave too few loads in flight */
+#define GEMV_ROWS 1
 template <int T, int N>
 static void launch_gemv(cudaStream_t s, const be_mat *w, const float *x, const float *bias,
                         float *y) {
-    unsigned blocks = (unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS);
-    if constexpr (T == CLEAVE_TYPE_Q8_0)
+    if constexpr (T == CLEAVE_TYPE_Q8_0) {
+        unsigned blocks = (unsigned)((w->ne1 + GEMV_WARPS - 1) / GEMV_WARPS);
         k_gemv_q8_0<N><<<blocks, GEMV_WARPS * 32, 0, s>>>((const char *)w->data, w->nb1, w->ne0,
                                                          w->ne1, x, bias, y);
-    else
-        k_gemv<T, N><<<blocks, GEMV_WARPS * 32, 0, s>>>((const char *)w->data, w->nb1, w->ne0,
-                                                       w->ne1, x, bias, y);
+    } else {
+        size_t per_block = GEMV_WARPS * GEMV_ROWS;
+        unsigned blocks = (unsigned)((w->ne1 + per_block - 1) / per_block);
+        k_gemv<T, N, GEMV_ROWS><<<blocks, GEMV_WARPS * 32, 0, s>>>(
+            (const char *)w->data, w->nb1, w->ne0, w->ne1, x, bias, y);
+    }
 }
 
 template <int T>
