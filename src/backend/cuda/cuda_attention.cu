@@ -9,6 +9,18 @@
 
 #include "cuda_attention.cuh"
 
+/* The cells [c0, c1) a split scans; with a live count (recorded graphs)
+ * the split size follows the cache as it grows. */
+__device__ __forceinline__ void att_cells(const att_args &a, size_t split, size_t *c0, size_t *c1) {
+    size_t n_kv = a.n_kv, chunk = a.chunk;
+    if (a.n_kv_live) {
+        n_kv = (size_t)*a.n_kv_live;
+        chunk = (n_kv + a.n_split - 1) / a.n_split;
+    }
+    *c0 = split * chunk;
+    *c1 = *c0 + chunk < n_kv ? *c0 + chunk : n_kv;
+}
+
 template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
     size_t pair = blockIdx.x, split = blockIdx.y;
     size_t t = pair / a.n_head, h = pair % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
@@ -21,12 +33,8 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
         acc[j] = 0.0f;
     }
     int32_t tp = a.tok_pos[t], ts = a.tok_seq[t];
-    size_t n_kv = a.n_kv, chunk = a.chunk;
-    if (a.n_kv_live) {
-        n_kv = (size_t)*a.n_kv_live;
-        chunk = (n_kv + a.n_split - 1) / a.n_split;
-    }
-    size_t c0 = split * chunk, c1 = c0 + chunk < n_kv ? c0 + chunk : n_kv;
+    size_t c0, c1;
+    att_cells(a, split, &c0, &c1);
     float m = -INFINITY, l = 0.0f;
     size_t base = kvh * a.hd;
     for (size_t c = c0 + warp; c < c1; c += ATT_WARPS) {
@@ -102,12 +110,8 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
         l[g] = 0.0f;
     }
     int32_t tp = a.tok_pos[t], ts = a.tok_seq[t];
-    size_t n_kv = a.n_kv, chunk = a.chunk;
-    if (a.n_kv_live) {
-        n_kv = (size_t)*a.n_kv_live;
-        chunk = (n_kv + a.n_split - 1) / a.n_split;
-    }
-    size_t c0 = split * chunk, c1 = c0 + chunk < n_kv ? c0 + chunk : n_kv;
+    size_t c0, c1;
+    att_cells(a, split, &c0, &c1);
     size_t base = kvh * hd + d0;
     for (size_t c = c0 + warp; c < c1; c += ATT_WARPS) {
         int32_t cp = a.cell_pos[c];

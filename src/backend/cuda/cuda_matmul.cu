@@ -35,6 +35,21 @@ template <> __device__ __forceinline__ void load8<CLEAVE_TYPE_F32>(const char *p
     w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
 }
 
+/* Reduces each lane's partial dot products across the warp and writes the
+ * N x R results (plus bias) of rows row0.. */
+template <int N, int R>
+__device__ __forceinline__ void gemv_store(float (&acc)[N][R], int lane, size_t row0, size_t ne1,
+                                           const float *bias, float *y) {
+#pragma unroll
+    for (int t = 0; t < N; t++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float s = cuda_warp_sum(acc[t][r]);
+            if (lane == 0 && row0 + r < ne1)
+                y[(size_t)t * ne1 + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
+        }
+}
+
 /* F32/F16/BF16: lane i handles elements [8i, 8i+8) of each 256-wide
  * stripe of R rows at once, so each piece of x loaded serves R rows (x
  * traffic would otherwise rival the weights'). Needs ne0 % 8 == 0 and
@@ -70,14 +85,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                              wv[r][4] * b.x + wv[r][5] * b.y + wv[r][6] * b.z + wv[r][7] * b.w;
         }
     }
-#pragma unroll
-    for (int t = 0; t < N; t++)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            float s = cuda_warp_sum(acc[t][r]);
-            if (lane == 0 && row0 + r < ne1)
-                y[(size_t)t * ne1 + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
-        }
+    gemv_store<N, R>(acc, lane, row0, ne1, bias, y);
 }
 
 /* Q8_0: lane i takes blocks i, i+32, ...; blocks are 34 bytes, so the
@@ -181,14 +189,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             }
         }
     }
-#pragma unroll
-    for (int t = 0; t < N; t++)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            float s = cuda_warp_sum(acc[t][r]);
-            if (lane == 0 && row0 + r < ne1)
-                y[(size_t)t * ne1 + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
-        }
+    gemv_store<N, R>(acc, lane, row0, ne1, bias, y);
 }
 
 template <int N>
