@@ -222,6 +222,12 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     if (!quant_type_supported(p.kv_type))
         return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %d: use f32, f16, bf16 or q8_0",
                        (int)p.kv_type);
+    /* q8_0 blocks must not straddle heads: each head is read on its own */
+    if (p.kv_type == CLEAVE_TYPE_Q8_0 && model->hp.head_dim % QK8_0)
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "a q8_0 KV cache needs a head size that is a multiple of %d (this model: "
+                       "%u); use -ctk f16",
+                       QK8_0, model->hp.head_dim);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : model->hp.n_ctx_train;
     if (!p.n_ctx && n_ctx > 4096) n_ctx = 4096;
     if (n_ctx > (1u << 24))

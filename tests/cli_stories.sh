@@ -47,8 +47,9 @@ if [ -f "$tiny" ]; then
     || { echo "FAIL: llama-2-tiny-random.gguf"; cat "$tmp/tiny.err"; fail=1; }
   "$cli" info "$tiny" >/dev/null || { echo "FAIL: info on llama-2-tiny-random.gguf"; fail=1; }
 fi
-"$cli" bench -m "$tmp/stories.gguf" -p 64 -n 16 -r 1 >"$tmp/bench.md" || { echo "FAIL: bench"; fail=1; }
-grep -q '| pp64 |' "$tmp/bench.md" && grep -q '| tg16 |' "$tmp/bench.md" || { echo "FAIL: bench table"; cat "$tmp/bench.md"; fail=1; }
+"$cli" bench -m "$tmp/stories.gguf" -p 64 -n 16 -d 0,32 -r 1 >"$tmp/bench.md" || { echo "FAIL: bench"; fail=1; }
+grep -q '| pp64 |' "$tmp/bench.md" && grep -q '| tg16 |' "$tmp/bench.md" &&
+  grep -q '| tg16 @ d32 |' "$tmp/bench.md" || { echo "FAIL: bench table"; cat "$tmp/bench.md"; fail=1; }
 
 [ $fail -eq 0 ] && echo "cli_stories: all checks passed"
 exit $fail

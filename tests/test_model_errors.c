@@ -153,9 +153,13 @@ int main(void) {
     CHECK(cleave_decode(ctx, toks, 1, -1, 0, false) == CLEAVE_ERR_INVALID_ARG);
     cleave_context_free(ctx);
 
-    /* An unsupported KV type is a clear error. */
+    /* An unsupported KV type is a clear error, and so is q8_0 for a head
+     * size (16 here) that splits its blocks across heads. */
     cp.kv_type = (cleave_type)2; /* q4_0 */
     CHECK(cleave_context_new(m, &cp, &ctx) == CLEAVE_ERR_UNSUPPORTED);
+    cp.kv_type = CLEAVE_TYPE_Q8_0;
+    CHECK(cleave_context_new(m, &cp, &ctx) == CLEAVE_ERR_UNSUPPORTED);
+    CHECK(strstr(cleave_last_error(), "head size") != NULL);
     cleave_model_free(m);
 
     free(orig);
