@@ -103,6 +103,8 @@ typedef struct cleave_context_params {
     int n_threads;         /* CPU threads; 0 = all cores */
     cleave_type kv_type;   /* f32, f16, bf16 or q8_0 (q8_0 needs kv heads x head size % 32 == 0) */
     const char *devices;   /* "cpu" (default when NULL) or "cuda:N" */
+    cleave_progress_fn progress; /* weight upload progress, may be NULL */
+    void *progress_user;
 } cleave_context_params;
 
 cleave_context_params cleave_context_default_params(void);

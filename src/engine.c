@@ -45,6 +45,15 @@ static void *dev_alloc(struct cleave_context *c, size_t bytes, const char *what)
 
 /* A matrix on the device: aliases the mapped file where the device can
  * (CPU), else a copy. */
+/* Reports placement progress; a callback returning false cancels. */
+static cleave_status placed(struct cleave_context *c, size_t bytes) {
+    c->placed_bytes += bytes;
+    if (c->progress && c->total_bytes &&
+        !c->progress((float)c->placed_bytes / (float)c->total_bytes, c->progress_user))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "loading cancelled");
+    return CLEAVE_OK;
+}
+
 static cleave_status place_mat(struct cleave_context *c, const gguf_tensor *t, be_mat *m) {
     m->type = (cleave_type)t->type;
     m->ne0 = (size_t)t->ne[0];
@@ -71,12 +80,13 @@ static cleave_status place_mat(struct cleave_context *c, const gguf_tensor *t, b
             c->dev->ops->free(c->dev, (void *)m->scales);
             return st;
         }
-        return CLEAVE_OK;
+        return placed(c, t->nbytes);
     }
     void *p = dev_alloc(c, t->nbytes, t->name);
     if (!p) return CLEAVE_ERR_OOM;
     m->data = p;
-    return c->dev->ops->write(c->dev, p, t->data, t->nbytes);
+    cleave_status st = c->dev->ops->write(c->dev, p, t->data, t->nbytes);
+    return st ? st : placed(c, t->nbytes);
 }
 
 /* A vector as f32 on the device (NULL tensor -> NULL vector). */
@@ -91,7 +101,7 @@ static cleave_status place_vec(struct cleave_context *c, const gguf_tensor *t, f
     cleave_status st = p ? c->dev->ops->write(c->dev, p, host, n * sizeof(float)) : CLEAVE_ERR_OOM;
     free(host);
     *out = p;
-    return st;
+    return st ? st : placed(c, t->nbytes);
 }
 
 static cleave_status place_weights(struct cleave_context *c) {
@@ -210,7 +220,8 @@ static cleave_status make_plan(struct cleave_context *c, uint32_t n_ctx, uint32_
 
 cleave_context_params cleave_context_default_params(void) {
     cleave_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0,
-                               .kv_type = CLEAVE_TYPE_F16, .devices = NULL};
+                               .kv_type = CLEAVE_TYPE_F16, .devices = NULL, .progress = NULL,
+                               .progress_user = NULL};
     return p;
 }
 
@@ -241,7 +252,11 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     cleave_status st = open_device(&p, &c->dev);
     if (st) goto fail;
     if ((st = make_plan(c, n_ctx, n_batch, p.kv_type))) goto fail;
+    c->progress = p.progress;
+    c->progress_user = p.progress_user;
+    c->total_bytes = c->plan.bytes[0].weights;
     if ((st = place_weights(c))) goto fail;
+    if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     if ((st = alloc_scratch(c))) goto fail;
     size_t kv_width = (size_t)model->hp.n_head_kv * model->hp.head_dim;
     if ((st = kv_init(&c->kv, c->dev, n_ctx, model->hp.n_layer, kv_width, p.kv_type))) goto fail;

@@ -44,6 +44,10 @@ struct cleave_context {
      * support); graphs_off after a failed recording or CLEAVE_NO_GRAPH=1. */
     void *decode_graph;
     bool graphs_off;
+    /* weight placement progress */
+    cleave_progress_fn progress;
+    void *progress_user;
+    size_t placed_bytes, total_bytes;
 };
 
 /* One forward pass of n <= n_batch tokens; the tokens' cells are already

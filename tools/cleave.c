@@ -105,7 +105,14 @@ int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m
     *ctx = NULL;
     cleave_status st = cleave_model_load(path, NULL, m);
     if (st) return cli_fail("loading model", st);
-    if ((st = cleave_context_new(*m, cp, ctx))) {
+    cleave_context_params p = *cp;
+    /* the CPU maps the file (nothing to show); other devices copy it */
+    bool copies = p.devices && strncmp(p.devices, "cpu", 3) != 0;
+    if (copies && !p.progress) {
+        p.progress = cli_progress;
+        p.progress_user = (void *)"loading weights";
+    }
+    if ((st = cleave_context_new(*m, &p, ctx))) {
         cleave_model_free(*m);
         *m = NULL;
         return cli_fail("creating context", st);
