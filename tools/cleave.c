@@ -83,12 +83,15 @@ bool cli_device_flag(const char *flag, const char *v, const char **device) {
 }
 
 bool cli_progress(float fraction, void *label) {
+    /* one line per bar: redraw on change, end the line at 100% once; a
+     * lower value than the last one starts a new bar */
     static int last = -1;
     int pct = (int)(fraction * 100.0f);
+    if (pct > 100) pct = 100;
     if (pct != last) {
         fprintf(stderr, "\r%s: %3d%%", label ? (const char *)label : "progress", pct);
-        if (pct >= 100) fprintf(stderr, "\n");
-        last = pct >= 100 ? -1 : pct;
+        if (pct == 100) fprintf(stderr, "\n");
+        last = pct;
     }
     return true;
 }
