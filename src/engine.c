@@ -299,29 +299,63 @@ const char *cleave_context_device(const cleave_context *c) {
         if (st_ != CLEAVE_OK) return st_;  \
     } while (0)
 
-/* graph: the ops are being recorded for replay, so attention reads the live
- * cell count from the device instead of taking it by value. */
+/* Fused where the device offers it, composed from plain ops otherwise. */
+static cleave_status add_norm(struct cleave_context *c, float *x, const float *r, const float *w,
+                              float *y, size_t rows) {
+    be_device *d = c->dev;
+    const model_hparams *hp = &c->model->hp;
+    if (d->ops->add_rms_norm)
+        return d->ops->add_rms_norm(d, x, r, w, y, rows, hp->n_embd, hp->norm_eps);
+    TRY(d->ops->add(d, x, r, rows * hp->n_embd));
+    return d->ops->rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
+}
+
+static cleave_status rope_and_store(struct cleave_context *c, uint32_t l, size_t n) {
+    be_device *d = c->dev;
+    const be_ops *o = d->ops;
+    const model_hparams *hp = &c->model->hp;
+    engine_scratch *s = &c->s;
+    size_t hd = hp->head_dim, qw = (size_t)hp->n_head * hd, kw = (size_t)hp->n_head_kv * hd;
+    be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
+                    .freq_factors = c->rope_freqs};
+    if (o->rope_store)
+        return o->rope_store(d, s->q, s->k, s->v, n, hp->n_head, hp->n_head_kv, hd, s->pos, &rope,
+                             c->kv.k[l], c->kv.v[l], c->kv.type, s->cells);
+    TRY(o->rope(d, s->q, n, qw, hp->n_head, hd, s->pos, &rope));
+    TRY(o->rope(d, s->k, n, kw, hp->n_head_kv, hd, s->pos, &rope));
+    TRY(o->kv_store(d, s->k, n, kw, c->kv.k[l], c->kv.type, s->cells));
+    return o->kv_store(d, s->v, n, kw, c->kv.v[l], c->kv.type, s->cells);
+}
+
+static cleave_status ffn_in(struct cleave_context *c, const engine_layer *E, size_t n) {
+    be_device *d = c->dev;
+    engine_scratch *s = &c->s;
+    if (d->ops->matmul_swiglu)
+        return d->ops->matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate);
+    TRY(d->ops->matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
+    TRY(d->ops->matmul(d, &E->w_up, s->h, n, NULL, s->up));
+    return d->ops->swiglu(d, s->gate, s->up, s->gate, n * c->model->hp.n_ff);
+}
+
+/* One block. On entry s->h holds this layer's normed input (x through
+ * attn_norm); on exit x has both residuals and s->h holds x through the
+ * next norm: the next layer's attn_norm, or output_norm after the last.
+ * graph: the ops are being recorded for replay, so attention reads the
+ * live cell count from the device instead of taking it by value. */
 static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t n, bool graph) {
     const model_hparams *hp = &c->model->hp;
     be_device *d = c->dev;
     const be_ops *o = d->ops;
     engine_layer *E = &c->layers[l];
     engine_scratch *s = &c->s;
-    size_t e = hp->n_embd, hd = hp->head_dim, qw = (size_t)hp->n_head * hd,
-           kw = (size_t)hp->n_head_kv * hd;
-    be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
-                    .freq_factors = c->rope_freqs};
+    size_t hd = hp->head_dim;
 
-    TRY(o->rms_norm(d, s->x, E->attn_norm, s->h, n, e, hp->norm_eps));
     TRY(o->matmul(d, &E->wq, s->h, n, E->bq, s->q));
     TRY(o->matmul(d, &E->wk, s->h, n, E->bk, s->k));
     TRY(o->matmul(d, &E->wv, s->h, n, E->bv, s->v));
     if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * hp->n_head, hd, hp->norm_eps));
     if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * hp->n_head_kv, hd, hp->norm_eps));
-    TRY(o->rope(d, s->q, n, qw, hp->n_head, hd, s->pos, &rope));
-    TRY(o->rope(d, s->k, n, kw, hp->n_head_kv, hd, s->pos, &rope));
-    TRY(o->kv_store(d, s->k, n, kw, c->kv.k[l], c->kv.type, s->cells));
-    TRY(o->kv_store(d, s->v, n, kw, c->kv.v[l], c->kv.type, s->cells));
+    TRY(rope_and_store(c, l, n));
     be_attn a = {
         .q = s->q, .k = c->kv.k[l], .v = c->kv.v[l], .kv_type = c->kv.type, .n_tokens = n,
         .n_kv = graph ? c->kv.n_ctx : c->kv.hi, .n_kv_live = graph ? s->n_kv_live : NULL,
@@ -331,15 +365,12 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
     };
     TRY(o->attention(d, &a));
     TRY(o->matmul(d, &E->wo, s->att, n, NULL, s->h));
-    TRY(o->add(d, s->x, s->h, n * e));
+    TRY(add_norm(c, s->x, s->h, E->ffn_norm, s->h, n));
 
-    TRY(o->rms_norm(d, s->x, E->ffn_norm, s->h, n, e, hp->norm_eps));
-    TRY(o->matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
-    TRY(o->matmul(d, &E->w_up, s->h, n, NULL, s->up));
-    TRY(o->swiglu(d, s->gate, s->up, s->gate, n * hp->n_ff));
+    TRY(ffn_in(c, E, n));
     TRY(o->matmul(d, &E->w_down, s->gate, n, NULL, s->h));
-    TRY(o->add(d, s->x, s->h, n * e));
-    return CLEAVE_OK;
+    const float *next_norm = l + 1 < hp->n_layer ? c->layers[l + 1].attn_norm : c->output_norm;
+    return add_norm(c, s->x, s->h, next_norm, s->h, n);
 }
 
 /* Everything between the uploaded inputs and the logits on the device. */
@@ -348,14 +379,12 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
     be_device *d = c->dev;
     const be_ops *o = d->ops;
     engine_scratch *s = &c->s;
-    size_t e = hp->n_embd;
     TRY(o->get_rows(d, &c->tok_embd, s->ids, n, s->x));
+    TRY(o->rms_norm(d, s->x, c->layers[0].attn_norm, s->h, n, hp->n_embd, hp->norm_eps));
     for (uint32_t l = 0; l < hp->n_layer; l++) TRY(forward_layer(c, l, n, graph));
-    /* Only the rows whose logits are wanted go through the lm head. */
-    size_t n_out = n - first_out;
-    float *x_out = s->x + first_out * e;
-    TRY(o->rms_norm(d, x_out, c->output_norm, s->h, n_out, e, hp->norm_eps));
-    TRY(o->matmul(d, &c->output, s->h, n_out, NULL, s->logits));
+    /* s->h holds x through output_norm; only the rows whose logits are
+     * wanted go through the lm head. */
+    TRY(o->matmul(d, &c->output, s->h + first_out * hp->n_embd, n - first_out, NULL, s->logits));
     return CLEAVE_OK;
 }
 

@@ -111,6 +111,23 @@ typedef struct be_ops {
     /* y[i] += x[i], n elements. */
     cleave_status (*add)(be_device *d, float *y, const float *x, size_t n);
 
+    /* Optional fused ops (NULL: the engine composes them from the ops
+     * above; results must match that composition up to rounding). */
+    /* x += r, then y = rms_norm(x) * w: the residual add fused with the
+     * norm that follows it; y may be r. */
+    cleave_status (*add_rms_norm)(be_device *d, float *x, const float *r, const float *w, float *y,
+                                  size_t rows, size_t width, float eps);
+    /* rope on q (in place) and k, then k and v written to the caches at
+     * cells; q rows have n_head heads, k and v rows n_head_kv. */
+    cleave_status (*rope_store)(be_device *d, float *q, const float *k, const float *v, size_t n,
+                                size_t n_head, size_t n_head_kv, size_t head_dim,
+                                const int32_t *pos, const be_rope *p, void *k_cache,
+                                void *v_cache, cleave_type kv_type, const int32_t *cells);
+    /* y = silu(x . gate^T) * (x . up^T): the FFN input projections with
+     * SwiGLU fused; gate and up have the same shape and type. */
+    cleave_status (*matmul_swiglu)(be_device *d, const be_mat *gate, const be_mat *up,
+                                   const float *x, size_t n, float *y);
+
     /* Optional (NULL = unsupported): record the ops issued between
      * graph_begin and graph_end into a graph that graph_launch replays with
      * the same pointers (CUDA graphs). Memory ops (write/read/alloc) must

@@ -5,6 +5,8 @@
 #ifndef CLEAVE_CUDA_COMMON_CUH
 #define CLEAVE_CUDA_COMMON_CUH
 
+#define GEMV_MAX_N 8 /* batches up to this size take the GEMV kernels */
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,8 +28,8 @@ struct cuda_device {
     size_t used, peak, budget;
     /* Grow-only scratch for GEMM operands (converted activations and
      * dequantized weight chunks) and attention partials. */
-    void *scratch[4];
-    size_t scratch_bytes[4];
+    void *scratch[6];
+    size_t scratch_bytes[6];
     /* Pinned staging for small host-to-device writes, so they can be
      * asynchronous: filled front to back, reset whenever the stream is
      * synchronized (everything staged before then has been consumed). */
@@ -37,7 +39,15 @@ struct cuda_device {
 
 /* ATTN_GRAPH serves recorded graphs only: its pointer is baked into them,
  * so nothing else may grow (and move) it. */
-enum { CUDA_SCRATCH_X, CUDA_SCRATCH_W, CUDA_SCRATCH_ATTN, CUDA_SCRATCH_ATTN_GRAPH };
+enum {
+    CUDA_SCRATCH_X,
+    CUDA_SCRATCH_W,
+    CUDA_SCRATCH_ATTN,
+    CUDA_SCRATCH_ATTN_GRAPH,
+    CUDA_SCRATCH_FFN,       /* unfused gate/up fallback, batches */
+    CUDA_SCRATCH_FFN_SMALL, /* the same for decode-sized batches: fixed size, graph-safe */
+    CUDA_SCRATCH_COUNT
+};
 
 static inline cuda_device *cuda_dev(be_device *d) { return (cuda_device *)d->impl; }
 
@@ -120,5 +130,13 @@ cleave_status cuda_op_matmul(be_device *d, const be_mat *w, const float *x, size
                              const float *bias, float *y);
 cleave_status cuda_op_attention(be_device *d, const be_attn *a);
 cleave_status cuda_upload_mat(be_device *d, const be_mat *host, be_mat *out, const char *what);
+cleave_status cuda_op_add_rms_norm(be_device *d, float *x, const float *r, const float *w, float *y,
+                                   size_t rows, size_t width, float eps);
+cleave_status cuda_op_rope_store(be_device *d, float *q, const float *k, const float *v, size_t n,
+                                 size_t n_head, size_t n_head_kv, size_t hd, const int32_t *pos,
+                                 const be_rope *p, void *k_cache, void *v_cache,
+                                 cleave_type kv_type, const int32_t *cells);
+cleave_status cuda_op_matmul_swiglu(be_device *d, const be_mat *gate, const be_mat *up,
+                                    const float *x, size_t n, float *y);
 
 #endif

@@ -157,7 +157,7 @@ static void cuda_destroy(be_device *dev) {
     cuda_device *d = cuda_dev(dev);
     cudaSetDevice(d->ordinal);
     if (d->stream) cudaStreamSynchronize(d->stream);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
         if (d->scratch[i]) cudaFree(d->scratch[i]);
     if (d->blas) cublasDestroy(d->blas);
     if (d->staging) cudaFreeHost(d->staging);
@@ -199,8 +199,8 @@ static const be_ops cuda_ops = {
     cuda_upload_mat,
     cuda_write,       cuda_read,        cuda_copy,        cuda_sync,           cuda_op_get_rows,
     cuda_op_rms_norm, cuda_op_matmul,   cuda_op_rope,     cuda_op_kv_store,    cuda_op_attention,
-    cuda_op_swiglu,   cuda_op_add,      cuda_graph_begin, cuda_graph_end,      cuda_graph_launch,
-    cuda_graph_free,
+    cuda_op_swiglu,   cuda_op_add,      cuda_op_add_rms_norm, cuda_op_rope_store,
+    cuda_op_matmul_swiglu, cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free,
 };
 
 extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out) {

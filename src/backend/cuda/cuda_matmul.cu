@@ -4,9 +4,8 @@
  * read once per step. Larger batches use cuBLAS with f32 accumulation: f16
  * and bf16 weights in place with the activations converted to the same
  * type, q8_0 weights dequantized to f16 chunk by chunk, f32 in SGEMM. */
-#include "cuda_common.cuh"
+#include "cuda_gemv.cuh"
 
-#define GEMV_MAX_N 8
 #define GEMV_WARPS 4
 
 /* 8 consecutive weights from a 16-byte load, as floats. */
@@ -270,6 +269,133 @@ static void gemv(cudaStream_t s, const be_mat *w, const float *x, size_t n, cons
     case 7: launch_gemv<T, 7>(s, w, x, bias, y); break;
     default: launch_gemv<T, 8>(s, w, x, bias, y); break;
     }
+}
+
+
+/* ---- gate and up in one pass, SwiGLU on the way out ---------------------- */
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+template <int T, int N>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv2_swiglu(const char *wg, const char *wu, size_t nb1, size_t ne0, size_t ne1,
+                   const float *x, float *y) {
+    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (row >= ne1) return;
+    int lane = threadIdx.x & 31;
+    const int esz = T == CLEAVE_TYPE_F32 ? 4 : 2;
+    const char *rg = wg + row * nb1, *ru = wu + row * nb1;
+    float acc[N][2];
+#pragma unroll
+    for (int t = 0; t < N; t++) acc[t][0] = acc[t][1] = 0.0f;
+#pragma unroll 2
+    for (size_t i = (size_t)lane * 8; i < ne0; i += 256) {
+        float g[8], u[8];
+        load8<T>(rg + i * esz, g);
+        load8<T>(ru + i * esz, u);
+#pragma unroll
+        for (int t = 0; t < N; t++) {
+            const float4 *xp = (const float4 *)(x + (size_t)t * ne0 + i);
+            float4 a = xp[0], b = xp[1];
+            acc[t][0] += g[0] * a.x + g[1] * a.y + g[2] * a.z + g[3] * a.w + g[4] * b.x +
+                         g[5] * b.y + g[6] * b.z + g[7] * b.w;
+            acc[t][1] += u[0] * a.x + u[1] * a.y + u[2] * a.z + u[3] * a.w + u[4] * b.x +
+                         u[5] * b.y + u[6] * b.z + u[7] * b.w;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        float gs = cuda_warp_sum(acc[t][0]), us = cuda_warp_sum(acc[t][1]);
+        if (lane == 0) y[(size_t)t * ne1 + row] = silu_mul(gs, us);
+    }
+}
+
+template <int N>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    k_gemv2_swiglu_q8s(const int8_t *qg, const __half *sg, const int8_t *qu, const __half *su,
+                       size_t ne0, size_t ne1, const float *x, float *y) {
+    size_t row = (size_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (row >= ne1) return;
+    int lane = threadIdx.x & 31;
+    size_t nb = ne0 / QK8_0;
+    const int8_t *q[2] = {qg + row * ne0, qu + row * ne0};
+    const __half *sc[2] = {sg + row * nb, su + row * nb};
+    float acc[N][2];
+#pragma unroll
+    for (int t = 0; t < N; t++) acc[t][0] = acc[t][1] = 0.0f;
+#pragma unroll 2
+    for (size_t i = (size_t)lane * 16; i < ne0; i += 512) {
+        int4 v[2];
+        float d[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            v[r] = *(const int4 *)(q[r] + i);
+            d[r] = __half2float(sc[r][i / QK8_0]);
+        }
+#pragma unroll
+        for (int t = 0; t < N; t++) {
+            const float4 *xp = (const float4 *)(x + (size_t)t * ne0 + i);
+            float4 xa[4] = {xp[0], xp[1], xp[2], xp[3]};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int *wv = (const int *)&v[r];
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    s += (float)(int8_t)(wv[k] & 0xff) * xa[k].x +
+                         (float)(int8_t)((wv[k] >> 8) & 0xff) * xa[k].y +
+                         (float)(int8_t)((wv[k] >> 16) & 0xff) * xa[k].z +
+                         (float)(int8_t)((wv[k] >> 24) & 0xff) * xa[k].w;
+                acc[t][r] += d[r] * s;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < N; t++) {
+        float gs = cuda_warp_sum(acc[t][0]), us = cuda_warp_sum(acc[t][1]);
+        if (lane == 0) y[(size_t)t * ne1 + row] = silu_mul(gs, us);
+    }
+}
+
+template <int N>
+static void launch_gemv2(cudaStream_t s, const be_mat *g, const be_mat *u, const float *x,
+                         float *y) {
+    unsigned blocks = (unsigned)((g->ne1 + GEMV_WARPS - 1) / GEMV_WARPS);
+    if (g->scales) {
+        k_gemv2_swiglu_q8s<N><<<blocks, GEMV_WARPS * 32, 0, s>>>(
+            (const int8_t *)g->data, (const __half *)g->scales, (const int8_t *)u->data,
+            (const __half *)u->scales, g->ne0, g->ne1, x, y);
+        return;
+    }
+    cuda_dispatch(g->type, [&]<int T>() {
+        if constexpr (T != CLEAVE_TYPE_Q8_0)
+            k_gemv2_swiglu<T, N><<<blocks, GEMV_WARPS * 32, 0, s>>>(
+                (const char *)g->data, (const char *)u->data, g->nb1, g->ne0, g->ne1, x, y);
+    });
+}
+
+bool cuda_gemv2_swiglu(cuda_device *d, const be_mat *g, const be_mat *u, const float *x, size_t n,
+                       float *y) {
+    if (n == 0 || n > GEMV_MAX_N || g->type != u->type || g->ne0 != u->ne0 || g->ne1 != u->ne1 ||
+        g->nb1 != u->nb1 || (uintptr_t)x % 16 || !g->scales != !u->scales)
+        return false;
+    if (g->scales) {
+        if (g->ne0 % 16) return false;
+    } else if (g->type == CLEAVE_TYPE_Q8_0 || g->ne0 % 8 || (uintptr_t)g->data % 16 ||
+               (uintptr_t)u->data % 16 || g->nb1 % 16) {
+        return false;
+    }
+    switch (n) {
+    case 1: launch_gemv2<1>(d->stream, g, u, x, y); break;
+    case 2: launch_gemv2<2>(d->stream, g, u, x, y); break;
+    case 3: launch_gemv2<3>(d->stream, g, u, x, y); break;
+    case 4: launch_gemv2<4>(d->stream, g, u, x, y); break;
+    case 5: launch_gemv2<5>(d->stream, g, u, x, y); break;
+    case 6: launch_gemv2<6>(d->stream, g, u, x, y); break;
+    case 7: launch_gemv2<7>(d->stream, g, u, x, y); break;
+    default: launch_gemv2<8>(d->stream, g, u, x, y); break;
+    }
+    return true;
 }
 
 /* ---- GEMM through cuBLAS ------------------------------------------------ */
