@@ -112,6 +112,7 @@ static void size_label(char *buf, size_t cap, double params) {
 
 typedef struct {
     const char *model, *size, *params, *backend;
+    double weight_bytes, n_params; /* for the achieved rates */
 } bench_cols;
 
 static int run_test(cleave_context *ctx, const bench_opts *o, const bench_cols *cols,
@@ -135,6 +136,13 @@ static int run_test(cleave_context *ctx, const bench_opts *o, const bench_cols *
     printf("| %s | %s | %s | %s | %lld | %s | %.2f ± %.2f |\n", cols->model, cols->size,
            cols->params, cols->backend, o->threads, test, mean, sqrt(var > 0 ? var : 0));
     fflush(stdout);
+    /* What the rate means against the hardware: decode streams every weight
+     * once per token; a prompt token costs about 2 FLOP per parameter. */
+    if (gen)
+        fprintf(stderr, "%s: %.1f GB/s of weights read\n", test, mean * cols->weight_bytes / 1e9);
+    else
+        fprintf(stderr, "%s: %.1f TFLOP/s in the matrix products\n", test,
+                mean * 2.0 * cols->n_params / 1e12);
     return 0;
 }
 
@@ -184,7 +192,8 @@ int cmd_bench(int argc, char **argv) {
 
     printf("| model | size | params | backend | threads | test | t/s |\n");
     printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: |\n");
-    bench_cols cols = {model_col, size_col, params_col, cleave_context_device(ctx)};
+    bench_cols cols = {model_col, size_col, params_col, cleave_context_device(ctx),
+                       (double)d.weight_bytes, (double)d.n_params};
     if (!strncmp(cols.backend, "cpu", 3)) cols.backend = "CPU";
     rc = 0;
     for (size_t k = 0; k < o.n_depth && !rc; k++) {
