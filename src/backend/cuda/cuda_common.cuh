@@ -116,6 +116,23 @@ __device__ __forceinline__ float cuda_warp_max(float v) {
     return v;
 }
 
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024),
+ * returned to every thread. Holds barriers: every thread must call it, and
+ * memory reads before it are done before any thread's writes after it. */
+__device__ __forceinline__ float cuda_block_sum(float v) {
+    __shared__ float part[32];
+    v = cuda_warp_sum(v);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float w = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        w = cuda_warp_sum(w);
+        if (threadIdx.x == 0) part[0] = w;
+    }
+    __syncthreads();
+    return part[0];
+}
+
 /* Ops, one file each (cuda_*.cu). */
 cleave_status cuda_op_get_rows(be_device *d, const be_mat *t, const int32_t *ids, size_t n, float *out);
 cleave_status cuda_op_rms_norm(be_device *d, const float *x, const float *w, float *y, size_t rows,

@@ -52,17 +52,9 @@ __global__ void k_rms_norm(const float *x, const float *w, float *y, size_t widt
     float *yr = y + (size_t)blockIdx.x * width;
     float ss = 0;
     for (size_t i = threadIdx.x; i < width; i += blockDim.x) ss += xr[i] * xr[i];
-    __shared__ float part[32];
-    ss = cuda_warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = cuda_warp_sum(v);
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    float inv = rsqrtf(part[0] / (float)width + eps);
+    /* the block sum's barriers order every read of x before any write of
+     * y, so the norm can run in place */
+    float inv = rsqrtf(cuda_block_sum(ss) / (float)width + eps);
     for (size_t i = threadIdx.x; i < width; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
 }
 

@@ -18,17 +18,9 @@ __global__ void k_add_rms_norm(float *x, const float *r, const float *w, float *
         xr[i] = v;
         ss += v * v;
     }
-    __shared__ float part[32];
-    ss = cuda_warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-    __syncthreads(); /* also orders every read of r before any write of y (y may be r) */
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = cuda_warp_sum(v);
-        if (threadIdx.x == 0) part[0] = v;
-    }
-    __syncthreads();
-    float inv = rsqrtf(part[0] / (float)width + eps);
+    /* the block sum's barriers also order every read of r (fused op)
+     * before any write of y, so y may be r */
+    float inv = rsqrtf(cuda_block_sum(ss) / (float)width + eps);
     for (size_t i = threadIdx.x; i < width; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
 }
 
