@@ -115,6 +115,10 @@ uint32_t cleave_context_n_ctx(const cleave_context *ctx);
 /* The device the context runs on, e.g. "cpu" or "cuda:0 (NVIDIA H200)". */
 const char *cleave_context_device(const cleave_context *ctx);
 
+/* Progress of long work on this context from now on: cleave_decode calls
+ * it after each batch of a multi-batch prompt (fraction done). NULL: off. */
+void cleave_context_set_progress(cleave_context *ctx, cleave_progress_fn fn, void *user);
+
 /* Runs n tokens of sequence seq at positions pos0, pos0+1, ... through the
  * model in batches of at most n_batch. Logits of the last token are kept
  * (all tokens' logits when all_logits is true). A prompt that would overflow

@@ -286,6 +286,12 @@ void cleave_context_free(cleave_context *c) {
 
 uint32_t cleave_context_n_ctx(const cleave_context *c) { return c->plan.n_ctx; }
 
+void cleave_context_set_progress(cleave_context *c, cleave_progress_fn fn, void *user) {
+    if (!c) return;
+    c->progress = fn;
+    c->progress_user = user;
+}
+
 const char *cleave_context_device(const cleave_context *c) {
     return c->dev->ops->name(c->dev);
 }
@@ -486,6 +492,8 @@ cleave_status cleave_decode(cleave_context *c, const int32_t *tokens, size_t n, 
         float *dst = all_logits ? c->logits + at * n_vocab : c->logits;
         st = engine_forward(c, tokens + at, pos, seqs, cells, m, first_out, dst);
         if (st) kv_release_cells(&c->kv, cells, m);
+        if (!st && c->progress && n > nb && !c->progress((float)(at + m) / (float)n, c->progress_user))
+            st = err_set(CLEAVE_ERR_INVALID_ARG, "decode cancelled after %zu of %zu tokens", at + m, n);
     }
     free(pos);
     free(seqs);

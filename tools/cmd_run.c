@@ -125,11 +125,13 @@ static void emit(cleave_model *m, int32_t prev, int32_t tok) {
 }
 
 static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, const run_opts *o,
-                    const int32_t *prompt, size_t n_prompt) {
+                    const char *text, size_t text_len, const int32_t *prompt, size_t n_prompt) {
     double t0 = cli_now();
     cleave_status st = cleave_decode(ctx, prompt, n_prompt, 0, 0, false);
     if (st) return cli_fail("prompt processing", st);
     double t_prompt = cli_now() - t0;
+    fwrite(text, 1, text_len, stdout);
+    fflush(stdout);
     for (size_t i = 0; i < n_prompt; i++) cleave_sampler_accept(smp, prompt[i]);
 
     uint32_t n_ctx = cleave_context_n_ctx(ctx);
@@ -221,9 +223,10 @@ int cmd_run(int argc, char **argv) {
         rc = cli_fail("sampler", st);
         goto out;
     }
-    fwrite(ptext, 1, plen, stdout);
-    fflush(stdout);
-    rc = generate(m, ctx, smp, &o, toks, n);
+    /* a prompt of several batches shows its progress on stderr, so the
+     * prompt text is echoed once it has been processed */
+    cleave_context_set_progress(ctx, cli_progress, (void *)"prompt");
+    rc = generate(m, ctx, smp, &o, ptext, plen, toks, n);
 out:
     free(toks);
     free(file_text);
