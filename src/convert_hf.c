@@ -38,6 +38,7 @@ cleave_status cleave_convert_hf(const char *dir, cleave_type out_type, const cha
 
 #include "gguf.h"
 #include "mem.h"
+#include "model.h"
 #include "quant.h"
 #include "safetensors.h"
 #include "vocab_synth.h"
@@ -448,38 +449,22 @@ static cleave_status hf_set_metadata(hf_conv *cv) {
     const hf_config *c = &cv->cfg;
     gguf_writer *w = cv->w;
     const char *a = c->arch->gguf_arch;
-    char key[96], name[160];
+    char name[160];
     /* the directory's own name, as llama.cpp's converter does */
     size_t len = strlen(cv->dir);
     while (len > 1 && cv->dir[len - 1] == '/') len--;
     size_t start = len;
     while (start > 0 && cv->dir[start - 1] != '/') start--;
     snprintf(name, sizeof name, "%.*s", (int)(len - start), cv->dir + start);
-    cleave_status st = CLEAVE_OK;
-#define HF_SETU(suffix, v) \
-    if (!st) { snprintf(key, sizeof key, "%s." suffix, a); st = gguf_set_u32(w, key, v); }
-#define HF_SETF(suffix, v) \
-    if (!st) { snprintf(key, sizeof key, "%s." suffix, a); st = gguf_set_f32(w, key, v); }
-    if (!st) st = gguf_set_str(w, "general.architecture", a);
-    if (!st) st = gguf_set_str(w, "general.name", name);
-    HF_SETU("context_length", c->n_ctx);
-    HF_SETU("embedding_length", c->n_embd);
-    HF_SETU("block_count", c->n_layer);
-    HF_SETU("feed_forward_length", c->n_ff);
-    HF_SETU("attention.head_count", c->n_head);
-    HF_SETU("attention.head_count_kv", c->n_head_kv);
-    HF_SETU("attention.key_length", c->head_dim);
-    HF_SETU("attention.value_length", c->head_dim);
-    HF_SETU("rope.dimension_count", c->head_dim);
-    HF_SETU("vocab_size", c->n_vocab);
-    HF_SETF("attention.layer_norm_rms_epsilon", c->norm_eps);
-    HF_SETF("rope.freq_base", c->rope_theta);
-#undef HF_SETU
-#undef HF_SETF
-    /* general.file_type as llama.cpp numbers it, after the embedding's type */
-    cleave_type t = cv->jobs[0].out_type;
-    uint32_t ft = t == CLEAVE_TYPE_F32 ? 0 : t == CLEAVE_TYPE_F16 ? 1 : 32;
-    if (!st) st = gguf_set_u32(w, "general.file_type", ft);
+    model_hparams hp = {
+        .n_vocab = c->n_vocab, .n_embd = c->n_embd, .n_layer = c->n_layer, .n_head = c->n_head,
+        .n_head_kv = c->n_head_kv, .head_dim = c->head_dim, .n_ff = c->n_ff,
+        .n_ctx_train = c->n_ctx, .n_rot = c->head_dim, .norm_eps = c->norm_eps,
+        .rope_freq_base = c->rope_theta,
+    };
+    snprintf(hp.arch_name, sizeof hp.arch_name, "%s", a);
+    /* general.file_type follows the embedding's type */
+    cleave_status st = model_write_hparams(w, &hp, name, cv->jobs[0].out_type);
     if (!st) st = vocab_synth_write(w, c->n_vocab);
     return st;
 }

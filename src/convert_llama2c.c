@@ -16,6 +16,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "mem.h"
+#include "model.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -235,18 +236,14 @@ cleave_status cleave_convert_llama2c(const char *model_bin, const char *tokenize
     if ((st = read_vocab(tokenizer_bin, n_vocab, &voc))) goto out;
     if ((st = gguf_writer_new(&w))) goto out;
     uint32_t hs = (uint32_t)(c.dim / c.n_heads);
-    if ((st = gguf_set_str(w, "general.architecture", "llama")) ||
-        (st = gguf_set_str(w, "general.name", "llama2.c import")) ||
-        (st = gguf_set_u32(w, "llama.context_length", (uint32_t)c.seq_len)) ||
-        (st = gguf_set_u32(w, "llama.embedding_length", (uint32_t)c.dim)) ||
-        (st = gguf_set_u32(w, "llama.block_count", (uint32_t)c.n_layers)) ||
-        (st = gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)c.hidden_dim)) ||
-        (st = gguf_set_u32(w, "llama.attention.head_count", (uint32_t)c.n_heads)) ||
-        (st = gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)c.n_kv_heads)) ||
-        (st = gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f)) ||
-        (st = gguf_set_f32(w, "llama.rope.freq_base", 10000.0f)) ||
-        (st = gguf_set_u32(w, "llama.rope.dimension_count", hs)) ||
-        (st = gguf_set_u32(w, "general.file_type", 0)) ||
+    model_hparams hp = {
+        .arch_name = "llama", .n_vocab = (uint32_t)n_vocab, .n_embd = (uint32_t)c.dim,
+        .n_layer = (uint32_t)c.n_layers, .n_head = (uint32_t)c.n_heads,
+        .n_head_kv = (uint32_t)c.n_kv_heads, .head_dim = hs, .n_ff = (uint32_t)c.hidden_dim,
+        .n_ctx_train = (uint32_t)c.seq_len, .n_rot = hs, .norm_eps = 1e-5f,
+        .rope_freq_base = 10000.0f,
+    };
+    if ((st = model_write_hparams(w, &hp, "llama2.c import", CLEAVE_TYPE_F32)) ||
         (st = gguf_set_str(w, "tokenizer.ggml.model", "llama")) ||
         (st = gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)voc.tokens,
                                n_vocab)) ||

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "mem.h"
+#include "model.h"
 #include "quant.h"
 #include "vocab_synth.h"
 
@@ -81,38 +82,16 @@ static cleave_status add_vector(gguf_writer *w, const char *name, const float *d
 }
 
 static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, cleave_type type) {
-    char key[96];
-    const char *a = p->arch;
-    cleave_status st = CLEAVE_OK;
-#define SETU(suffix, v) \
-    if (!st) { snprintf(key, sizeof key, "%s." suffix, a); st = gguf_set_u32(w, key, v); }
-#define SETF(suffix, v) \
-    if (!st) { snprintf(key, sizeof key, "%s." suffix, a); st = gguf_set_f32(w, key, v); }
-    if (!st) st = gguf_set_str(w, "general.architecture", a);
-    if (!st) {
-        char name[64];
-        snprintf(name, sizeof name, "cleave random %s %s", p->name, cleave_type_name(type));
-        st = gguf_set_str(w, "general.name", name);
-    }
-    SETU("context_length", p->n_ctx);
-    SETU("embedding_length", p->n_embd);
-    SETU("block_count", p->n_layer);
-    SETU("feed_forward_length", p->n_ff);
-    SETU("attention.head_count", p->n_head);
-    SETU("attention.head_count_kv", p->n_head_kv);
-    SETU("attention.key_length", p->head_dim);
-    SETU("attention.value_length", p->head_dim);
-    SETU("rope.dimension_count", p->head_dim);
-    SETU("vocab_size", p->n_vocab);
-    SETF("attention.layer_norm_rms_epsilon", 1e-5f);
-    SETF("rope.freq_base", p->rope_base);
-#undef SETU
-#undef SETF
-    /* general.file_type as llama.cpp numbers it: 0 all f32, 1 f16, 7 q8_0, 32 bf16 */
-    uint32_t ft = type == CLEAVE_TYPE_F32 ? 0 : type == CLEAVE_TYPE_F16 ? 1
-                : type == CLEAVE_TYPE_Q8_0 ? 7 : 32;
-    if (!st) st = gguf_set_u32(w, "general.file_type", ft);
-    return st;
+    model_hparams hp = {
+        .n_vocab = p->n_vocab, .n_embd = p->n_embd, .n_layer = p->n_layer, .n_head = p->n_head,
+        .n_head_kv = p->n_head_kv, .head_dim = p->head_dim, .n_ff = p->n_ff,
+        .n_ctx_train = p->n_ctx, .n_rot = p->head_dim, .norm_eps = 1e-5f,
+        .rope_freq_base = p->rope_base,
+    };
+    snprintf(hp.arch_name, sizeof hp.arch_name, "%s", p->arch);
+    char name[64];
+    snprintf(name, sizeof name, "cleave random %s %s", p->name, cleave_type_name(type));
+    return model_write_hparams(w, &hp, name, type);
 }
 
 static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_preset *p) {

@@ -234,6 +234,42 @@ void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, voi
     }
 }
 
+cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const char *name,
+                                  cleave_type main_type) {
+    struct {
+        const char *suffix;
+        uint32_t v;
+    } u32[] = {
+        {"context_length", hp->n_ctx_train},  {"embedding_length", hp->n_embd},
+        {"block_count", hp->n_layer},         {"feed_forward_length", hp->n_ff},
+        {"attention.head_count", hp->n_head}, {"attention.head_count_kv", hp->n_head_kv},
+        {"attention.key_length", hp->head_dim}, {"attention.value_length", hp->head_dim},
+        {"rope.dimension_count", hp->n_rot},  {"vocab_size", hp->n_vocab},
+    };
+    char key[128];
+    cleave_status st = gguf_set_str(w, "general.architecture", hp->arch_name);
+    if (!st) st = gguf_set_str(w, "general.name", name);
+    for (size_t i = 0; !st && i < sizeof u32 / sizeof u32[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", hp->arch_name, u32[i].suffix);
+        st = gguf_set_u32(w, key, u32[i].v);
+    }
+    if (!st) {
+        snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", hp->arch_name);
+        st = gguf_set_f32(w, key, hp->norm_eps);
+    }
+    if (!st) {
+        snprintf(key, sizeof key, "%s.rope.freq_base", hp->arch_name);
+        st = gguf_set_f32(w, key, hp->rope_freq_base);
+    }
+    /* llama.cpp's numbering: 0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16 */
+    uint32_t ft = main_type == CLEAVE_TYPE_F32    ? 0
+                  : main_type == CLEAVE_TYPE_F16  ? 1
+                  : main_type == CLEAVE_TYPE_Q8_0 ? 7
+                                                  : 32;
+    if (!st) st = gguf_set_u32(w, "general.file_type", ft);
+    return st;
+}
+
 size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type kv_type) {
     size_t row = quant_row_bytes(kv_type, (size_t)hp->n_head_kv * hp->head_dim);
     return 2 * row * hp->n_layer;

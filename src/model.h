@@ -68,6 +68,13 @@ void model_free(struct cleave_model *m);
 typedef void (*model_tensor_fn)(const gguf_tensor *t, void *user);
 void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, void *user);
 
+/* Writes the hyperparameter keys model_load reads (`<arch>.*`,
+ * general.architecture, general.name, general.file_type as llama.cpp
+ * numbers it for the weights' main type): the one place importers and
+ * generators name them. */
+cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const char *name,
+                                  cleave_type main_type);
+
 /* Bytes of K+V per cached token for all layers. */
 size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type kv_type);
 
