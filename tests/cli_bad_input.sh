@@ -40,6 +40,9 @@ expect_error "unknown flag" "$cli" run -m "$tmp/good.gguf" --frobnicate
 expect_error "unknown command" "$cli" frobnicate
 expect_error "bad llama2c checkpoint" "$cli" convert --from llama2c "$tmp/good.gguf" "$tmp/good.gguf" -o "$tmp/x.gguf"
 expect_error "unknown preset" "$cli" gen --preset 3b -o "$tmp/x.gguf"
+expect_error "unknown device" "$cli" run -m "$tmp/good.gguf" -p hi -n 4 --device tpu:0
+expect_error "malformed device" "$cli" run -m "$tmp/good.gguf" -p hi -n 4 --device cuda:zero
+expect_error "missing CUDA device" "$cli" run -m "$tmp/good.gguf" -p hi -n 4 --device cuda:7
 
 [ $fail -eq 0 ] && echo "cli_bad_input: all checks passed"
 exit $fail

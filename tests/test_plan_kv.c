@@ -60,13 +60,19 @@ static void test_kv(void) {
     CHECK_OK(kv_init(&kv, dev, 8, 2, 64, CLEAVE_TYPE_F16));
     CHECK(kv.row_bytes == 128);
     int32_t cells[8];
+    CHECK(kv.dirty_hi <= kv.dirty_lo); /* a clear cache has nothing to upload */
     CHECK_OK(kv_alloc_cells(&kv, 5, 0, 0, cells));
     CHECK(cells[0] == 0 && cells[4] == 4 && kv.hi == 5 && kv.n_used == 5);
+    /* only the new cells' table entries go to the device, once */
+    CHECK(kv.dirty_lo == 0 && kv.dirty_hi == 5);
+    CHECK_OK(kv_sync_cells(&kv));
+    CHECK(kv.dirty_hi <= kv.dirty_lo);
     CHECK(kv_seq_next_pos(&kv, 0) == 5);
     CHECK(kv_alloc_cells(&kv, 4, 1, 0, cells) == CLEAVE_ERR_CONTEXT_FULL);
     CHECK(kv.n_used == 5); /* unchanged by the refusal */
     CHECK_OK(kv_alloc_cells(&kv, 3, 1, 0, cells));
     CHECK(kv_seq_next_pos(&kv, 1) == 3 && kv.hi == 8);
+    CHECK(kv.dirty_lo == 5 && kv.dirty_hi == 8);
     kv_release_cells(&kv, cells, 3);
     CHECK(kv.hi == 5 && kv.n_used == 5 && kv_seq_next_pos(&kv, 1) == 0);
     CHECK_OK(kv_sync_cells(&kv));
