@@ -356,9 +356,16 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
     engine_scratch *s = &c->s;
     size_t hd = hp->head_dim;
 
-    TRY(o->matmul(d, &E->wq, s->h, n, E->bq, s->q));
-    TRY(o->matmul(d, &E->wk, s->h, n, E->bk, s->k));
-    TRY(o->matmul(d, &E->wv, s->h, n, E->bv, s->v));
+    if (o->matmul_multi) {
+        const be_mat *w[3] = {&E->wq, &E->wk, &E->wv};
+        const float *b[3] = {E->bq, E->bk, E->bv};
+        float *y[3] = {s->q, s->k, s->v};
+        TRY(o->matmul_multi(d, w, b, y, 3, s->h, n));
+    } else {
+        TRY(o->matmul(d, &E->wq, s->h, n, E->bq, s->q));
+        TRY(o->matmul(d, &E->wk, s->h, n, E->bk, s->k));
+        TRY(o->matmul(d, &E->wv, s->h, n, E->bv, s->v));
+    }
     if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * hp->n_head, hd, hp->norm_eps));
     if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * hp->n_head_kv, hd, hp->norm_eps));
     TRY(rope_and_store(c, l, n));
@@ -373,8 +380,12 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
     TRY(o->matmul(d, &E->wo, s->att, n, NULL, s->h));
     TRY(add_norm(c, s->x, s->h, E->ffn_norm, s->h, n));
 
-    TRY(ffn_in(c, E, n));
-    TRY(o->matmul(d, &E->w_down, s->gate, n, NULL, s->h));
+    if (o->ffn) {
+        TRY(o->ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, s->h));
+    } else {
+        TRY(ffn_in(c, E, n));
+        TRY(o->matmul(d, &E->w_down, s->gate, n, NULL, s->h));
+    }
     const float *next_norm = l + 1 < hp->n_layer ? c->layers[l + 1].attn_norm : c->output_norm;
     return add_norm(c, s->x, s->h, next_norm, s->h, n);
 }

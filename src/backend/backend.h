@@ -136,6 +136,15 @@ typedef struct be_ops {
     cleave_status (*graph_end)(be_device *d, void **graph);
     cleave_status (*graph_launch)(be_device *d, void *graph);
     void (*graph_free)(be_device *d, void *graph);
+    /* Optional: y[i] = x . w[i]^T (+ bias[i]) for count matrices that share
+     * the input (the q, k, v projections), in as few launches as the device
+     * can; bias may be NULL, as may any bias[i]. */
+    cleave_status (*matmul_multi)(be_device *d, const be_mat *const *w, const float *const *bias,
+                                  float *const *y, size_t count, const float *x, size_t n);
+    /* Optional: the whole FFN, y = (silu(x . gate^T) * (x . up^T)) . down^T,
+     * with tmp ([n][gate.ne1] floats) for the intermediate; y may be x. */
+    cleave_status (*ffn)(be_device *d, const be_mat *gate, const be_mat *up, const be_mat *down,
+                         const float *x, size_t n, float *tmp, float *y);
 } be_ops;
 
 struct be_device {

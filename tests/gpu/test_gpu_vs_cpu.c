@@ -108,6 +108,7 @@ int main(void) {
     /* f16 cache, head size 32: the prompt takes the tensor-core attention
      * (f16 queries and probabilities) */
     if (q3) compare("tiny qwen3 f32 (mma)", q3, CLEAVE_TYPE_F16, 1e-2);
+    if (q3) compare("tiny qwen3 f32 (mma, bf16 cache)", q3, CLEAVE_TYPE_BF16, 2e-2);
     const char *archs[] = {"llama", "qwen2", "qwen3"};
     const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
                                  CLEAVE_TYPE_Q8_0};

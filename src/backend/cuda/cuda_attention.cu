@@ -25,6 +25,8 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
     size_t pair = blockIdx.x, split = blockIdx.y;
     size_t t = pair / a.n_head, h = pair % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    cuda_pdl_wait();
+    cuda_pdl_trigger(); /* the o projection's GEMV may start loading weights */
     float qv[ATT_J], acc[ATT_J];
 #pragma unroll
     for (int j = 0; j < ATT_J; j++) {
@@ -96,6 +98,8 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
 template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) {
     size_t t = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, split = blockIdx.y;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    cuda_pdl_wait();
+    cuda_pdl_trigger(); /* the o projection's GEMV may start loading weights */
     const size_t hd = 32 * E, d0 = (size_t)lane * E;
     float qv[GQA_MAX_G][E], acc[GQA_MAX_G][E], m[GQA_MAX_G], l[GQA_MAX_G];
 #pragma unroll
@@ -175,6 +179,8 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
 __global__ void k_attn_merge(const float *part, size_t n_split, size_t hd, size_t n_head,
                              size_t qw, float *out) {
     size_t pair = blockIdx.x, t = pair / n_head, h = pair % n_head;
+    cuda_pdl_wait();
+    cuda_pdl_trigger(); /* the o projection's GEMV may start loading weights */
     const float *p = part + pair * n_split * (hd + 2);
     float M = -INFINITY;
     for (size_t s = 0; s < n_split; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
@@ -350,8 +356,8 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
                   x->out, NULL};
     /* Prefill-sized batches: query tiles share each K/V tile; on tensor
-     * cores when the cache is f16. */
-    if (cuda_attn_mma_eligible(x)) return cuda_attn_mma(d, a, x->n_tokens);
+     * cores when the cache is f16 or bf16. */
+    if (cuda_attn_mma_eligible(x)) return cuda_attn_mma(d, a, x->n_tokens, x->kv_type);
     size_t group = x->n_head / x->n_head_kv;
     if (x->n_tokens >= 16 && !x->n_kv_live && x->head_dim <= TILE_MAX_HD &&
         x->head_dim % 4 == 0 && group <= TILE_Q && TILE_Q % group == 0) {
@@ -376,24 +382,24 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
         a.part = (float *)part;
     }
     dim3 grid(gqa ? (unsigned)(x->n_tokens * x->n_head_kv) : (unsigned)pairs, (unsigned)a.n_split);
+    cudaError_t e = cudaSuccess;
+    unsigned threads = ATT_WARPS * 32;
     bool ok = cuda_dispatch(x->kv_type, [&]<int T>() {
         if (!gqa)
-            k_attn<T><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a);
+            e = cuda_launch(d, k_attn<T>, grid, dim3(threads), 0, a);
         else if (hd == 32)
-            k_attn_gqa<T, 1><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<T, 1>, grid, dim3(threads), 0, a, (int)group);
         else if (hd == 64)
-            k_attn_gqa<T, 2><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<T, 2>, grid, dim3(threads), 0, a, (int)group);
         else if (hd == 128)
-            k_attn_gqa<T, 4><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<T, 4>, grid, dim3(threads), 0, a, (int)group);
         else
-            k_attn_gqa<T, 8><<<grid, ATT_WARPS * 32, 0, d->stream>>>(a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<T, 8>, grid, dim3(threads), 0, a, (int)group);
     });
     if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
-    CUDA_LAUNCHED();
-    if (a.n_split > 1) {
-        k_attn_merge<<<(unsigned)pairs, 128, 0, d->stream>>>(a.part, a.n_split, x->head_dim,
-                                                             x->n_head, a.qw, x->out);
-        CUDA_LAUNCHED();
-    }
+    if (e != cudaSuccess) return cuda_fail(e, "attention kernel", __FILE__, __LINE__);
+    if (a.n_split > 1)
+        CUDA_LAUNCH(d, k_attn_merge, (unsigned)pairs, 128, 0, (const float *)a.part, a.n_split,
+                    x->head_dim, x->n_head, a.qw, x->out);
     return CLEAVE_OK;
 }

@@ -23,9 +23,9 @@ struct att_args {
 };
 
 
-/* Tensor-core prefill for f16 caches with head sizes 16..128 (multiple of
- * 16); eligible() says whether this batch can take it. */
+/* Tensor-core prefill (cuda_attention_mma.cu) for f16 and bf16 caches with
+ * head sizes 16, 32, 64 or 128; eligible() says whether a batch can take it. */
 bool cuda_attn_mma_eligible(const be_attn *x);
-cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens);
+cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, cleave_type kv);
 
 #endif

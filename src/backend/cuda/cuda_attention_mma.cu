@@ -1,187 +1,318 @@
-/* Prefill attention on tensor cores (WMMA, f16 operands, f32 accumulate)
- * for an f16 KV cache and head sizes that are multiples of 16 up to 128.
- * A block takes 64 consecutive tokens of one query head, one warp per 16
- * of them; per tile of 64 cells: S = Q K^T on tensor cores, the online
- * softmax on S in shared memory (mask, running max and sum, rescale of the
- * output rows), then O += P V on tensor cores. Tiles wholly after every
- * query position of the block (the causal upper triangle) are skipped. */
-#include <mma.h>
+/* Prefill attention on tensor cores, flash-attention-2 style, for f16 and
+ * bf16 caches with head sizes 16, 32, 64 or 128.
+ *
+ * A block owns 64 query rows that share one kv head: G query heads (the
+ * GQA group) times 64 / G consecutive tokens, so every K/V tile brought into
+ * shared memory serves the whole group. Four warps, 16 rows each. Per tile
+ * of 64 cells: S = Q K^T with mma.sync (m16n8k16, f32 accumulate), the
+ * mask and online softmax on S while it is still in registers (the score
+ * fragment of one mma is, pairwise, the operand fragment of the next), then
+ * O += P V. K/V tiles are double-buffered with cp.async, so the next tile
+ * loads while this one is computed. Blocks first scan the cell table for
+ * the range of cells any of their rows can see (the causal bound), and the
+ * blocks with the most work start first. */
+#include <stdint.h>
 
 #include "cuda_attention.cuh"
 
-using namespace nvcuda;
+#define FA_ROWS 64 /* query rows per block (tokens x group heads) */
+#define FA_CELLS 64
+#define FA_THREADS 128
 
-#define FA_Q 64   /* query rows per block */
-#define FA_K 64   /* cells per tile */
-#define FA_WARPS 4
-#define FA_MAX_HD 128
-
-struct fa_smem {
-    size_t q_ld, kv_ld, s_ld, p_ld, o_ld;
-    size_t q_off, k_off, v_off, s_off, p_off, o_off, total;
+template <int KT> struct fa_elem;
+template <> struct fa_elem<CLEAVE_TYPE_F16> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __half2 h = __floats2half2_rn(a, b);
+        return *(uint32_t *)&h;
+    }
+};
+template <> struct fa_elem<CLEAVE_TYPE_BF16> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *(uint32_t *)&h;
+    }
 };
 
-static __host__ __device__ fa_smem fa_layout(size_t hd) {
-    fa_smem L;
-    L.q_ld = hd + 8, L.kv_ld = hd + 8, L.s_ld = FA_K + 4, L.p_ld = FA_K + 8, L.o_ld = hd + 4;
-    size_t at = 0;
-    L.q_off = at, at += FA_Q * L.q_ld * 2;
-    L.k_off = at, at += FA_K * L.kv_ld * 2;
-    L.v_off = at, at += FA_K * L.kv_ld * 2;
-    L.s_off = at, at += FA_WARPS * 16 * L.s_ld * 4;
-    L.p_off = at, at += FA_WARPS * 16 * L.p_ld * 2;
-    L.o_off = at, at += FA_WARPS * 16 * L.o_ld * 4;
-    L.total = at;
-    return L;
+template <int KT>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if constexpr (KT == CLEAVE_TYPE_F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__global__ void __launch_bounds__(FA_WARPS * 32) k_attn_mma(att_args a, size_t n_tokens) {
-    extern __shared__ __align__(128) unsigned char fa_raw[];
-    const size_t hd = a.hd;
-    const fa_smem L = fa_layout(hd);
-    __half *qs = (__half *)(fa_raw + L.q_off), *ks = (__half *)(fa_raw + L.k_off),
-           *vs = (__half *)(fa_raw + L.v_off);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float *S = (float *)(fa_raw + L.s_off) + warp * 16 * L.s_ld;
-    __half *P = (__half *)(fa_raw + L.p_off) + warp * 16 * L.p_ld;
-    float *O = (float *)(fa_raw + L.o_off) + warp * 16 * L.o_ld;
-    __shared__ int32_t cpos[FA_K], cseq[FA_K], max_pos;
-    __shared__ float row_m[FA_Q], row_l[FA_Q];
+/* 2^x on the special-function unit (arguments here are <= 0; results
+ * below 2^-126 flush to zero, which the sums cannot notice) */
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 
-    size_t h = blockIdx.y, kvh = h / (a.n_head / a.n_head_kv), t0 = blockIdx.x * FA_Q;
-    if (threadIdx.x == 0) max_pos = -1;
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+/* 16 bytes global -> shared; src_bytes 0 fills zeros (cells past the end) */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n"); }
+
+template <int HD> struct fa_layout {
+    static constexpr int LD = HD + 8; /* 16-byte pad: ldmatrix rows land in distinct banks */
+    static constexpr size_t q = 0, k = q + FA_ROWS * LD * 2, v = k + 2 * FA_CELLS * LD * 2,
+                            pos = v + 2 * FA_CELLS * LD * 2, seq = pos + 2 * FA_CELLS * 4,
+                            total = seq + 2 * FA_CELLS * 4;
+};
+
+template <int KT, int HD>
+__global__ void __launch_bounds__(FA_THREADS, 2)
+    k_attn_fa2(att_args a, size_t n_tokens, int group, int tok_per_block) {
+    using L = fa_layout<HD>;
+    constexpr int LD = L::LD, NT = HD / 8 /* n8 tiles of the output */, KS = HD / 16;
+    extern __shared__ __align__(16) unsigned char fa_raw[];
+    uint16_t *qs = (uint16_t *)(fa_raw + L::q), *ks = (uint16_t *)(fa_raw + L::k),
+             *vs = (uint16_t *)(fa_raw + L::v);
+    int32_t *cps = (int32_t *)(fa_raw + L::pos), *css = (int32_t *)(fa_raw + L::seq);
+    __shared__ int32_t s_maxpos, s_lo, s_hi;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
+    /* causal work grows with the token index: the heaviest blocks go first */
+    const size_t tb = gridDim.x - 1 - blockIdx.x, kvh = blockIdx.y, t0 = tb * tok_per_block;
+    const int rows_used = tok_per_block * group;
+    const size_t base = kvh * HD;
+    /* log2(e) folded into the scale: exp2 below instead of exp */
+    const float qscale = a.scale * 1.4426950408889634f;
+
+    if (tid == 0) s_maxpos = -1, s_lo = INT32_MAX, s_hi = 0;
+    for (int i = tid; i < FA_ROWS * HD / 2; i += FA_THREADS) {
+        int r = i / (HD / 2), d2 = (i % (HD / 2)) * 2;
+        size_t t = t0 + r / group, h = kvh * group + r % group;
+        float2 v = make_float2(0.0f, 0.0f);
+        if (r < rows_used && t < n_tokens) v = *(const float2 *)(a.q + t * a.qw + h * HD + d2);
+        *(uint32_t *)(qs + r * LD + d2) = fa_elem<KT>::pack(v.x * qscale, v.y * qscale);
+    }
+    int32_t rpos[2], rseq[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        int r = warp * 16 + g + 8 * j;
+        size_t t = t0 + r / group;
+        bool valid = r < rows_used && t < n_tokens;
+        rpos[j] = valid ? a.tok_pos[t] : -1;
+        rseq[j] = valid ? a.tok_seq[t] : INT32_MIN;
+    }
     __syncthreads();
-    for (size_t i = threadIdx.x; i < FA_Q * hd; i += blockDim.x) {
-        size_t r = i / hd, dim = i % hd, t = t0 + r;
-        float v = t < n_tokens ? a.q[t * a.qw + h * hd + dim] * a.scale : 0.0f;
-        qs[r * L.q_ld + dim] = __float2half_rn(v);
+    if (tid < tok_per_block && t0 + tid < n_tokens) atomicMax(&s_maxpos, a.tok_pos[t0 + tid]);
+    __syncthreads();
+    /* the cells any row of the block can see lie in [lo, hi) */
+    {
+        int32_t maxpos = s_maxpos, lo = INT32_MAX, hi = 0;
+        for (size_t c = tid; c < a.n_kv; c += FA_THREADS) {
+            int32_t cp = a.cell_pos[c];
+            if (cp >= 0 && cp <= maxpos) {
+                lo = min(lo, (int32_t)c);
+                hi = (int32_t)c + 1;
+            }
+        }
+        if (hi) atomicMin(&s_lo, lo), atomicMax(&s_hi, hi);
     }
-    for (size_t r = threadIdx.x; r < FA_Q; r += blockDim.x) {
-        if (t0 + r < n_tokens) atomicMax(&max_pos, a.tok_pos[t0 + r]);
-        row_m[r] = -INFINITY;
-        row_l[r] = 0.0f;
-    }
-    for (size_t i = lane; i < 16 * hd; i += 32) O[(i / hd) * L.o_ld + i % hd] = 0.0f;
-    /* each lane tracks the rows it updates: lane/2 within the warp's 16 */
-    const int my_row = lane >> 1, half = lane & 1;
-    const size_t my_t = t0 + warp * 16 + my_row;
-    const int32_t my_pos = my_t < n_tokens ? a.tok_pos[my_t] : -1;
-    const int32_t my_seq = my_t < n_tokens ? a.tok_seq[my_t] : -2;
-    const size_t base = kvh * hd;
+    __syncthreads();
+    const size_t c_begin = s_hi ? (size_t)(s_lo / FA_CELLS) * FA_CELLS : 0, c_end = (size_t)s_hi;
+    /* the warp's rows: one sequence? and the lowest position among them */
+    int32_t wmin_pos = min(rpos[0], rpos[1]);
+    for (int o = 16; o > 0; o >>= 1) wmin_pos = min(wmin_pos, __shfl_xor_sync(0xffffffffu, wmin_pos, o));
+    const int32_t wseq = __shfl_sync(0xffffffffu, rseq[0], 0);
+    const bool seq_one = __all_sync(0xffffffffu, rseq[0] == wseq && rseq[1] == wseq);
 
-    for (size_t c0 = 0; c0 < a.n_kv; c0 += FA_K) {
-        __syncthreads();
-        if (threadIdx.x < FA_K) {
-            size_t c = c0 + threadIdx.x;
-            cpos[threadIdx.x] = c < a.n_kv ? a.cell_pos[c] : -1;
-            cseq[threadIdx.x] = c < a.n_kv ? a.cell_seq[c] : -1;
+    auto load_tile = [&](int stage, size_t c0) {
+        uint16_t *kd = ks + stage * FA_CELLS * LD, *vd = vs + stage * FA_CELLS * LD;
+        for (int i = tid; i < FA_CELLS * HD / 8; i += FA_THREADS) {
+            int k = i / (HD / 8), part = i % (HD / 8);
+            size_t c = c0 + k;
+            bool in = c < a.n_kv;
+            size_t off = (in ? c : 0) * a.row_bytes + (base + part * 8) * 2;
+            cp_async16(kd + k * LD + part * 8, a.k + off, in ? 16 : 0);
+            cp_async16(vd + k * LD + part * 8, a.v + off, in ? 16 : 0);
         }
-        __syncthreads();
-        bool any = false;
-        for (int k = 0; k < FA_K; k++) any |= cpos[k] >= 0 && cpos[k] <= max_pos;
-        if (!any) continue;
-        /* K and V rows of this kv head: 8 halves (16 bytes) per load */
-        for (size_t i = threadIdx.x; i < FA_K * (hd / 8); i += blockDim.x) {
-            size_t k = i / (hd / 8), part = i % (hd / 8), c = c0 + k;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-            if (c < a.n_kv) {
-                kv = *(const uint4 *)(a.k + c * a.row_bytes + (base + part * 8) * 2);
-                vv = *(const uint4 *)(a.v + c * a.row_bytes + (base + part * 8) * 2);
-            }
-            *(uint4 *)(ks + k * L.kv_ld + part * 8) = kv;
-            *(uint4 *)(vs + k * L.kv_ld + part * 8) = vv;
+        if (tid < FA_CELLS) {
+            size_t c = c0 + tid;
+            cps[stage * FA_CELLS + tid] = c < a.n_kv ? a.cell_pos[c] : -1;
+            css[stage * FA_CELLS + tid] = c < a.n_kv ? a.cell_seq[c] : -1;
         }
-        __syncthreads();
+        cp_async_commit();
+    };
 
-        /* S = Q K^T for this warp's 16 rows */
-        for (int n = 0; n < FA_K / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (size_t kk = 0; kk < hd; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-                wmma::load_matrix_sync(fa, qs + (warp * 16) * L.q_ld + kk, (unsigned)L.q_ld);
-                wmma::load_matrix_sync(fb, ks + (n * 16) * L.kv_ld + kk, (unsigned)L.kv_ld);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(S + n * 16, acc, (unsigned)L.s_ld, wmma::mem_row_major);
-        }
-        __syncwarp();
+    float o[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    /* ldmatrix lane roles: matrix mi = lane / 8, row lane % 8 within it */
+    const int mi = lane >> 3, mr = lane & 7;
+    uint32_t qf[KS][4];
 
-        /* online softmax: two lanes per row, 32 cells each */
-        {
-            float *srow = S + my_row * L.s_ld;
-            float mx = -INFINITY;
-            for (int j = 0; j < FA_K / 2; j++) {
-                int k = half * (FA_K / 2) + j;
-                bool vis = cpos[k] >= 0 && cseq[k] == my_seq && cpos[k] <= my_pos;
-                float v = vis ? srow[k] : -INFINITY;
-                srow[k] = v;
-                mx = fmaxf(mx, v);
+    if (c_begin < c_end) load_tile(0, c_begin);
+#pragma unroll
+    for (int s = 0; s < KS; s++)
+        ldsm_x4(qf[s], qs + (warp * 16 + (mi & 1) * 8 + mr) * LD + s * 16 + (mi >> 1) * 8);
+
+    int stage = 0;
+    for (size_t c0 = c_begin; c0 < c_end; c0 += FA_CELLS, stage ^= 1) {
+        if (c0 + FA_CELLS < c_end)
+            load_tile(stage ^ 1, c0 + FA_CELLS);
+        else
+            cp_async_commit(); /* an empty group keeps wait_group's count right */
+        cp_async_wait1();
+        __syncthreads();
+        const uint16_t *kt = ks + stage * FA_CELLS * LD, *vt = vs + stage * FA_CELLS * LD;
+        const int32_t *tp = cps + stage * FA_CELLS, *tsq = css + stage * FA_CELLS;
+
+        /* S = Q K^T: 16 rows x 64 cells per warp, 8 n8 tiles */
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                uint32_t b[4];
+                ldsm_x4(b, kt + (16 * p + (mi >> 1) * 8 + mr) * LD + kk * 16 + (mi & 1) * 8);
+                mma16816<KT>(s[2 * p], qf[kk], b[0], b[1]);
+                mma16816<KT>(s[2 * p + 1], qf[kk], b[2], b[3]);
             }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            size_t r = warp * 16 + my_row;
-            float m_old = row_m[r], m_new = fmaxf(m_old, mx);
-            float corr = m_new == -INFINITY ? 1.0f : __expf(m_old - m_new);
-            float sum = 0.0f;
-            __half *prow = P + my_row * L.p_ld;
-            for (int j = 0; j < FA_K / 2; j++) {
-                int k = half * (FA_K / 2) + j;
-                float p = srow[k] == -INFINITY ? 0.0f : __expf(srow[k] - m_new);
-                prow[k] = __float2half_rn(p);
-                sum += p;
-            }
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            /* rescale this row's output by corr (each of the two lanes half of it) */
-            float *orow = O + my_row * L.o_ld;
-            for (size_t dim = half; dim < hd; dim += 2) orow[dim] *= corr;
-            __syncwarp();
-            if (half == 0) {
-                row_m[r] = m_new;
-                row_l[r] = row_l[r] * corr + sum;
-            }
+
+        /* mask, then the online softmax; lane holds rows g and g + 8 and
+         * cells 8 j + 2 q4 + {0, 1}. Tiles every row of this warp sees
+         * whole (all but the causal diagonal, usually) skip the mask. */
+        bool whole = seq_one && tp[lane] >= 0 && tp[lane] <= wmin_pos && tsq[lane] == wseq &&
+                     tp[lane + 32] >= 0 && tp[lane + 32] <= wmin_pos && tsq[lane + 32] == wseq;
+        whole = __all_sync(0xffffffffu, whole);
+        if (!whole) {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int cell = 8 * j + 2 * q4 + (e & 1), r = e >> 1;
+                    int32_t cp = tp[cell];
+                    bool vis = cp >= 0 && tsq[cell] == rseq[r] && cp <= rpos[r];
+                    s[j][e] = vis ? s[j][e] : -INFINITY;
+                }
         }
-        __syncwarp();
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float m_new = fmaxf(m[r], mx[r]);
+            corr[r] = m_new == -INFINITY ? 1.0f : fast_exp2(m[r] - m_new);
+            m[r] = m_new;
+        }
+        float rs[2] = {0.0f, 0.0f};
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float p[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                p[e] = s[j][e] == -INFINITY ? 0.0f : fast_exp2(s[j][e] - m[e >> 1]);
+                rs[e >> 1] += p[e];
+            }
+            /* the C fragment of n8 tiles 2k, 2k+1 is the A fragment of k-step k */
+            pa[j >> 1][(j & 1) * 2 + 0] = fa_elem<KT>::pack(p[0], p[1]);
+            pa[j >> 1][(j & 1) * 2 + 1] = fa_elem<KT>::pack(p[2], p[3]);
+        }
+        /* per-lane partial sums; the quad's are added once at the end */
+        l[0] = l[0] * corr[0] + rs[0];
+        l[1] = l[1] * corr[1] + rs[1];
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            o[n][0] *= corr[0], o[n][1] *= corr[0];
+            o[n][2] *= corr[1], o[n][3] *= corr[1];
+        }
 
         /* O += P V */
-        for (size_t n = 0; n < hd; n += 16) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::load_matrix_sync(acc, O + n, (unsigned)L.o_ld, wmma::mem_row_major);
-            for (int kk = 0; kk < FA_K; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
-                wmma::load_matrix_sync(fa, P + kk, (unsigned)L.p_ld);
-                wmma::load_matrix_sync(fb, vs + kk * L.kv_ld + n, (unsigned)L.kv_ld);
-                wmma::mma_sync(acc, fa, fb, acc);
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++)
+#pragma unroll
+            for (int np = 0; np < HD / 16; np++) {
+                uint32_t b[4];
+                ldsm_x4_trans(b, vt + (16 * kc + (mi & 1) * 8 + mr) * LD + 16 * np + (mi >> 1) * 8);
+                mma16816<KT>(o[2 * np], pa[kc], b[0], b[1]);
+                mma16816<KT>(o[2 * np + 1], pa[kc], b[2], b[3]);
             }
-            wmma::store_matrix_sync(O + n, acc, (unsigned)L.o_ld, wmma::mem_row_major);
-        }
-        __syncwarp();
+        __syncthreads(); /* this stage is refilled two tiles on */
     }
-    __syncwarp();
-    for (size_t i = lane; i < 16 * hd; i += 32) {
-        size_t r = i / hd, dim = i % hd, t = t0 + warp * 16 + r;
-        if (t >= n_tokens) continue;
-        float l = row_l[warp * 16 + r];
-        a.out[t * a.qw + h * hd + dim] = l > 0.0f ? O[r * L.o_ld + dim] / l : 0.0f;
+
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 1);
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 2);
+        int r = warp * 16 + g + 8 * j;
+        size_t t = t0 + r / group, h = kvh * group + r % group;
+        if (r >= rows_used || t >= n_tokens) continue;
+        float inv = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+        float *dst = a.out + t * a.qw + h * HD + 2 * q4;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            *(float2 *)(dst + 8 * n) = make_float2(o[n][2 * j] * inv, o[n][2 * j + 1] * inv);
     }
 }
 
 bool cuda_attn_mma_eligible(const be_attn *x) {
-    return x->kv_type == CLEAVE_TYPE_F16 && x->n_tokens >= 16 && !x->n_kv_live &&
-           x->head_dim % 16 == 0 && x->head_dim <= FA_MAX_HD;
+    size_t hd = x->head_dim, group = x->n_head / x->n_head_kv;
+    return (x->kv_type == CLEAVE_TYPE_F16 || x->kv_type == CLEAVE_TYPE_BF16) && x->n_tokens >= 16 &&
+           !x->n_kv_live && (hd == 16 || hd == 32 || hd == 64 || hd == 128) && group <= FA_ROWS &&
+           x->n_kv < (size_t)INT32_MAX;
 }
 
-cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens) {
-    fa_smem L = fa_layout(a.hd);
-    static bool raised = false; /* allow more than 48 KB of shared memory, once */
+template <int KT, int HD>
+static cleave_status launch_fa2(cuda_device *d, const att_args &a, size_t n_tokens) {
+    static bool raised = false; /* per instantiation: allow > 48 KB of shared memory */
     if (!raised) {
-        CUDA_TRY(cudaFuncSetAttribute(k_attn_mma, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)fa_layout(FA_MAX_HD).total));
+        CUDA_TRY(cudaFuncSetAttribute(k_attn_fa2<KT, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)fa_layout<HD>::total));
         raised = true;
     }
-    dim3 grid((unsigned)((n_tokens + FA_Q - 1) / FA_Q), (unsigned)a.n_head);
-    k_attn_mma<<<grid, FA_WARPS * 32, L.total, d->stream>>>(a, n_tokens);
+    int group = (int)(a.n_head / a.n_head_kv), tok_per_block = FA_ROWS / group;
+    dim3 grid((unsigned)((n_tokens + tok_per_block - 1) / tok_per_block), (unsigned)a.n_head_kv);
+    k_attn_fa2<KT, HD><<<grid, FA_THREADS, fa_layout<HD>::total, d->stream>>>(a, n_tokens, group,
+                                                                               tok_per_block);
     CUDA_LAUNCHED();
     return CLEAVE_OK;
+}
+
+template <int KT> static cleave_status launch_fa2_hd(cuda_device *d, const att_args &a, size_t n) {
+    switch (a.hd) {
+    case 16: return launch_fa2<KT, 16>(d, a, n);
+    case 32: return launch_fa2<KT, 32>(d, a, n);
+    case 64: return launch_fa2<KT, 64>(d, a, n);
+    default: return launch_fa2<KT, 128>(d, a, n);
+    }
+}
+
+cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, cleave_type kv) {
+    if (kv == CLEAVE_TYPE_BF16) return launch_fa2_hd<CLEAVE_TYPE_BF16>(d, a, n_tokens);
+    return launch_fa2_hd<CLEAVE_TYPE_F16>(d, a, n_tokens);
 }

@@ -116,6 +116,59 @@ __device__ __forceinline__ float cuda_warp_max(float v) {
     return v;
 }
 
+/* RoPE as the CPU reference computes it: the frequency of pair i in
+ * double (a table per block: the double pow was most of the rope kernels'
+ * time), the angle pos * freq in double (at position 100k an f32 angle has
+ * lost several bits), reduced to [-pi, pi] in double, then sincosf. */
+#define ROPE_MAX_HALF 128
+__device__ __forceinline__ double cuda_rope_freq(size_t i, size_t n_rot, float base,
+                                                 const float *factors) {
+    double f = pow((double)base, -2.0 * (double)i / (double)n_rot);
+    return factors ? f / (double)factors[i] : f;
+}
+__device__ __forceinline__ void cuda_rope_sincos(int32_t pos, double freq, float *s, float *c) {
+    const double two_pi = 6.283185307179586;
+    double theta = (double)pos * freq;
+    theta -= two_pi * rint(theta * (1.0 / two_pi));
+    sincosf((float)theta, s, c);
+}
+
+/* Programmatic dependent launch (sm_90): trigger lets the next kernel in
+ * the stream, when it was launched as a programmatic dependent, start its
+ * blocks now (it must wait before reading what this kernel writes); wait
+ * blocks until every kernel this one depends on has finished and its
+ * writes are visible. Both are no-ops without a dependent launch. */
+__device__ __forceinline__ void cuda_pdl_trigger() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void cuda_pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+/* Whether kernels are launched as programmatic dependents (CLEAVE_NO_PDL=1
+ * turns it off, for comparison). */
+bool cuda_pdl_enabled(void);
+
+/* Launches kernel k on the device's stream as a programmatic dependent of
+ * the kernel before it: its blocks may start while that one finishes, so
+ * the launch gap is hidden. Such a kernel must call cuda_pdl_wait() before
+ * it reads or writes anything the kernels before it touch. */
+template <typename... P, typename... A>
+static inline cudaError_t cuda_launch(cuda_device *d, void (*k)(P...), dim3 grid, dim3 block,
+                                      size_t smem, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = d->stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = cuda_pdl_enabled() ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, args...);
+}
+#define CUDA_LAUNCH(d, k, grid, block, smem, ...) \
+    CUDA_TRY(cuda_launch(d, k, dim3(grid), dim3(block), smem, __VA_ARGS__))
+
 /* Sum of v over the block (blockDim.x a multiple of 32, at most 1024),
  * returned to every thread. Holds barriers: every thread must call it, and
  * memory reads before it are done before any thread's writes after it. */
@@ -153,7 +206,16 @@ cleave_status cuda_op_rope_store(be_device *d, float *q, const float *k, const f
                                  size_t n_head, size_t n_head_kv, size_t hd, const int32_t *pos,
                                  const be_rope *p, void *k_cache, void *v_cache,
                                  cleave_type kv_type, const int32_t *cells);
-cleave_status cuda_op_matmul_swiglu(be_device *d, const be_mat *gate, const be_mat *up,
-                                    const float *x, size_t n, float *y);
+cleave_status cuda_op_matmul_multi(be_device *d, const be_mat *const *w, const float *const *bias,
+                                   float *const *y, size_t count, const float *x, size_t n);
+cleave_status cuda_op_ffn(be_device *d, const be_mat *gate, const be_mat *up, const be_mat *down,
+                          const float *x, size_t n, float *tmp, float *y);
+/* The cuBLAS path in two steps, so one converted input can serve several
+ * matrices: x to the weights' GEMM operand type in scratch `slot`, then
+ * y = xs . w^T (+ bias) for f16, bf16 and q8_0 weights. */
+cleave_status cuda_gemm_input(cuda_device *d, cleave_type wt, const float *x, size_t n, size_t ne0,
+                              int slot, void **xs);
+cleave_status cuda_gemm_converted(cuda_device *d, const be_mat *w, const void *xs, size_t n,
+                                  const float *bias, float *y);
 
 #endif

@@ -200,7 +200,9 @@ static const be_ops cuda_ops = {
     cuda_write,       cuda_read,        cuda_copy,        cuda_sync,           cuda_op_get_rows,
     cuda_op_rms_norm, cuda_op_matmul,   cuda_op_rope,     cuda_op_kv_store,    cuda_op_attention,
     cuda_op_swiglu,   cuda_op_add,      cuda_op_add_rms_norm, cuda_op_rope_store,
-    cuda_op_matmul_swiglu, cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free,
+    NULL, /* matmul_swiglu: ffn covers it */
+    cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free,
+    cuda_op_matmul_multi, cuda_op_ffn,
 };
 
 extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out) {

@@ -50,6 +50,8 @@ cleave_status cuda_op_get_rows(be_device *dev, const be_mat *t, const int32_t *i
 __global__ void k_rms_norm(const float *x, const float *w, float *y, size_t width, float eps) {
     const float *xr = x + (size_t)blockIdx.x * width;
     float *yr = y + (size_t)blockIdx.x * width;
+    cuda_pdl_wait();
+    cuda_pdl_trigger(); /* a GEMV usually follows: let it start loading weights */
     float ss = 0;
     for (size_t i = threadIdx.x; i < width; i += blockDim.x) ss += xr[i] * xr[i];
     /* the block sum's barriers order every read of x before any write of
@@ -62,15 +64,13 @@ cleave_status cuda_op_rms_norm(be_device *dev, const float *x, const float *w, f
                                size_t rows, size_t width, float eps) {
     if (!rows) return CLEAVE_OK;
     unsigned threads = width >= 1024 ? 1024 : width >= 256 ? 256 : 32;
-    k_rms_norm<<<(unsigned)rows, threads, 0, cuda_dev(dev)->stream>>>(x, w, y, width, eps);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCH(cuda_dev(dev), k_rms_norm, (unsigned)rows, threads, 0, x, w, y, width, eps);
     return CLEAVE_OK;
 }
 
 /* ---- rope --------------------------------------------------------------- */
 
-/* One thread per rotated pair. Angles in double, as the CPU reference:
- * at position 100k an f32 angle has lost several bits. */
+/* One thread per rotated pair (angles: cuda_rope_angle). */
 __global__ void k_rope(float *x, size_t n, size_t row_width, size_t n_head, size_t head_dim,
                        const int32_t *pos, size_t n_rot, float base, bool neox,
                        const float *factors) {
@@ -78,15 +78,13 @@ __global__ void k_rope(float *x, size_t n, size_t row_width, size_t n_head, size
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t i = idx % half, h = (idx / half) % n_head, t = idx / (half * n_head);
-        double theta = (double)pos[t] * pow((double)base, -2.0 * (double)i / (double)n_rot);
-        if (factors) theta /= factors[i];
-        double s, c;
-        sincos(theta, &s, &c);
+        float s, c;
+        cuda_rope_sincos(pos[t], cuda_rope_freq(i, n_rot, base, factors), &s, &c);
         float *v = x + t * row_width + h * head_dim;
         size_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         float x0 = v[a], x1 = v[b];
-        v[a] = (float)(x0 * c - x1 * s);
-        v[b] = (float)(x0 * s + x1 * c);
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
     }
 }
 

@@ -12,6 +12,8 @@ __global__ void k_add_rms_norm(float *x, const float *r, const float *w, float *
     float *xr = x + (size_t)blockIdx.x * width;
     const float *rr = r + (size_t)blockIdx.x * width;
     float *yr = y + (size_t)blockIdx.x * width;
+    cuda_pdl_wait();
+    cuda_pdl_trigger(); /* a GEMV follows: let it start loading weights */
     float ss = 0;
     for (size_t i = threadIdx.x; i < width; i += blockDim.x) {
         float v = xr[i] + rr[i];
@@ -28,23 +30,11 @@ cleave_status cuda_op_add_rms_norm(be_device *dev, float *x, const float *r, con
                                    float *y, size_t rows, size_t width, float eps) {
     if (!rows) return CLEAVE_OK;
     unsigned threads = width >= 1024 ? 1024 : width >= 256 ? 256 : 32;
-    k_add_rms_norm<<<(unsigned)rows, threads, 0, cuda_dev(dev)->stream>>>(x, r, w, y, width, eps);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCH(cuda_dev(dev), k_add_rms_norm, (unsigned)rows, threads, 0, x, r, w, y, width, eps);
     return CLEAVE_OK;
 }
 
 /* ---- RoPE + cache store -------------------------------------------------- */
-
-/* Same angle math as k_rope (double), so fused and unfused agree. */
-__device__ __forceinline__ void rope_pair(float x0, float x1, int32_t pos, size_t i, size_t n_rot,
-                                          float base, const float *factors, float *o0, float *o1) {
-    double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
-    if (factors) theta /= factors[i];
-    double s, c;
-    sincos(theta, &s, &c);
-    *o0 = (float)(x0 * c - x1 * s);
-    *o1 = (float)(x0 * s + x1 * c);
-}
 
 template <typename C> __device__ __forceinline__ C to_cache(float v);
 template <> __device__ __forceinline__ float to_cache<float>(float v) { return v; }
@@ -53,36 +43,48 @@ template <> __device__ __forceinline__ __nv_bfloat16 to_cache<__nv_bfloat16>(flo
     return __float2bfloat16_rn(v);
 }
 
-/* One block per token: q pairs rotated in place; k rotated on the way into
- * its cache row (k itself is left as it was); v copied into its cache row. */
+/* One thread per (token, head, pair of dims), all heads of all tokens in
+ * one flat grid: q heads rotate in place; k heads rotate on the way into
+ * their cache rows (k itself is left as it was) and v is copied beside
+ * them. Pairs past n_rot / 2 carry the unrotated dims. */
 template <typename C>
-__global__ void k_rope_store(float *q, const float *k, const float *v, size_t n_head,
+__global__ void k_rope_store(float *q, const float *k, const float *v, size_t n, size_t n_head,
                              size_t n_head_kv, size_t hd, const int32_t *pos, size_t n_rot,
                              float base, bool neox, const float *factors, C *kc, C *vc,
                              const int32_t *cells) {
-    size_t t = blockIdx.x, half = n_rot / 2, kw = n_head_kv * hd;
-    int32_t p = pos[t];
-    float *qt = q + t * n_head * hd;
-    const float *kt = k + t * kw, *vt = v + t * kw;
-    C *kd = kc + (size_t)cells[t] * kw, *vd = vc + (size_t)cells[t] * kw;
-    for (size_t j = threadIdx.x; j < n_head * half; j += blockDim.x) {
-        size_t h = j / half, i = j % half;
-        size_t a = h * hd + (neox ? i : 2 * i), b = h * hd + (neox ? i + half : 2 * i + 1);
-        rope_pair(qt[a], qt[b], p, i, n_rot, base, factors, &qt[a], &qt[b]);
-    }
-    for (size_t j = threadIdx.x; j < kw; j += blockDim.x) {
-        size_t h = j / hd, d = j % hd;
-        vd[j] = to_cache<C>(vt[j]);
-        if (d >= n_rot) {
-            kd[j] = to_cache<C>(kt[j]);
-        } else if (neox ? d < half : d % 2 == 0) { /* the pair's first element writes both */
-            size_t i = neox ? d : d / 2;
-            size_t a = h * hd + (neox ? i : 2 * i), b = h * hd + (neox ? i + half : 2 * i + 1);
-            float o0, o1;
-            rope_pair(kt[a], kt[b], p, i, n_rot, base, factors, &o0, &o1);
-            kd[a] = to_cache<C>(o0);
-            kd[b] = to_cache<C>(o1);
+    __shared__ double freq[ROPE_MAX_HALF];
+    size_t half = n_rot / 2, hh = hd / 2, heads = n_head + n_head_kv, kw = n_head_kv * hd;
+    for (size_t i = threadIdx.x; i < half; i += blockDim.x)
+        freq[i] = cuda_rope_freq(i, n_rot, base, factors);
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
+    __syncthreads();
+    size_t total = n * heads * hh;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t j = idx % hh, h = (idx / hh) % heads, t = idx / (hh * heads);
+        size_t a, b;
+        float sn = 0.0f, cs = 1.0f;
+        if (j < half) {
+            a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+            cuda_rope_sincos(pos[t], freq[j], &sn, &cs);
+        } else {
+            a = n_rot + 2 * (j - half), b = a + 1;
         }
+        if (h < n_head) {
+            float *qh = q + (t * n_head + h) * hd, x0 = qh[a], x1 = qh[b];
+            qh[a] = x0 * cs - x1 * sn;
+            qh[b] = x0 * sn + x1 * cs;
+            continue;
+        }
+        h -= n_head;
+        const float *kh = k + t * kw + h * hd, *vh = v + t * kw + h * hd;
+        C *kd = kc + (size_t)cells[t] * kw + h * hd, *vd = vc + (size_t)cells[t] * kw + h * hd;
+        float x0 = kh[a], x1 = kh[b];
+        kd[a] = to_cache<C>(x0 * cs - x1 * sn);
+        kd[b] = to_cache<C>(x0 * sn + x1 * cs);
+        vd[a] = to_cache<C>(vh[a]);
+        vd[b] = to_cache<C>(vh[b]);
     }
 }
 
@@ -91,12 +93,18 @@ cleave_status cuda_op_rope_store(be_device *dev, float *q, const float *k, const
                                  const be_rope *p, void *k_cache, void *v_cache,
                                  cleave_type kv_type, const int32_t *cells) {
     if (!n) return CLEAVE_OK;
-    cudaStream_t s = cuda_dev(dev)->stream;
     size_t kw = n_head_kv * hd;
-#define LAUNCH(C)                                                                              \
-    k_rope_store<C><<<(unsigned)n, 256, 0, s>>>(q, k, v, n_head, n_head_kv, hd, pos, p->n_rot, \
-                                                p->freq_base, p->neox, p->freq_factors,        \
-                                                (C *)k_cache, (C *)v_cache, cells)
+    cuda_device *d = cuda_dev(dev);
+    /* a bounded grid: each block fills its frequency table once */
+    unsigned blocks = cuda_blocks(n * (n_head + n_head_kv) * (hd / 2), 256);
+    if (blocks > (unsigned)d->n_sm * 8) blocks = (unsigned)d->n_sm * 8;
+    if (hd / 2 > ROPE_MAX_HALF)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "rope: head size %zu (at most %d)", hd,
+                       2 * ROPE_MAX_HALF);
+#define LAUNCH(C)                                                                               \
+    CUDA_LAUNCH(d, k_rope_store<C>, blocks, 256, 0, q, k, v, n, n_head, n_head_kv, hd, pos,     \
+                p->n_rot, p->freq_base, p->neox, p->freq_factors, (C *)k_cache, (C *)v_cache, \
+                cells)
     switch (kv_type) {
     case CLEAVE_TYPE_F32: LAUNCH(float); break;
     case CLEAVE_TYPE_F16: LAUNCH(__half); break;
@@ -116,26 +124,67 @@ cleave_status cuda_op_rope_store(be_device *dev, float *q, const float *k, const
     return CLEAVE_OK;
 }
 
-/* ---- gate/up GEMV with SwiGLU -------------------------------------------- */
+/* ---- the whole FFN: down(silu(gate x) * up x) ---------------------------- */
 
-cleave_status cuda_op_matmul_swiglu(be_device *dev, const be_mat *gate, const be_mat *up,
-                                    const float *x, size_t n, float *y) {
-    cuda_device *d = cuda_dev(dev);
-    if (cuda_gemv2_swiglu(d, gate, up, x, n, y)) {
-        CUDA_LAUNCHED();
-        return CLEAVE_OK;
+template <typename O> __device__ __forceinline__ O to_operand(float v);
+template <> __device__ __forceinline__ __half to_operand<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 to_operand<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+/* silu(g) * u into the GEMM operand type, four elements per thread */
+template <typename O> __global__ void k_swiglu_to(const float4 *g, const float4 *u, O *o, size_t n4) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float4 a = g[i], b = u[i];
+        float r[4] = {a.x / (1.0f + expf(-a.x)) * b.x, a.y / (1.0f + expf(-a.y)) * b.y,
+                      a.z / (1.0f + expf(-a.z)) * b.z, a.w / (1.0f + expf(-a.w)) * b.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) o[4 * i + k] = to_operand<O>(r[k]);
     }
-    /* batches and layouts the dual GEMV does not take: gate into y, up into
-     * scratch, then SwiGLU */
-    void *tmp;
-    /* decode-sized batches may be recorded in a graph: their buffer has a
-     * fixed size so it never moves */
-    cleave_status st = n <= GEMV_MAX_N
-                           ? cuda_scratch(d, CUDA_SCRATCH_FFN_SMALL,
-                                          GEMV_MAX_N * up->ne1 * sizeof(float), &tmp)
-                           : cuda_scratch(d, CUDA_SCRATCH_FFN, n * up->ne1 * sizeof(float), &tmp);
-    if (!st) st = cuda_op_matmul(dev, gate, x, n, NULL, y);
-    if (!st) st = cuda_op_matmul(dev, up, x, n, NULL, (float *)tmp);
-    if (!st) st = cuda_op_swiglu(dev, y, (const float *)tmp, y, n * up->ne1);
-    return st;
+}
+
+/* Decode-sized batches: gate/up GEMV with SwiGLU, then the down GEMV.
+ * Batches: x converted once for both input GEMMs, and SwiGLU writes the
+ * down GEMM's operand type directly, so the n x n_ff intermediate is never
+ * written in f32 and converted again. tmp: [n][n_ff] f32. */
+cleave_status cuda_op_ffn(be_device *dev, const be_mat *gate, const be_mat *up, const be_mat *down,
+                          const float *x, size_t n, float *tmp, float *y) {
+    cuda_device *d = cuda_dev(dev);
+    if (!n) return CLEAVE_OK;
+    cleave_status st;
+    size_t ff = up->ne1;
+    bool batch = n > GEMV_MAX_N && gate->type != CLEAVE_TYPE_F32 && gate->type == up->type &&
+                 gate->ne0 == up->ne0 && gate->ne1 == up->ne1 && down->type != CLEAVE_TYPE_F32 &&
+                 down->ne0 == ff && (n * ff) % 4 == 0 && (uintptr_t)tmp % 16 == 0;
+    if (batch) {
+        void *xs, *us, *hs;
+        if ((st = cuda_gemm_input(d, gate->type, x, n, gate->ne0, CUDA_SCRATCH_X, &xs))) return st;
+        if ((st = cuda_gemm_converted(d, gate, xs, n, NULL, tmp))) return st;
+        if ((st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us))) return st;
+        if ((st = cuda_gemm_converted(d, up, xs, n, NULL, (float *)us))) return st;
+        /* x's converted copy is spent: its slot takes the SwiGLU output */
+        if ((st = cuda_scratch(d, CUDA_SCRATCH_X, n * ff * 2, &hs))) return st;
+        size_t n4 = n * ff / 4;
+        const float4 *g4 = (const float4 *)tmp, *u4 = (const float4 *)us;
+        if (down->type == CLEAVE_TYPE_BF16)
+            k_swiglu_to<<<cuda_blocks(n4, 256), 256, 0, d->stream>>>(g4, u4, (__nv_bfloat16 *)hs, n4);
+        else
+            k_swiglu_to<<<cuda_blocks(n4, 256), 256, 0, d->stream>>>(g4, u4, (__half *)hs, n4);
+        CUDA_LAUNCHED();
+        return cuda_gemm_converted(d, down, hs, n, NULL, y);
+    }
+    if (!cuda_gemv2_swiglu(d, gate, up, x, n, tmp, &st)) {
+        /* layouts the dual GEMV does not take: gate into tmp, up into
+         * scratch, then SwiGLU; decode-sized batches may be recorded in a
+         * graph, so their buffer has a fixed size and never moves */
+        void *us;
+        st = n <= GEMV_MAX_N
+                 ? cuda_scratch(d, CUDA_SCRATCH_FFN_SMALL, GEMV_MAX_N * ff * sizeof(float), &us)
+                 : cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us);
+        if (!st) st = cuda_op_matmul(dev, gate, x, n, NULL, tmp);
+        if (!st) st = cuda_op_matmul(dev, up, x, n, NULL, (float *)us);
+        if (!st) st = cuda_op_swiglu(dev, tmp, (const float *)us, tmp, n * ff);
+    }
+    return st ? st : cuda_op_matmul(dev, down, tmp, n, NULL, y);
 }
