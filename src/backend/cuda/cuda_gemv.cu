@@ -4,10 +4,11 @@
  *
  * One kernel, k_gemv_pf, for f32/f16/bf16 weights and q8_0 in the split
  * layout (int8 plane + f16 scale plane, cuda_weights.cu):
- * - a persistent grid (two 8-warp blocks per multiprocessor); a warp owns
- *   one output row at a time and always has the next 8 x 16 bytes per lane
- *   of weights in flight (the rest of its row, or its next row's start)
- *   while it multiplies the current ones;
+ * - a persistent grid sized to whole rounds of rows (32 warps per
+ *   multiprocessor); a warp owns one output row (a gate/up pair) at a time
+ *   and always has the next 8 x 16 bytes per lane of weights in flight
+ *   (the rest of its row, or its next row's start) while it multiplies the
+ *   current ones; x is staged once per block in shared memory;
  * - several matrices that share an input (q, k, v) go in one launch as
  *   segments of one row space, and gate/up pairs (DUAL) give
  *   silu(gate) * up directly;
@@ -22,9 +23,16 @@
  *   element, below the f16 rounding of the GEMM path. */
 #include "cuda_gemv.cuh"
 
-#define GV_WARPS 8
 #define GV_Q8S 100 /* format tag beside the cleave_type values */
-#define GV_Q8_MAX_N 3 /* int16 x of up to 3 tokens in shared memory (2 blocks per SM) */
+#define GV_Q8_MAX_N 3 /* int16 x of up to 3 tokens in shared memory */
+
+/* Warps per block and blocks per multiprocessor (32 warps per SM either
+ * way): q8_0 blocks each quantize x into shared memory, so one block of 16
+ * warps per SM does that once instead of twice. */
+template <int W> struct gv_grid {
+    static constexpr int warps = W == GV_Q8S ? 16 : 8;
+    static constexpr int per_sm = W == GV_Q8S ? 1 : 2;
+};
 
 struct gemv_job {
     const char *w[GEMV_MAX_SEG];
@@ -139,7 +147,8 @@ __device__ __forceinline__ float gv_dot(const uint4 &v, const float (&x)[gv_fmt<
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
 template <int W, int N, bool DUAL>
-__global__ void __launch_bounds__(GV_WARPS * 32, 2) k_gemv_pf(gemv_job j) {
+__global__ void __launch_bounds__(gv_grid<W>::warps * 32, gv_grid<W>::per_sm) k_gemv_pf(gemv_job j) {
+    constexpr int GV_WARPS = gv_grid<W>::warps;
     constexpr int M = gv_shape<W, DUAL>::rows, CH = gv_shape<W, DUAL>::chunk;
     constexpr int PV = gv_fmt<W>::per_vec;
     extern __shared__ __align__(16) unsigned char gv_smem[];
@@ -319,7 +328,8 @@ static cudaError_t launch_pf(cuda_device *d, gemv_job j) {
     size_t units = DUAL ? j.rows[0] : (j.total + gv_shape<W, DUAL>::rows - 1) / gv_shape<W, DUAL>::rows;
     /* as many warps as the units need, in even rounds: 3072 units on 2112
      * warps would run two rounds with half the warps idle in the second */
-    size_t max_warps = (size_t)d->n_sm * 2 * GV_WARPS;
+    constexpr int GV_WARPS = gv_grid<W>::warps;
+    size_t max_warps = (size_t)d->n_sm * gv_grid<W>::per_sm * GV_WARPS;
     size_t rounds = (units + max_warps - 1) / max_warps;
     size_t warps = (units + rounds - 1) / rounds, blocks = (warps + GV_WARPS - 1) / GV_WARPS;
     return cuda_launch(d, k_gemv_pf<W, N, DUAL>, dim3((unsigned)blocks), dim3(GV_WARPS * 32), smem,
