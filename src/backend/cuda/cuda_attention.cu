@@ -368,10 +368,12 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     }
     size_t hd = x->head_dim;
     bool gqa = group <= GQA_MAX_G && hd % 32 == 0 && (hd == 32 || hd == 64 || hd == 128 || hd == 256);
-    /* Enough blocks for ~4 per multiprocessor; each split keeps >= 128 cells. */
+    /* Enough blocks for ~4 per multiprocessor; each split keeps >= 32
+     * cells (a decode step over 128 cells in 8 unsplit blocks was one
+     * dependent chain of 32 cells per warp, ~5 us a layer). */
     size_t want = (size_t)d->n_sm * 4, blocks = gqa ? x->n_tokens * x->n_head_kv : pairs;
-    if (blocks < want && x->n_kv > 256) {
-        size_t split = (want + blocks - 1) / blocks, max_split = (x->n_kv + 127) / 128;
+    if (blocks < want && x->n_kv > 64) {
+        size_t split = (want + blocks - 1) / blocks, max_split = (x->n_kv + 31) / 32;
         a.n_split = split < max_split ? split : max_split;
         a.chunk = (x->n_kv + a.n_split - 1) / a.n_split;
         void *part;
