@@ -9,13 +9,22 @@
 
 #include "cuda_attention.cuh"
 
-/* The cells [c0, c1) a split scans; with a live count (recorded graphs)
- * the split size follows the cache as it grows. */
+/* With a live count (recorded graphs, sized for the whole context) the
+ * split size follows the cache as it grows, at least ATT_MIN_CHUNK cells:
+ * splits past the live cells have nothing to do, and the merge skips them
+ * (2 cells per split over 66 splits cost ~10 us a layer). */
+#define ATT_MIN_CHUNK 32
+__device__ __forceinline__ size_t att_live_chunk(size_t live, size_t n_split) {
+    size_t c = (live + n_split - 1) / n_split;
+    return c > ATT_MIN_CHUNK ? c : ATT_MIN_CHUNK;
+}
+
+/* The cells [c0, c1) a split scans. */
 __device__ __forceinline__ void att_cells(const att_args &a, size_t split, size_t *c0, size_t *c1) {
     size_t n_kv = a.n_kv, chunk = a.chunk;
     if (a.n_kv_live) {
         n_kv = (size_t)*a.n_kv_live;
-        chunk = (n_kv + a.n_split - 1) / a.n_split;
+        chunk = att_live_chunk(n_kv, a.n_split);
     }
     *c0 = split * chunk;
     *c1 = *c0 + chunk < n_kv ? *c0 + chunk : n_kv;
@@ -175,13 +184,19 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
     }
 }
 
-/* Merges the splits of each (token, head) pair. */
+/* Merges the splits of each (token, head) pair (with a live count, only
+ * the splits that held cells). */
 __global__ void k_attn_merge(const float *part, size_t n_split, size_t hd, size_t n_head,
-                             size_t qw, float *out) {
+                             size_t qw, float *out, const int32_t *n_kv_live) {
     size_t pair = blockIdx.x, t = pair / n_head, h = pair % n_head;
     cuda_pdl_wait();
     cuda_pdl_trigger(); /* the o projection's GEMV may start loading weights */
     const float *p = part + pair * n_split * (hd + 2);
+    if (n_kv_live) {
+        size_t live = (size_t)*n_kv_live, chunk = att_live_chunk(live, n_split);
+        size_t used = (live + chunk - 1) / chunk;
+        n_split = used < n_split ? used : n_split;
+    }
     float M = -INFINITY;
     for (size_t s = 0; s < n_split; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
     float L = 0.0f;
@@ -402,6 +417,6 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     if (e != cudaSuccess) return cuda_fail(e, "attention kernel", __FILE__, __LINE__);
     if (a.n_split > 1)
         CUDA_LAUNCH(d, k_attn_merge, (unsigned)pairs, 128, 0, (const float *)a.part, a.n_split,
-                    x->head_dim, x->n_head, a.qw, x->out);
+                    x->head_dim, x->n_head, a.qw, x->out, x->n_kv_live);
     return CLEAVE_OK;
 }
