@@ -13,8 +13,15 @@ __global__ void k_q8_split(const char *raw, size_t nb1, size_t nb, size_t rows, 
         size_t r = i / nb, b = i % nb;
         const block_q8_0 *blk = (const block_q8_0 *)(raw + r * nb1) + b;
         scales[i] = __ushort_as_half(blk->d);
-        int8_t *dst = qs + r * nb * QK8_0 + b * QK8_0;
-        for (int k = 0; k < QK8_0; k++) dst[k] = blk->qs[k];
+        /* 2-byte reads (all a block's alignment allows), 16-byte writes:
+         * byte by byte, loading an 8B model spent 17 s here */
+        const uint16_t *src = (const uint16_t *)blk->qs;
+        uint32_t w[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) w[k] = (uint32_t)src[2 * k] | (uint32_t)src[2 * k + 1] << 16;
+        uint4 *dst = (uint4 *)(qs + r * nb * QK8_0 + b * QK8_0);
+        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
     }
 }
 
