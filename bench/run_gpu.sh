@@ -16,7 +16,7 @@ for t in bf16 q8_0; do
   [ -f "$models/llama-8b-$t.gguf" ] || build-gpu/cleave gen --preset 8b --type $t -o "$models/llama-8b-$t.gguf"
 done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-echo "## $(date -u +%Y-%m-%d) $(git rev-parse --short HEAD 2>/dev/null || true)"
+echo "## $(date -u +%Y-%m-%d)"
 bench() { build-gpu/cleave bench "$@" 2>&1 | grep -E '^\||GB/s|TFLOP/s'; }
 for t in bf16 q8_0; do
   bench -m "$models/llama-8b-$t.gguf" --device cuda:0 -p 512,4096 -n 128 -r 3 "$@"
