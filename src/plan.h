@@ -1,8 +1,8 @@
 /* Placement as a pure function: from the model's shapes, the devices'
  * budgets, the split mode and the context size to a plan that says which
  * device holds what and how many bytes each needs. No side effects, no
- * device calls, so every case can be unit-tested. This issue's engine runs
- * one device (`none`); the plan is shaped per layer so the layer and tensor
+ * device calls, so every case can be unit-tested. The engine runs
+ * one device (`none`) so far; the plan is shaped per layer so the layer and tensor
  * splits extend it rather than replace it. */
 #ifndef CLEAVE_PLAN_H
 #define CLEAVE_PLAN_H

@@ -1,5 +1,5 @@
-/* Tokenizers built from a GGUF vocabulary (tokenizer.ggml.*). This issue's
- * scope is SentencePiece (tokenizer.ggml.model = "llama"): score-driven
+/* Tokenizers built from a GGUF vocabulary (tokenizer.ggml.*). Implemented so
+ * far: SentencePiece (tokenizer.ggml.model = "llama"): score-driven
  * bigram merges, U+2581 for spaces, an optional leading space, <0xXX> byte
  * fallback, and detokenization back to bytes. */
 #ifndef CLEAVE_TOKENIZER_H
