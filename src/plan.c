@@ -1,7 +1,10 @@
-/* Pure placement: bytes per device for weights, KV cache and activation
- * scratch, and which device runs each layer. */
+/* Pure placement: which device runs each layer (or which slice of every
+ * layer), and bytes per device for weights, KV cache and activation
+ * scratch. The rules are in plan.h. */
 #include "plan.h"
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,31 +62,50 @@ static cleave_status check_budgets(const plan_request *req, const plan *p) {
     return CLEAVE_OK;
 }
 
-cleave_status plan_make(const plan_request *req, plan *out) {
-    memset(out, 0, sizeof *out);
+void plan_apportion(size_t units, const double *w, size_t n, size_t *parts) {
+    double total = 0, rem[PLAN_MAX_DEVICES];
+    for (size_t i = 0; i < n; i++) total += w[i];
+    size_t given = 0;
+    for (size_t i = 0; i < n; i++) {
+        double exact = total > 0 ? (double)units * w[i] / total : 0;
+        parts[i] = (size_t)floor(exact);
+        if (parts[i] > units) parts[i] = units;
+        rem[i] = w[i] > 0 ? exact - (double)parts[i] : -1.0;
+        given += parts[i];
+    }
+    while (given < units) {
+        size_t best = n;
+        for (size_t i = 0; i < n; i++)
+            if (rem[i] >= 0 && (best == n || rem[i] > rem[best])) best = i;
+        if (best == n) break; /* no weight at all: nothing to give */
+        parts[best]++, given++;
+        rem[best] = -1.0;
+        /* every positive remainder taken once more than units left over can
+         * only come from rounding: start another round */
+        bool any = false;
+        for (size_t i = 0; i < n; i++) any |= rem[i] >= 0;
+        if (!any)
+            for (size_t i = 0; i < n; i++) rem[i] = w[i] > 0 ? 0.0 : -1.0;
+    }
+}
+
+/* The shares to use: the request's, checked, or equal ones. */
+static cleave_status get_shares(const plan_request *req, double *w) {
+    double sum = 0;
+    for (size_t d = 0; d < req->n_devices; d++) {
+        w[d] = req->shares ? req->shares[d] : 1.0;
+        if (!(w[d] >= 0) || isinf(w[d]))
+            return err_set(CLEAVE_ERR_INVALID_ARG, "split share %zu is %g: shares must be >= 0", d,
+                           w[d]);
+        sum += w[d];
+    }
+    if (!(sum > 0))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "split shares are all 0: some device must get work");
+    return CLEAVE_OK;
+}
+
+static void place_none(const plan_request *req, plan *out) {
     const model_hparams *hp = req->hp;
-    if (!hp || req->n_devices == 0 || req->n_devices > PLAN_MAX_DEVICES || !req->layer_bytes)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "plan: need a model and 1..%d devices",
-                       PLAN_MAX_DEVICES);
-    if (req->n_ctx == 0 || req->n_batch == 0)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "plan: context and batch must be > 0");
-    if (req->mode != SPLIT_NONE)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "split mode '%s' is not available yet",
-                       plan_mode_name(req->mode));
-    if (req->main_device < 0 || (size_t)req->main_device >= req->n_devices)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "main device %d out of range (have %zu)",
-                       req->main_device, req->n_devices);
-
-    out->mode = req->mode;
-    out->n_devices = req->n_devices;
-    out->n_layer = hp->n_layer;
-    out->n_ctx = req->n_ctx;
-    out->n_batch = req->n_batch;
-    out->kv_type = req->kv_type;
-    out->layer_device = mem_calloc(hp->n_layer, sizeof *out->layer_device, "plan layers");
-    if (!out->layer_device) return CLEAVE_ERR_OOM;
-
-    /* none: everything on the main device. */
     int d = req->main_device;
     out->embd_device = out->head_device = d;
     plan_device_bytes *b = &out->bytes[d];
@@ -94,8 +116,113 @@ cleave_status plan_make(const plan_request *req, plan *out) {
     }
     b->kv = model_kv_bytes_per_token(hp, req->kv_type) * req->n_ctx;
     b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx);
+}
 
-    cleave_status st = check_budgets(req, out);
+static void place_layer(const plan_request *req, const double *w, plan *out) {
+    const model_hparams *hp = req->hp;
+    size_t n = req->n_devices, parts[PLAN_MAX_DEVICES];
+    plan_apportion(hp->n_layer, w, n, parts);
+    size_t kv_layer = model_kv_bytes_per_token(hp, req->kv_type) / hp->n_layer * req->n_ctx;
+    out->embd_device = out->head_device = -1;
+    uint32_t l = 0;
+    for (size_t d = 0; d < n; d++) {
+        if (!parts[d]) continue;
+        if (out->embd_device < 0) out->embd_device = (int)d;
+        out->head_device = (int)d;
+        plan_device_bytes *b = &out->bytes[d];
+        for (size_t k = 0; k < parts[d]; k++, l++) {
+            out->layer_device[l] = (int)d;
+            b->weights += req->layer_bytes[l];
+            b->kv += kv_layer;
+        }
+        b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx);
+    }
+    out->bytes[out->embd_device].weights += req->embd_bytes;
+    out->bytes[out->head_device].weights += req->head_bytes;
+}
+
+/* Ranges of `total` items in units of `align` items, apportioned. */
+static void ranges(uint32_t total, uint32_t align, const double *w, size_t n, plan_range *r) {
+    size_t parts[PLAN_MAX_DEVICES], units = (total + align - 1) / align, at = 0;
+    plan_apportion(units, w, n, parts);
+    for (size_t d = 0; d < n; d++) {
+        size_t lo = at * align, hi = (at + parts[d]) * align;
+        r[d].lo = (uint32_t)(lo < total ? lo : total);
+        r[d].hi = (uint32_t)(hi < total ? hi : total);
+        at += parts[d];
+    }
+}
+
+static uint32_t range_len(plan_range r) { return r.hi - r.lo; }
+
+static cleave_status place_tensor(const plan_request *req, const double *w, plan *out) {
+    const model_hparams *hp = req->hp;
+    size_t n = req->n_devices;
+    if (!req->layer_attn_bytes || !req->layer_ffn_bytes)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "plan: tensor split needs attention and FFN bytes per layer");
+    uint32_t align = req->ff_align ? req->ff_align : 1;
+    ranges(hp->n_head_kv, 1, w, n, out->kv_heads);
+    ranges(hp->n_ff, align, w, n, out->ff_rows);
+    ranges(hp->n_vocab, 1, w, n, out->vocab_rows);
+    size_t kv_head_token = model_kv_bytes_per_token(hp, req->kv_type) / hp->n_head_kv;
+    for (uint32_t l = 0; l < hp->n_layer; l++) out->layer_device[l] = -1;
+    out->embd_device = w[req->main_device] > 0 ? req->main_device : -1;
+    for (size_t d = 0; d < n; d++) {
+        if (!(w[d] > 0)) continue;
+        if (out->embd_device < 0) out->embd_device = (int)d;
+        plan_device_bytes *b = &out->bytes[d];
+        uint32_t heads = range_len(out->kv_heads[d]), rows = range_len(out->ff_rows[d]);
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
+            size_t attn = req->layer_attn_bytes[l], ffn = req->layer_ffn_bytes[l];
+            size_t rest = req->layer_bytes[l] > attn + ffn ? req->layer_bytes[l] - attn - ffn : 0;
+            /* multiply first: a slice's bytes exact to one byte (a 70B
+             * layer's FFN, 1.4 GB x 28672 rows, is far inside 64 bits) */
+            b->weights += attn * heads / hp->n_head_kv + ffn * rows / hp->n_ff + rest;
+        }
+        b->weights += req->head_bytes * range_len(out->vocab_rows[d]) / hp->n_vocab;
+        b->kv = kv_head_token * heads * req->n_ctx;
+        b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx);
+    }
+    out->head_device = out->embd_device; /* where the vocab slices' logits are gathered */
+    out->bytes[out->embd_device].weights += req->embd_bytes;
+    return CLEAVE_OK;
+}
+
+cleave_status plan_make(const plan_request *req, plan *out) {
+    memset(out, 0, sizeof *out);
+    const model_hparams *hp = req->hp;
+    if (!hp || req->n_devices == 0 || req->n_devices > PLAN_MAX_DEVICES || !req->layer_bytes)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "plan: need a model and 1..%d devices",
+                       PLAN_MAX_DEVICES);
+    if (req->n_ctx == 0 || req->n_batch == 0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "plan: context and batch must be > 0");
+    if (req->main_device < 0 || (size_t)req->main_device >= req->n_devices)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "main device %d out of range (have %zu)",
+                       req->main_device, req->n_devices);
+    if (req->mode != SPLIT_NONE && req->mode != SPLIT_LAYER && req->mode != SPLIT_TENSOR)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "plan: unknown split mode %d", (int)req->mode);
+    if (hp->n_layer == 0 || hp->n_head_kv == 0 || hp->n_ff == 0 || hp->n_vocab == 0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "plan: the model has no layers, heads or rows");
+    double w[PLAN_MAX_DEVICES];
+    cleave_status st = req->mode == SPLIT_NONE ? CLEAVE_OK : get_shares(req, w);
+    if (st) return st;
+
+    out->mode = req->mode;
+    out->n_devices = req->n_devices;
+    out->n_layer = hp->n_layer;
+    out->n_ctx = req->n_ctx;
+    out->n_batch = req->n_batch;
+    out->kv_type = req->kv_type;
+    out->layer_device = mem_calloc(hp->n_layer, sizeof *out->layer_device, "plan layers");
+    if (!out->layer_device) return CLEAVE_ERR_OOM;
+
+    if (req->mode == SPLIT_NONE)
+        place_none(req, out);
+    else if (req->mode == SPLIT_LAYER)
+        place_layer(req, w, out);
+    else
+        st = place_tensor(req, w, out);
+    if (!st) st = check_budgets(req, out);
     if (st) plan_free(out);
     return st;
 }

@@ -1,9 +1,20 @@
 /* Placement as a pure function: from the model's shapes, the devices'
- * budgets, the split mode and the context size to a plan that says which
- * device holds what and how many bytes each needs. No side effects, no
- * device calls, so every case can be unit-tested. The engine runs
- * one device (`none`) so far; the plan is shaped per layer so the layer and tensor
- * splits extend it rather than replace it. */
+ * budgets and shares, the split mode and the context size to a plan that
+ * says which device holds what and how many bytes each needs. No side
+ * effects, no device calls, so every case can be unit-tested.
+ *
+ * none:   everything on the main device.
+ * layer:  contiguous layer ranges in proportion to the shares; token
+ *         embedding on the first device that holds layers, output norm and
+ *         lm head on the last; the hidden state goes device to device.
+ * tensor: every layer on every device with a share: whole kv heads (and
+ *         their query heads) per device, FFN rows in blocks of ff_align,
+ *         lm head by vocab rows; o and down projections split by input
+ *         columns (the same ranges) and summed by an all-reduce. The KV
+ *         cache is split by kv head like the weights. The token embedding
+ *         stays on the main device.
+ * Ranges are apportioned by largest remainder: a device's count differs
+ * from its exact share by less than one unit, and a share of 0 gets none. */
 #ifndef CLEAVE_PLAN_H
 #define CLEAVE_PLAN_H
 
@@ -22,14 +33,25 @@ typedef struct plan_request {
     size_t n_devices;
     const size_t *budgets;       /* [n_devices] bytes, 0 = unlimited */
     enum split_mode mode;
-    int main_device;             /* the device for `none` */
+    int main_device;             /* the device for `none`; the embedding for `tensor` */
+    const double *shares;        /* [n_devices] >= 0, NULL = equal; layer and tensor */
+    uint32_t ff_align;           /* tensor: FFN rows per unit (quant block), 0 = 1 */
     uint32_t n_ctx, n_batch;
     cleave_type kv_type;
     /* Bytes as stored, from the model file: */
     size_t embd_bytes;           /* token embedding table */
     size_t head_bytes;           /* output norm + lm head (0 extra when tied) */
     const size_t *layer_bytes;   /* [n_layer] all tensors of each block */
+    /* tensor only: the part of layer_bytes that splits with the kv heads
+     * (q, k, v, o and their biases/norms) and with the FFN rows (gate, up,
+     * down); what is left (the block's norms) is replicated. */
+    const size_t *layer_attn_bytes, *layer_ffn_bytes;
 } plan_request;
+
+/* A half-open range [lo, hi). */
+typedef struct plan_range {
+    uint32_t lo, hi;
+} plan_range;
 
 typedef struct plan_device_bytes {
     size_t weights, kv, compute;
@@ -41,17 +63,24 @@ typedef struct plan {
     uint32_t n_layer, n_ctx, n_batch;
     cleave_type kv_type;
     int embd_device, head_device;
-    int *layer_device;           /* [n_layer] */
+    int *layer_device;           /* [n_layer]; -1 under tensor (every device) */
+    /* tensor: each device's kv heads, FFN rows and lm-head vocab rows
+     * (empty ranges for a share of 0); other modes leave them zero. */
+    plan_range kv_heads[PLAN_MAX_DEVICES], ff_rows[PLAN_MAX_DEVICES], vocab_rows[PLAN_MAX_DEVICES];
     plan_device_bytes bytes[PLAN_MAX_DEVICES];
 } plan;
 
-/* Builds the plan or explains why there is none (unsupported mode, a
- * device over budget: the message names each device's need and budget). */
+/* Builds the plan or explains why there is none (bad shares, a device over
+ * budget: the message names each device's need and budget). */
 cleave_status plan_make(const plan_request *req, plan *out);
 void plan_free(plan *p);
 size_t plan_total_bytes(const plan *p, size_t device);
 /* Activation scratch for a batch of n_batch tokens (bytes), per device. */
 size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx);
 const char *plan_mode_name(enum split_mode mode);
+/* Splits `units` into n parts in proportion to w (largest remainder, ties
+ * to the lower index); parts[i] is 0 where w[i] is 0. Pure helper, public
+ * for tests. */
+void plan_apportion(size_t units, const double *w, size_t n, size_t *parts);
 
 #endif

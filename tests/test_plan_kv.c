@@ -1,4 +1,6 @@
 /* Unit tests of the pure plan and the KV cell table. */
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kv.h"
@@ -49,8 +51,180 @@ static void test_plan(void) {
     req.n_devices = 0;
     CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
     req.n_devices = 1;
-    req.mode = SPLIT_TENSOR;
-    CHECK(plan_make(&req, &p) == CLEAVE_ERR_UNSUPPORTED);
+    req.mode = SPLIT_TENSOR; /* needs the attention/FFN byte split */
+    CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
+}
+
+/* parts sum to units, each within one unit of its exact share, none for a
+ * share of 0 */
+static void check_apportion(size_t units, const double *w, size_t n) {
+    size_t parts[PLAN_MAX_DEVICES], sum = 0;
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += w[i];
+    plan_apportion(units, w, n, parts);
+    for (size_t i = 0; i < n; i++) {
+        double exact = (double)units * w[i] / total;
+        CHECK_MSG(parts[i] + 1.0 > exact && (double)parts[i] < exact + 1.0,
+                  "apportion %zu: part %zu = %zu, exact %.3f", units, i, parts[i], exact);
+        if (w[i] == 0) CHECK(parts[i] == 0);
+        sum += parts[i];
+    }
+    CHECK_MSG(sum == units, "apportion: %zu of %zu units given", sum, units);
+}
+
+static void test_apportion(void) {
+    size_t parts[4];
+    const double even3[3] = {1, 1, 1}, gap[3] = {1, 0, 1}, even4[4] = {1, 1, 1, 1}, three1[2] = {3, 1};
+    plan_apportion(10, even3, 3, parts);
+    CHECK(parts[0] == 4 && parts[1] == 3 && parts[2] == 3); /* ties go to the lower index */
+    plan_apportion(5, gap, 3, parts);
+    CHECK(parts[0] == 3 && parts[1] == 0 && parts[2] == 2);
+    plan_apportion(2, even4, 4, parts);
+    CHECK(parts[0] == 1 && parts[1] == 1 && parts[2] == 0 && parts[3] == 0);
+    plan_apportion(4, three1, 2, parts);
+    CHECK(parts[0] == 3 && parts[1] == 1);
+    uint64_t r = 12345;
+    for (int it = 0; it < 2000; it++) {
+        double w[PLAN_MAX_DEVICES];
+        size_t n = 1 + it % PLAN_MAX_DEVICES;
+        bool any = false;
+        for (size_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            w[i] = (r >> 60) < 3 ? 0.0 : (double)(r >> 40 & 0xffff) / 4096.0;
+            any |= w[i] > 0;
+        }
+        if (!any) w[0] = 1;
+        check_apportion((size_t)(r >> 20 & 0x3ff), w, n);
+    }
+}
+
+static plan_request split_request(model_hparams *hp, size_t *layer_bytes, size_t n_dev,
+                                  size_t *budgets, enum split_mode mode, const double *shares) {
+    plan_request req = {.hp = hp, .n_devices = n_dev, .budgets = budgets, .mode = mode,
+                        .shares = shares, .n_ctx = 128, .n_batch = 32, .kv_type = CLEAVE_TYPE_F16,
+                        .embd_bytes = 500, .head_bytes = 100, .layer_bytes = layer_bytes};
+    return req;
+}
+
+static void test_plan_layer(void) {
+    model_hparams hp = hp_small();
+    size_t layer_bytes[4] = {1000, 1000, 1000, 1000}, budgets[6] = {0};
+    size_t kv_layer = 2 * 64 * 2 * 128; /* K and V, one layer, f16, 128 cells */
+    plan p;
+    plan_request req = split_request(&hp, layer_bytes, 2, budgets, SPLIT_LAYER, NULL);
+    CHECK_OK(plan_make(&req, &p));
+    CHECK(p.layer_device[0] == 0 && p.layer_device[1] == 0 && p.layer_device[2] == 1 &&
+          p.layer_device[3] == 1);
+    CHECK(p.embd_device == 0 && p.head_device == 1);
+    CHECK(p.bytes[0].weights == 2500 && p.bytes[1].weights == 2100);
+    CHECK(p.bytes[0].kv == 2 * kv_layer && p.bytes[1].kv == 2 * kv_layer);
+    plan_free(&p);
+
+    const double uneven[2] = {3, 1}, first_off[2] = {0, 1};
+    req.shares = uneven;
+    CHECK_OK(plan_make(&req, &p));
+    CHECK(p.layer_device[2] == 0 && p.layer_device[3] == 1 && p.bytes[1].kv == kv_layer);
+    plan_free(&p);
+    /* a share of 0: the device holds nothing, the ends move */
+    req.shares = first_off;
+    CHECK_OK(plan_make(&req, &p));
+    CHECK(p.embd_device == 1 && p.head_device == 1 && plan_total_bytes(&p, 0) == 0);
+    for (int l = 0; l < 4; l++) CHECK(p.layer_device[l] == 1);
+    plan_free(&p);
+
+    /* more devices than layers: every layer once, in device order */
+    req = split_request(&hp, layer_bytes, 6, budgets, SPLIT_LAYER, NULL);
+    CHECK_OK(plan_make(&req, &p));
+    for (int l = 0; l < 4; l++) CHECK(p.layer_device[l] == l);
+    CHECK(plan_total_bytes(&p, 4) == 0 && plan_total_bytes(&p, 5) == 0 && p.head_device == 3);
+    plan_free(&p);
+
+    /* bad shares are errors with a reason */
+    const double zeros[2] = {0, 0}, negative[2] = {1, -1}, nan2[2] = {1, 0.0 / 0.0};
+    req = split_request(&hp, layer_bytes, 2, budgets, SPLIT_LAYER, zeros);
+    CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "all 0") != NULL);
+    req.shares = negative;
+    CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
+    req.shares = nan2;
+    CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
+
+    /* one device over its budget: refused, naming that device */
+    req.shares = NULL;
+    budgets[1] = 1000;
+    CHECK(plan_make(&req, &p) == CLEAVE_ERR_OOM);
+    CHECK(strstr(cleave_last_error(), "device 1 needs") != NULL);
+    CHECK(strstr(cleave_last_error(), "device 0 needs") == NULL);
+}
+
+/* Ranges of every device tile [0, total) in device order. */
+static void check_tiling(const plan_range *r, size_t n, uint32_t total, const char *what) {
+    uint32_t at = 0;
+    for (size_t d = 0; d < n; d++) {
+        CHECK_MSG(r[d].lo == at && r[d].hi >= r[d].lo, "%s: device %zu has [%u, %u) at %u", what, d,
+                  r[d].lo, r[d].hi, at);
+        at = r[d].hi;
+    }
+    CHECK_MSG(at == total, "%s: ranges end at %u of %u", what, at, total);
+}
+
+static void test_plan_tensor(void) {
+    model_hparams hp = hp_small(); /* 2 kv heads, FFN 512 */
+    size_t layer_bytes[4] = {1000, 1000, 1000, 1000}, attn[4] = {400, 400, 400, 400},
+           ffn[4] = {512, 512, 512, 512}, budgets[PLAN_MAX_DEVICES] = {0};
+    plan p;
+    plan_request req = split_request(&hp, layer_bytes, 3, budgets, SPLIT_TENSOR, NULL);
+    req.ff_align = 32;
+    CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG); /* no attention/FFN bytes */
+    req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
+    CHECK_OK(plan_make(&req, &p));
+    /* 2 kv heads on 3 devices: whole heads, the third gets none (and no KV) */
+    CHECK(p.kv_heads[0].lo == 0 && p.kv_heads[0].hi == 1 && p.kv_heads[1].hi == 2 &&
+          p.kv_heads[2].lo == 2 && p.kv_heads[2].hi == 2);
+    CHECK(p.bytes[2].kv == 0 && p.bytes[0].kv == p.bytes[1].kv);
+    /* 512 FFN rows in blocks of 32: 6, 5, 5 blocks */
+    CHECK(p.ff_rows[0].hi == 192 && p.ff_rows[1].hi == 352 && p.ff_rows[2].hi == 512);
+    for (int l = 0; l < 4; l++) CHECK(p.layer_device[l] == -1);
+    CHECK(p.embd_device == 0 && p.head_device == 0);
+    /* weights: heads share of attention, rows share of FFN, the rest (norms) everywhere */
+    CHECK(p.bytes[2].weights == 4 * (0 + 160 + 88) + 100 * 333 / 1000);
+    CHECK(p.bytes[0].weights == 4 * (200 + 192 + 88) + 100 * 334 / 1000 + 500);
+    plan_free(&p);
+
+    /* shapes that do not divide: odd FFN, uneven shares, zero shares */
+    uint64_t r = 99;
+    for (int it = 0; it < 500; it++) {
+        model_hparams h = hp_small();
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        h.n_ff = 1 + (uint32_t)(r >> 40 & 0x3ff);
+        h.n_head_kv = 1 + (uint32_t)(r >> 50 & 7);
+        h.n_vocab = 1 + (uint32_t)(r >> 20 & 0xfff);
+        size_t n = 1 + (size_t)(r >> 33 & 7);
+        double w[PLAN_MAX_DEVICES];
+        bool any = false;
+        for (size_t d = 0; d < n; d++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            w[d] = (r >> 61) == 0 ? 0.0 : 1.0 + (double)(r >> 58 & 3);
+            any |= w[d] > 0;
+        }
+        if (!any) w[n - 1] = 1;
+        req = split_request(&h, layer_bytes, n, budgets, SPLIT_TENSOR, w);
+        req.ff_align = (it & 1) ? 32 : 1;
+        req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
+        CHECK_OK(plan_make(&req, &p));
+        check_tiling(p.kv_heads, n, h.n_head_kv, "kv heads");
+        check_tiling(p.ff_rows, n, h.n_ff, "ffn rows");
+        check_tiling(p.vocab_rows, n, h.n_vocab, "vocab rows");
+        for (size_t d = 0; d < n; d++) {
+            if (w[d] == 0)
+                CHECK_MSG(plan_total_bytes(&p, d) == 0 && p.kv_heads[d].hi == p.kv_heads[d].lo,
+                          "a share of 0 got work (device %zu)", d);
+            /* FFN slices start on a block boundary (or are empty at the end) */
+            CHECK(p.ff_rows[d].lo % req.ff_align == 0 || p.ff_rows[d].lo == h.n_ff);
+        }
+        CHECK(p.embd_device >= 0 && w[p.embd_device] > 0);
+        plan_free(&p);
+    }
 }
 
 static void test_kv(void) {
@@ -93,6 +267,9 @@ static void test_kv(void) {
 
 int main(void) {
     test_plan();
+    test_apportion();
+    test_plan_layer();
+    test_plan_tensor();
     test_kv();
     return tu_finish("test_plan_kv");
 }
