@@ -223,6 +223,90 @@ cleave_status plan_make(const plan_request *req, plan *out) {
     else
         st = place_tensor(req, w, out);
     if (!st) st = check_budgets(req, out);
+    if (!st && req->mode != SPLIT_NONE) memcpy(out->shares, w, sizeof(double) * req->n_devices);
     if (st) plan_free(out);
     return st;
+}
+
+/* The largest context in [lo, hi] whose plan fits (plans grow with the
+ * context), or 0. */
+static uint32_t largest_fitting(const plan_request *req, uint32_t lo, uint32_t hi) {
+    plan_request r = *req;
+    plan p;
+    uint32_t best = 0;
+    while (lo <= hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        r.n_ctx = mid;
+        if (plan_make(&r, &p) == CLEAVE_OK) {
+            plan_free(&p);
+            best = mid;
+            lo = mid + 1;
+        } else {
+            if (mid == 0) break;
+            hi = mid - 1;
+        }
+    }
+    return best;
+}
+
+cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out) {
+    memset(out, 0, sizeof *out);
+    if (!req->hp || req->n_devices == 0 || req->n_devices > PLAN_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: need a model and 1..%d devices", PLAN_MAX_DEVICES);
+    if (!(margin >= 0 && margin < 1))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: margin %g is not a fraction in [0, 1)", margin);
+    if (min_ctx == 0 || min_ctx > req->n_ctx)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: the smallest context (%u) must be 1..%u",
+                       min_ctx, req->n_ctx);
+    size_t n = req->n_devices, budgets[PLAN_MAX_DEVICES];
+    double shares[PLAN_MAX_DEVICES];
+    bool unlimited = false;
+    for (size_t d = 0; d < n; d++) {
+        size_t b = req->budgets ? req->budgets[d] : 0;
+        budgets[d] = b ? (size_t)((double)b * (1.0 - margin)) : 0;
+        if (b && !budgets[d]) budgets[d] = 1; /* a tiny budget stays a limit */
+        unlimited |= b == 0;
+        shares[d] = unlimited ? 1.0 : (double)b;
+    }
+    if (unlimited)
+        for (size_t d = 0; d < n; d++) shares[d] = 1.0;
+    plan_request r = *req;
+    r.budgets = budgets;
+    if (!r.shares && r.mode != SPLIT_NONE) r.shares = shares;
+
+    uint32_t ctx = largest_fitting(&r, min_ctx, req->n_ctx);
+    if (ctx) {
+        r.n_ctx = ctx;
+        return plan_make(&r, out);
+    }
+    /* Nothing fits: say where it falls short at the smallest context, then
+     * what would fit instead. */
+    r.n_ctx = min_ctx;
+    cleave_status st = plan_make(&r, out);
+    if (st != CLEAVE_ERR_OOM) return st; /* a bad request, not a full device */
+    char why[1024], alt[512];
+    snprintf(why, sizeof why, "%s", cleave_last_error());
+    char *hint = strstr(why, "; try a smaller context");
+    if (hint) *hint = 0; /* it already is the smallest allowed */
+    size_t at = 0;
+    alt[0] = 0;
+    if (req->kv_type != CLEAVE_TYPE_Q8_0 && req->hp->head_dim % 32 == 0) {
+        plan_request q = r;
+        q.kv_type = CLEAVE_TYPE_Q8_0;
+        uint32_t c = largest_fitting(&q, min_ctx, req->n_ctx);
+        if (c)
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "; a q8_0 KV cache (-ctk q8_0) fits %u cells", c);
+    }
+    for (int m = SPLIT_LAYER; m <= SPLIT_TENSOR && n > 1 && at < sizeof alt; m++) {
+        if (m == (int)req->mode || (m == SPLIT_TENSOR && !req->layer_attn_bytes)) continue;
+        plan_request q = r;
+        q.mode = (enum split_mode)m;
+        if (!req->shares) q.shares = shares;
+        uint32_t c = largest_fitting(&q, min_ctx, req->n_ctx);
+        if (c)
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "; split mode %s fits %u cells",
+                                   plan_mode_name(q.mode), c);
+    }
+    return err_set(CLEAVE_ERR_OOM, "nothing fits with %.0f%% of each budget kept free, even at %u cells (%s)%s",
+                   margin * 100.0, min_ctx, why, at ? alt : "; no smaller cache or other split mode fits either");
 }

@@ -68,12 +68,19 @@ typedef struct plan {
      * (empty ranges for a share of 0); other modes leave them zero. */
     plan_range kv_heads[PLAN_MAX_DEVICES], ff_rows[PLAN_MAX_DEVICES], vocab_rows[PLAN_MAX_DEVICES];
     plan_device_bytes bytes[PLAN_MAX_DEVICES];
+    double shares[PLAN_MAX_DEVICES]; /* the shares used (layer, tensor) */
 } plan;
 
 /* Builds the plan or explains why there is none (bad shares, a device over
  * budget: the message names each device's need and budget). */
 cleave_status plan_make(const plan_request *req, plan *out);
 void plan_free(plan *p);
+/* Fit: the plan for req's mode with the largest context in [min_ctx,
+ * req->n_ctx] that leaves `margin` (a fraction, e.g. 0.05) of every budget
+ * free. Shares are req's when given, else in proportion to the budgets.
+ * When nothing fits, the error names each device's shortfall and what
+ * would fit instead (a quantized KV cache, another split mode). */
+cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out);
 size_t plan_total_bytes(const plan *p, size_t device);
 /* Activation scratch for a batch of n_batch tokens (bytes), per device. */
 size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx);

@@ -227,6 +227,60 @@ static void test_plan_tensor(void) {
     }
 }
 
+static void test_plan_fit(void) {
+    model_hparams hp = hp_small();
+    size_t layer_bytes[4] = {1000, 1000, 1000, 1000}, attn[4] = {400, 400, 400, 400},
+           ffn[4] = {512, 512, 512, 512};
+    size_t kv_token = model_kv_bytes_per_token(&hp, CLEAVE_TYPE_F16); /* all layers */
+    size_t compute = plan_compute_bytes(&hp, 32, 4096);
+    plan p;
+    /* one device with room for ~1000 cells of KV: the context shrinks to
+     * the largest that fits, and one more cell would not */
+    size_t budget = 4600 + compute + 1000 * kv_token;
+    plan_request req = split_request(&hp, layer_bytes, 1, &budget, SPLIT_NONE, NULL);
+    req.n_ctx = 4096;
+    CHECK_OK(plan_fit(&req, 256, 0.0, &p));
+    uint32_t ctx = p.n_ctx;
+    /* the plan needs 4600 + compute(c) + c * kv_token, and compute grows by
+     * 8 bytes a cell (the cell table) */
+    size_t expect = (8 * 4096 + 1000 * kv_token) / (kv_token + 8);
+    CHECK_MSG(ctx == expect, "fit chose %u cells, expected %zu", ctx, expect);
+    CHECK(plan_total_bytes(&p, 0) <= budget);
+    plan_free(&p);
+    req.n_ctx = ctx + 1;
+    CHECK(plan_make(&req, &p) == CLEAVE_ERR_OOM);
+    req.n_ctx = 4096;
+    /* a margin keeps part of the budget free */
+    CHECK_OK(plan_fit(&req, 256, 0.10, &p));
+    CHECK(p.n_ctx < ctx && plan_total_bytes(&p, 0) <= budget * 0.9 + 1);
+    plan_free(&p);
+
+    /* nothing fits even at the smallest context: the error names the
+     * shortfall and that a q8_0 cache would fit */
+    size_t tight = 4600 + plan_compute_bytes(&hp, 32, 512) + 512 * kv_token * 3 / 4;
+    req = split_request(&hp, layer_bytes, 1, &tight, SPLIT_NONE, NULL);
+    req.n_ctx = 512;
+    CHECK(plan_fit(&req, 512, 0.0, &p) == CLEAVE_ERR_OOM);
+    CHECK(strstr(cleave_last_error(), "device 0 needs") != NULL);
+    CHECK_MSG(strstr(cleave_last_error(), "-ctk q8_0") != NULL, "%s", cleave_last_error());
+
+    /* two devices, budgets 3:1: layer shares follow them */
+    size_t budgets[2] = {(size_t)1 << 30, (size_t)1 << 28};
+    req = split_request(&hp, layer_bytes, 2, budgets, SPLIT_LAYER, NULL);
+    CHECK_OK(plan_fit(&req, 64, 0.05, &p));
+    CHECK(p.layer_device[2] == 0 && p.layer_device[3] == 1 && p.n_ctx == 128);
+    plan_free(&p);
+    /* the weights alone overflow one device under `none`; the layer split fits */
+    size_t c128 = plan_compute_bytes(&hp, 32, 128), small[2] = {70000 + c128, 70000 + c128};
+    req = split_request(&hp, layer_bytes, 2, small, SPLIT_NONE, NULL);
+    req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
+    CHECK(plan_fit(&req, 128, 0.0, &p) == CLEAVE_ERR_OOM);
+    CHECK_MSG(strstr(cleave_last_error(), "split mode layer fits") != NULL, "%s", cleave_last_error());
+    /* bad arguments */
+    CHECK(plan_fit(&req, 0, 0.0, &p) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(plan_fit(&req, 64, 1.5, &p) == CLEAVE_ERR_INVALID_ARG);
+}
+
 static void test_kv(void) {
     be_device *dev;
     CHECK_OK(be_cpu_create("cpu", 1, 0, &dev));
@@ -270,6 +324,7 @@ int main(void) {
     test_apportion();
     test_plan_layer();
     test_plan_tensor();
+    test_plan_fit();
     test_kv();
     return tu_finish("test_plan_kv");
 }
