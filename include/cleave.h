@@ -97,12 +97,30 @@ cleave_status cleave_token_to_piece(const cleave_model *model, int32_t prev, int
 
 /* ---- contexts ----------------------------------------------------------- */
 
+/* How a model spreads over several devices: `none` keeps it on the main
+ * device; `layer` gives each device a contiguous range of layers; `tensor`
+ * splits every layer across the devices (not available yet). */
+typedef enum cleave_split_mode {
+    CLEAVE_SPLIT_NONE = 0,
+    CLEAVE_SPLIT_LAYER = 1,
+    CLEAVE_SPLIT_TENSOR = 2,
+} cleave_split_mode;
+
 typedef struct cleave_context_params {
     uint32_t n_ctx;        /* cells of KV cache; 0 = the model's training context (capped at 4096) */
     uint32_t n_batch;      /* most tokens in one forward pass; 0 = 512 */
-    int n_threads;         /* CPU threads; 0 = all cores */
+    int n_threads;         /* CPU threads (each CPU device); 0 = all cores */
     cleave_type kv_type;   /* f32, f16, bf16 or q8_0 (q8_0 needs kv heads x head size % 32 == 0) */
-    const char *devices;   /* "cpu" (default when NULL) or "cuda:N" */
+    /* "cpu" (default when NULL), "cuda:N", "cpu:N" (N virtual CPU devices
+     * sharing the machine, each with its own memory accounting), or a
+     * comma list such as "cuda:0,cuda:1" */
+    const char *devices;
+    cleave_split_mode split_mode; /* with several devices; default none */
+    const float *shares;   /* n_shares per-device shares (layer, tensor); NULL = equal */
+    size_t n_shares;
+    int main_device;       /* the device index for split mode none */
+    const size_t *budgets; /* n_budgets per-device byte limits (0 = none), emulating smaller cards */
+    size_t n_budgets;
     cleave_progress_fn progress; /* weight upload progress, may be NULL */
     void *progress_user;
 } cleave_context_params;
@@ -112,7 +130,8 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
                                  cleave_context **out);
 void cleave_context_free(cleave_context *ctx);
 uint32_t cleave_context_n_ctx(const cleave_context *ctx);
-/* The device the context runs on, e.g. "cpu" or "cuda:0 (NVIDIA H200)". */
+/* The device(s) the context runs on, e.g. "cpu", "cuda:0 (NVIDIA H200)" or
+ * "cpu:0+cpu:1 (layer)". */
 const char *cleave_context_device(const cleave_context *ctx);
 
 /* Progress of long work on this context from now on: cleave_decode calls

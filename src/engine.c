@@ -22,22 +22,25 @@
 
 /* ---- placing weights ---------------------------------------------------- */
 
-static cleave_status own(struct cleave_context *c, void *p) {
+static be_device *dev_of(struct cleave_context *c, int d) { return c->devs[d].dev; }
+
+static cleave_status own(struct cleave_context *c, int d, void *p) {
     if (c->n_owned == c->cap_owned) {
         size_t cap = c->cap_owned ? 2 * c->cap_owned : 64;
-        void **n = mem_realloc(c->owned, cap * sizeof *n, "device allocation list");
+        engine_alloc *n = mem_realloc(c->owned, cap * sizeof *n, "device allocation list");
         if (!n) return CLEAVE_ERR_OOM;
         c->owned = n;
         c->cap_owned = cap;
     }
-    c->owned[c->n_owned++] = p;
+    c->owned[c->n_owned++] = (engine_alloc){p, d};
     return CLEAVE_OK;
 }
 
-static void *dev_alloc(struct cleave_context *c, size_t bytes, const char *what) {
-    void *p = c->dev->ops->alloc(c->dev, bytes, what);
-    if (p && own(c, p)) {
-        c->dev->ops->free(c->dev, p);
+static void *dev_alloc(struct cleave_context *c, int d, size_t bytes, const char *what) {
+    be_device *dev = dev_of(c, d);
+    void *p = dev->ops->alloc(dev, bytes, what);
+    if (p && own(c, d, p)) {
+        dev->ops->free(dev, p);
         return NULL;
     }
     return p;
@@ -54,92 +57,110 @@ static cleave_status placed(struct cleave_context *c, size_t bytes) {
     return CLEAVE_OK;
 }
 
-static cleave_status place_mat(struct cleave_context *c, const gguf_tensor *t, be_mat *m) {
+static cleave_status place_mat(struct cleave_context *c, int d, const gguf_tensor *t, be_mat *m) {
+    be_device *dev = dev_of(c, d);
     m->type = (cleave_type)t->type;
     m->ne0 = (size_t)t->ne[0];
     m->ne1 = (size_t)(t->n_elems / t->ne[0]);
     m->nb1 = quant_row_bytes(t->type, m->ne0);
     m->scales = NULL;
-    const void *mapped = c->dev->ops->map_host ? c->dev->ops->map_host(c->dev, t->data, t->nbytes)
-                                               : NULL;
+    const void *mapped = dev->ops->map_host ? dev->ops->map_host(dev, t->data, t->nbytes) : NULL;
     if (mapped) {
         m->data = mapped;
         return CLEAVE_OK;
     }
-    if (c->dev->ops->upload_mat) {
+    if (dev->ops->upload_mat) {
         be_mat host = *m;
         host.data = t->data;
-        cleave_status st = c->dev->ops->upload_mat(c->dev, &host, m, t->name);
+        cleave_status st = dev->ops->upload_mat(dev, &host, m, t->name);
         if (st) return st;
-        if ((st = own(c, (void *)m->data))) {
-            c->dev->ops->free(c->dev, (void *)m->data);
-            if (m->scales) c->dev->ops->free(c->dev, (void *)m->scales);
+        if ((st = own(c, d, (void *)m->data))) {
+            dev->ops->free(dev, (void *)m->data);
+            if (m->scales) dev->ops->free(dev, (void *)m->scales);
             return st;
         }
-        if (m->scales && (st = own(c, (void *)m->scales))) {
-            c->dev->ops->free(c->dev, (void *)m->scales);
+        if (m->scales && (st = own(c, d, (void *)m->scales))) {
+            dev->ops->free(dev, (void *)m->scales);
             return st;
         }
         return placed(c, t->nbytes);
     }
-    void *p = dev_alloc(c, t->nbytes, t->name);
+    void *p = dev_alloc(c, d, t->nbytes, t->name);
     if (!p) return CLEAVE_ERR_OOM;
     m->data = p;
-    cleave_status st = c->dev->ops->write(c->dev, p, t->data, t->nbytes);
+    cleave_status st = dev->ops->write(dev, p, t->data, t->nbytes);
     return st ? st : placed(c, t->nbytes);
 }
 
-/* A vector as f32 on the device (NULL tensor -> NULL vector). */
-static cleave_status place_vec(struct cleave_context *c, const gguf_tensor *t, float **out) {
+/* A vector as f32 on device d (NULL tensor -> NULL vector). */
+static cleave_status place_vec(struct cleave_context *c, int d, const gguf_tensor *t, float **out) {
     *out = NULL;
     if (!t) return CLEAVE_OK;
+    be_device *dev = dev_of(c, d);
     size_t n = (size_t)t->n_elems;
     float *host = mem_alloc(n * sizeof(float), t->name);
     if (!host) return CLEAVE_ERR_OOM;
     quant_dequantize_row((cleave_type)t->type, t->data, host, n);
-    float *p = dev_alloc(c, n * sizeof(float), t->name);
-    cleave_status st = p ? c->dev->ops->write(c->dev, p, host, n * sizeof(float)) : CLEAVE_ERR_OOM;
+    float *p = dev_alloc(c, d, n * sizeof(float), t->name);
+    cleave_status st = p ? dev->ops->write(dev, p, host, n * sizeof(float)) : CLEAVE_ERR_OOM;
     free(host);
     *out = p;
     return st ? st : placed(c, t->nbytes);
 }
 
+/* Weights where the plan puts them: the embedding on its device, each
+ * block on its layer's device, the output norm and lm head on the head
+ * device (a second copy of a tied embedding when that is another device). */
 static cleave_status place_weights(struct cleave_context *c) {
     const struct cleave_model *m = c->model;
+    const plan *pl = &c->plan;
     cleave_status st;
-    if ((st = place_mat(c, m->tok_embd, &c->tok_embd))) return st;
-    /* tied embeddings: one copy serves the lookup and the lm head */
-    if (m->output == m->tok_embd)
+    if ((st = place_mat(c, pl->embd_device, m->tok_embd, &c->tok_embd))) return st;
+    if (m->output == m->tok_embd && pl->head_device == pl->embd_device)
         c->output = c->tok_embd;
-    else if ((st = place_mat(c, m->output, &c->output)))
+    else if ((st = place_mat(c, pl->head_device, m->output, &c->output)))
         return st;
-    if ((st = place_vec(c, m->output_norm, &c->output_norm)) ||
-        (st = place_vec(c, m->rope_freqs, &c->rope_freqs)))
-        return st;
+    if ((st = place_vec(c, pl->head_device, m->output_norm, &c->output_norm))) return st;
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].active && (st = place_vec(c, (int)d, m->rope_freqs, &c->devs[d].rope_freqs)))
+            return st;
     c->layers = mem_calloc(m->hp.n_layer, sizeof *c->layers, "engine layers");
     if (!c->layers) return CLEAVE_ERR_OOM;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
         engine_layer *E = &c->layers[l];
-        if ((st = place_mat(c, L->wq, &E->wq)) || (st = place_mat(c, L->wk, &E->wk)) ||
-            (st = place_mat(c, L->wv, &E->wv)) || (st = place_mat(c, L->wo, &E->wo)) ||
-            (st = place_mat(c, L->w_gate, &E->w_gate)) || (st = place_mat(c, L->w_up, &E->w_up)) ||
-            (st = place_mat(c, L->w_down, &E->w_down)) ||
-            (st = place_vec(c, L->attn_norm, &E->attn_norm)) ||
-            (st = place_vec(c, L->ffn_norm, &E->ffn_norm)) || (st = place_vec(c, L->bq, &E->bq)) ||
-            (st = place_vec(c, L->bk, &E->bk)) || (st = place_vec(c, L->bv, &E->bv)) ||
-            (st = place_vec(c, L->q_norm, &E->q_norm)) ||
-            (st = place_vec(c, L->k_norm, &E->k_norm)))
+        int d = E->dev = pl->layer_device[l];
+        if ((st = place_mat(c, d, L->wq, &E->wq)) || (st = place_mat(c, d, L->wk, &E->wk)) ||
+            (st = place_mat(c, d, L->wv, &E->wv)) || (st = place_mat(c, d, L->wo, &E->wo)) ||
+            (st = place_mat(c, d, L->w_gate, &E->w_gate)) ||
+            (st = place_mat(c, d, L->w_up, &E->w_up)) ||
+            (st = place_mat(c, d, L->w_down, &E->w_down)) ||
+            (st = place_vec(c, d, L->attn_norm, &E->attn_norm)) ||
+            (st = place_vec(c, d, L->ffn_norm, &E->ffn_norm)) ||
+            (st = place_vec(c, d, L->bq, &E->bq)) || (st = place_vec(c, d, L->bk, &E->bk)) ||
+            (st = place_vec(c, d, L->bv, &E->bv)) || (st = place_vec(c, d, L->q_norm, &E->q_norm)) ||
+            (st = place_vec(c, d, L->k_norm, &E->k_norm)))
+            return st;
+    }
+    /* the norm each block's last add is fused with, on that block's device */
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        engine_layer *E = &c->layers[l];
+        if (l + 1 == m->hp.n_layer)
+            E->next_norm = c->output_norm; /* the last block runs on the head device */
+        else if (c->layers[l + 1].dev == E->dev)
+            E->next_norm = c->layers[l + 1].attn_norm;
+        else if ((st = place_vec(c, E->dev, m->layers[l + 1].attn_norm, &E->next_norm)))
             return st;
     }
     return CLEAVE_OK;
 }
 
-static cleave_status alloc_scratch(struct cleave_context *c) {
+static cleave_status alloc_scratch(struct cleave_context *c, int d) {
     const model_hparams *hp = &c->model->hp;
     size_t n = c->plan.n_batch, q = (size_t)hp->n_head * hp->head_dim,
            kv = (size_t)hp->n_head_kv * hp->head_dim;
-    engine_scratch *s = &c->s;
+    engine_scratch *s = &c->devs[d].s;
+    bool head = d == c->plan.head_device, embd = d == c->plan.embd_device;
     struct {
         void **p;
         size_t bytes;
@@ -153,15 +174,16 @@ static cleave_status alloc_scratch(struct cleave_context *c) {
         {(void **)&s->att, n * q * 4, "attention output"},
         {(void **)&s->gate, n * hp->n_ff * 4, "ffn gate"},
         {(void **)&s->up, n * hp->n_ff * 4, "ffn up"},
-        {(void **)&s->logits, n * hp->n_vocab * 4, "logits"},
-        {(void **)&s->ids, n * 4, "token ids"},
+        {(void **)&s->logits, head ? n * hp->n_vocab * 4 : 0, "logits"},
+        {(void **)&s->ids, embd ? n * 4 : 0, "token ids"},
         {(void **)&s->pos, n * 4, "positions"},
         {(void **)&s->seq, n * 4, "sequence ids"},
         {(void **)&s->cells, n * 4, "cache cells"},
         {(void **)&s->n_kv_live, 4, "live cell count"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        *bufs[i].p = dev_alloc(c, bufs[i].bytes, bufs[i].what);
+        if (!bufs[i].bytes) continue;
+        *bufs[i].p = dev_alloc(c, d, bufs[i].bytes, bufs[i].what);
         if (!*bufs[i].p) return CLEAVE_ERR_OOM;
     }
     return CLEAVE_OK;
@@ -169,30 +191,78 @@ static cleave_status alloc_scratch(struct cleave_context *c) {
 
 /* ---- context lifecycle -------------------------------------------------- */
 
-/* "cpu" or "cuda:N" (one device until the split modes arrive). */
-static cleave_status open_device(const cleave_context_params *p, be_device **out) {
-    const char *spec = p->devices && *p->devices ? p->devices : "cpu";
-    if (strcmp(spec, "cpu") == 0) return be_cpu_create("cpu", p->n_threads, 0, out);
-    if (strncmp(spec, "cuda", 4) == 0) {
+/* One device from "cpu" or "cuda:N", with a byte budget (0 = none). */
+static cleave_status open_one(const char *spec, size_t len, int n_threads, size_t budget,
+                              const char *cpu_name, be_device **out) {
+    char buf[64];
+    if (len >= sizeof buf) return err_set(CLEAVE_ERR_INVALID_ARG, "device name too long");
+    memcpy(buf, spec, len);
+    buf[len] = 0;
+    if (strcmp(buf, "cpu") == 0) return be_cpu_create(cpu_name, n_threads, budget, out);
+    if (strncmp(buf, "cuda", 4) == 0) {
         char *end;
-        long ordinal = spec[4] == ':' ? strtol(spec + 5, &end, 10) : 0;
-        if ((spec[4] == ':' && (*end || end == spec + 5)) || (spec[4] && spec[4] != ':'))
-            return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': expected cuda:N", spec);
+        long ordinal = buf[4] == ':' ? strtol(buf + 5, &end, 10) : 0;
+        if ((buf[4] == ':' && (*end || end == buf + 5)) || (buf[4] && buf[4] != ':'))
+            return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': expected cuda:N", buf);
 #ifdef CLEAVE_WITH_CUDA
-        return be_cuda_create((int)ordinal, 0, out);
+        return be_cuda_create((int)ordinal, budget, out);
 #else
         (void)ordinal;
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "device '%s': this build of cleave has no CUDA backend", spec);
+                       "device '%s': this build of cleave has no CUDA backend", buf);
 #endif
     }
-    return err_set(CLEAVE_ERR_INVALID_ARG, "unknown device '%s' (use cpu or cuda:N)", spec);
+    return err_set(CLEAVE_ERR_INVALID_ARG, "unknown device '%s' (use cpu, cpu:N or cuda:N)", buf);
+}
+
+/* The devices of p->devices: "cpu", "cpu:N" (N virtual CPU devices) or a
+ * comma list of "cpu" / "cuda:N". */
+static cleave_status open_devices(struct cleave_context *c, const cleave_context_params *p) {
+    const char *spec = p->devices && *p->devices ? p->devices : "cpu";
+    size_t n_cpu = 0;
+    if (strncmp(spec, "cpu:", 4) == 0) {
+        char *end;
+        long n = strtol(spec + 4, &end, 10);
+        if (*end || end == spec + 4 || n < 1 || n > PLAN_MAX_DEVICES)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "devices '%s': cpu:N needs N in 1..%d", spec,
+                           PLAN_MAX_DEVICES);
+        n_cpu = (size_t)n;
+    }
+    size_t n_dev = n_cpu;
+    if (!n_cpu) {
+        n_dev = 1;
+        for (const char *q = spec; *q; q++) n_dev += *q == ',';
+        if (n_dev > PLAN_MAX_DEVICES)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "devices '%s': at most %d", spec, PLAN_MAX_DEVICES);
+    }
+    if (p->budgets && p->n_budgets != n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%zu memory budgets for %zu devices", p->n_budgets, n_dev);
+    if (p->shares && p->n_shares != n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%zu split shares for %zu devices", p->n_shares, n_dev);
+    const char *at = spec;
+    for (size_t d = 0; d < n_dev; d++) {
+        size_t budget = p->budgets ? p->budgets[d] : 0;
+        char name[16];
+        snprintf(name, sizeof name, n_dev > 1 ? "cpu:%zu" : "cpu", d);
+        cleave_status st;
+        if (n_cpu) {
+            st = be_cpu_create(name, p->n_threads, budget, &c->devs[d].dev);
+        } else {
+            const char *comma = strchr(at, ',');
+            size_t len = comma ? (size_t)(comma - at) : strlen(at);
+            st = open_one(at, len, p->n_threads, budget, name, &c->devs[d].dev);
+            at += len + (comma ? 1 : 0);
+        }
+        if (st) return st;
+        c->n_dev = d + 1;
+    }
+    return CLEAVE_OK;
 }
 
 static size_t tensor_bytes(const gguf_tensor *t) { return t ? t->nbytes : 0; }
 
-static cleave_status make_plan(struct cleave_context *c, uint32_t n_ctx, uint32_t n_batch,
-                               cleave_type kv_type) {
+static cleave_status make_plan(struct cleave_context *c, const cleave_context_params *p,
+                               uint32_t n_ctx, uint32_t n_batch) {
     const struct cleave_model *m = c->model;
     size_t *layer_bytes = mem_calloc(m->hp.n_layer, sizeof *layer_bytes, "plan input");
     if (!layer_bytes) return CLEAVE_ERR_OOM;
@@ -203,25 +273,40 @@ static cleave_status make_plan(struct cleave_context *c, uint32_t n_ctx, uint32_
                                    L->w_down};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) layer_bytes[l] += tensor_bytes(ts[j]);
     }
-    be_mem_stats ms;
-    c->dev->ops->mem_stats(c->dev, &ms);
+    size_t budgets[PLAN_MAX_DEVICES];
+    double shares[PLAN_MAX_DEVICES];
+    for (size_t d = 0; d < c->n_dev; d++) {
+        be_mem_stats ms;
+        c->devs[d].dev->ops->mem_stats(c->devs[d].dev, &ms);
+        budgets[d] = ms.budget;
+        if (p->shares) shares[d] = p->shares[d];
+    }
     plan_request req = {
-        .hp = &m->hp, .n_devices = 1, .budgets = &ms.budget, .mode = SPLIT_NONE,
-        .main_device = 0, .n_ctx = n_ctx, .n_batch = n_batch, .kv_type = kv_type,
-        .embd_bytes = tensor_bytes(m->tok_embd),
+        .hp = &m->hp, .n_devices = c->n_dev, .budgets = budgets, .main_device = p->main_device,
+        .shares = p->shares ? shares : NULL, .n_ctx = n_ctx, .n_batch = n_batch,
+        .kv_type = p->kv_type, .embd_bytes = tensor_bytes(m->tok_embd),
         .head_bytes = tensor_bytes(m->output_norm) +
                       (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
         .layer_bytes = layer_bytes,
     };
-    cleave_status st = plan_make(&req, &c->plan);
+    cleave_status st = CLEAVE_OK;
+    switch (p->split_mode) {
+    case CLEAVE_SPLIT_NONE: req.mode = SPLIT_NONE; break;
+    case CLEAVE_SPLIT_LAYER: req.mode = SPLIT_LAYER; break;
+    case CLEAVE_SPLIT_TENSOR:
+        st = err_set(CLEAVE_ERR_UNSUPPORTED, "split mode tensor is not available yet; use -sm layer");
+        break;
+    default: st = err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
+    }
+    if (!st) st = plan_make(&req, &c->plan);
     free(layer_bytes);
     return st;
 }
 
 cleave_context_params cleave_context_default_params(void) {
     cleave_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0,
-                               .kv_type = CLEAVE_TYPE_F16, .devices = NULL, .progress = NULL,
-                               .progress_user = NULL};
+                               .kv_type = CLEAVE_TYPE_F16, .devices = NULL,
+                               .split_mode = CLEAVE_SPLIT_NONE, .main_device = 0};
     return p;
 }
 
@@ -249,19 +334,48 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     struct cleave_context *c = mem_calloc(1, sizeof *c, "context");
     if (!c) return CLEAVE_ERR_OOM;
     c->model = model;
-    cleave_status st = open_device(&p, &c->dev);
+    cleave_status st = open_devices(c, &p);
     if (st) goto fail;
-    if ((st = make_plan(c, n_ctx, n_batch, p.kv_type))) goto fail;
+    if ((st = make_plan(c, &p, n_ctx, n_batch))) goto fail;
+    size_t n_active = 0;
+    for (uint32_t l = 0; l < model->hp.n_layer; l++)
+        c->devs[c->plan.layer_device[l]].active = true;
+    for (size_t d = 0; d < c->n_dev; d++) n_active += c->devs[d].active;
     c->progress = p.progress;
     c->progress_user = p.progress_user;
-    c->total_bytes = c->plan.bytes[0].weights;
+    for (size_t d = 0; d < c->n_dev; d++) c->total_bytes += c->plan.bytes[d].weights;
     if ((st = place_weights(c))) goto fail;
     if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
-    if ((st = alloc_scratch(c))) goto fail;
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
+    be_device *devs[PLAN_MAX_DEVICES];
+    for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
     size_t kv_width = (size_t)model->hp.n_head_kv * model->hp.head_dim;
-    if ((st = kv_init(&c->kv, c->dev, n_ctx, model->hp.n_layer, kv_width, p.kv_type))) goto fail;
+    if ((st = kv_init(&c->kv, devs, c->n_dev, c->plan.layer_device, n_ctx, model->hp.n_layer,
+                      kv_width, p.kv_type)))
+        goto fail;
+    if (n_active > 1) {
+        /* the hidden state and its norm, handed from device to device */
+        c->bounce = mem_alloc((size_t)n_batch * model->hp.n_embd * sizeof(float), "device handoff");
+        if (!c->bounce) {
+            st = CLEAVE_ERR_OOM;
+            goto fail;
+        }
+    }
     const char *no_graph = getenv("CLEAVE_NO_GRAPH");
-    c->graphs_off = !c->dev->ops->graph_begin || (no_graph && *no_graph && *no_graph != '0');
+    /* a step over several devices goes through the host between them */
+    c->graphs_off = n_active > 1 || !c->devs[c->plan.head_device].dev->ops->graph_begin ||
+                    (no_graph && *no_graph && *no_graph != '0');
+    if (c->n_dev == 1) {
+        snprintf(c->name, sizeof c->name, "%s", c->devs[0].dev->ops->name(c->devs[0].dev));
+    } else {
+        size_t at = 0;
+        for (size_t d = 0; d < c->n_dev && at < sizeof c->name; d++)
+            at += (size_t)snprintf(c->name + at, sizeof c->name - at, "%s%s", d ? "+" : "",
+                                   c->devs[d].dev->ops->name(c->devs[d].dev));
+        if (at < sizeof c->name)
+            snprintf(c->name + at, sizeof c->name - at, " (%s)", plan_mode_name(c->plan.mode));
+    }
     *out = c;
     return CLEAVE_OK;
 fail:
@@ -271,16 +385,21 @@ fail:
 
 void cleave_context_free(cleave_context *c) {
     if (!c) return;
-    if (c->dev) {
-        if (c->decode_graph) c->dev->ops->graph_free(c->dev, c->decode_graph);
-        kv_free(&c->kv);
-        for (size_t i = 0; i < c->n_owned; i++) c->dev->ops->free(c->dev, c->owned[i]);
-        c->dev->ops->destroy(c->dev);
+    if (c->decode_graph) {
+        be_device *h = c->devs[c->plan.head_device].dev;
+        h->ops->graph_free(h, c->decode_graph);
     }
+    kv_free(&c->kv);
+    for (size_t i = 0; i < c->n_owned; i++) {
+        be_device *d = c->devs[c->owned[i].dev].dev;
+        d->ops->free(d, c->owned[i].p);
+    }
+    for (size_t d = 0; d < c->n_dev; d++) c->devs[d].dev->ops->destroy(c->devs[d].dev);
     plan_free(&c->plan);
     free(c->owned);
     free(c->layers);
     free(c->logits);
+    free(c->bounce);
     free(c);
 }
 
@@ -292,9 +411,7 @@ void cleave_context_set_progress(cleave_context *c, cleave_progress_fn fn, void 
     c->progress_user = user;
 }
 
-const char *cleave_context_device(const cleave_context *c) {
-    return c->dev->ops->name(c->dev);
-}
+const char *cleave_context_device(const cleave_context *c) { return c->name; }
 
 /* ---- forward ------------------------------------------------------------ */
 
@@ -306,9 +423,8 @@ const char *cleave_context_device(const cleave_context *c) {
     } while (0)
 
 /* Fused where the device offers it, composed from plain ops otherwise. */
-static cleave_status add_norm(struct cleave_context *c, float *x, const float *r, const float *w,
-                              float *y, size_t rows) {
-    be_device *d = c->dev;
+static cleave_status add_norm(struct cleave_context *c, be_device *d, float *x, const float *r,
+                              const float *w, float *y, size_t rows) {
     const model_hparams *hp = &c->model->hp;
     if (d->ops->add_rms_norm)
         return d->ops->add_rms_norm(d, x, r, w, y, rows, hp->n_embd, hp->norm_eps);
@@ -317,13 +433,14 @@ static cleave_status add_norm(struct cleave_context *c, float *x, const float *r
 }
 
 static cleave_status rope_and_store(struct cleave_context *c, uint32_t l, size_t n) {
-    be_device *d = c->dev;
+    engine_device *D = &c->devs[c->layers[l].dev];
+    be_device *d = D->dev;
     const be_ops *o = d->ops;
     const model_hparams *hp = &c->model->hp;
-    engine_scratch *s = &c->s;
+    engine_scratch *s = &D->s;
     size_t hd = hp->head_dim, qw = (size_t)hp->n_head * hd, kw = (size_t)hp->n_head_kv * hd;
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
-                    .freq_factors = c->rope_freqs};
+                    .freq_factors = D->rope_freqs};
     if (o->rope_store)
         return o->rope_store(d, s->q, s->k, s->v, n, hp->n_head, hp->n_head_kv, hd, s->pos, &rope,
                              c->kv.k[l], c->kv.v[l], c->kv.type, s->cells);
@@ -334,8 +451,8 @@ static cleave_status rope_and_store(struct cleave_context *c, uint32_t l, size_t
 }
 
 static cleave_status ffn_in(struct cleave_context *c, const engine_layer *E, size_t n) {
-    be_device *d = c->dev;
-    engine_scratch *s = &c->s;
+    be_device *d = c->devs[E->dev].dev;
+    engine_scratch *s = &c->devs[E->dev].s;
     if (d->ops->matmul_swiglu)
         return d->ops->matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate);
     TRY(d->ops->matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
@@ -343,17 +460,18 @@ static cleave_status ffn_in(struct cleave_context *c, const engine_layer *E, siz
     return d->ops->swiglu(d, s->gate, s->up, s->gate, n * c->model->hp.n_ff);
 }
 
-/* One block. On entry s->h holds this layer's normed input (x through
- * attn_norm); on exit x has both residuals and s->h holds x through the
- * next norm: the next layer's attn_norm, or output_norm after the last.
- * graph: the ops are being recorded for replay, so attention reads the
- * live cell count from the device instead of taking it by value. */
+/* One block, on its device. On entry that device's s->h holds this layer's
+ * normed input (x through attn_norm); on exit x has both residuals and
+ * s->h holds x through the next norm: the next layer's attn_norm, or
+ * output_norm after the last. graph: the ops are being recorded for
+ * replay, so attention reads the live cell count from the device instead
+ * of taking it by value. */
 static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t n, bool graph) {
     const model_hparams *hp = &c->model->hp;
-    be_device *d = c->dev;
-    const be_ops *o = d->ops;
     engine_layer *E = &c->layers[l];
-    engine_scratch *s = &c->s;
+    be_device *d = c->devs[E->dev].dev;
+    const be_ops *o = d->ops;
+    engine_scratch *s = &c->devs[E->dev].s;
     size_t hd = hp->head_dim;
 
     if (o->matmul_multi) {
@@ -373,12 +491,12 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
         .q = s->q, .k = c->kv.k[l], .v = c->kv.v[l], .kv_type = c->kv.type, .n_tokens = n,
         .n_kv = graph ? c->kv.n_ctx : c->kv.hi, .n_kv_live = graph ? s->n_kv_live : NULL,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-        .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos, .cell_seq = c->kv.dev_seq,
-        .scale = 1.0f / sqrtf((float)hd), .out = s->att,
+        .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],
+        .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
     };
     TRY(o->attention(d, &a));
     TRY(o->matmul(d, &E->wo, s->att, n, NULL, s->h));
-    TRY(add_norm(c, s->x, s->h, E->ffn_norm, s->h, n));
+    TRY(add_norm(c, d, s->x, s->h, E->ffn_norm, s->h, n));
 
     if (o->ffn) {
         TRY(o->ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, s->h));
@@ -386,32 +504,53 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
         TRY(ffn_in(c, E, n));
         TRY(o->matmul(d, &E->w_down, s->gate, n, NULL, s->h));
     }
-    const float *next_norm = l + 1 < hp->n_layer ? c->layers[l + 1].attn_norm : c->output_norm;
-    return add_norm(c, s->x, s->h, next_norm, s->h, n);
+    return add_norm(c, d, s->x, s->h, E->next_norm, s->h, n);
 }
 
-/* Everything between the uploaded inputs and the logits on the device. */
+/* Layer split: the residual stream x and its norm h move to the next
+ * device through host memory (peer copies where devices have them are a
+ * later step). */
+static cleave_status handoff(struct cleave_context *c, int from, int to, size_t n) {
+    be_device *a = c->devs[from].dev, *b = c->devs[to].dev;
+    size_t bytes = n * c->model->hp.n_embd * sizeof(float);
+    TRY(a->ops->read(a, c->bounce, c->devs[from].s.x, bytes));
+    TRY(b->ops->write(b, c->devs[to].s.x, c->bounce, bytes));
+    TRY(a->ops->read(a, c->bounce, c->devs[from].s.h, bytes));
+    return b->ops->write(b, c->devs[to].s.h, c->bounce, bytes);
+}
+
+/* Everything between the uploaded inputs and the logits on the head device. */
 static cleave_status forward_body(struct cleave_context *c, size_t n, size_t first_out, bool graph) {
     const model_hparams *hp = &c->model->hp;
-    be_device *d = c->dev;
-    const be_ops *o = d->ops;
-    engine_scratch *s = &c->s;
-    TRY(o->get_rows(d, &c->tok_embd, s->ids, n, s->x));
-    TRY(o->rms_norm(d, s->x, c->layers[0].attn_norm, s->h, n, hp->n_embd, hp->norm_eps));
-    for (uint32_t l = 0; l < hp->n_layer; l++) TRY(forward_layer(c, l, n, graph));
-    /* s->h holds x through output_norm; only the rows whose logits are
-     * wanted go through the lm head. */
-    TRY(o->matmul(d, &c->output, s->h + first_out * hp->n_embd, n - first_out, NULL, s->logits));
+    int cur = c->plan.embd_device;
+    be_device *d = c->devs[cur].dev;
+    engine_scratch *s = &c->devs[cur].s;
+    TRY(d->ops->get_rows(d, &c->tok_embd, s->ids, n, s->x));
+    TRY(d->ops->rms_norm(d, s->x, c->layers[0].attn_norm, s->h, n, hp->n_embd, hp->norm_eps));
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (c->layers[l].dev != cur) {
+            TRY(handoff(c, cur, c->layers[l].dev, n));
+            cur = c->layers[l].dev;
+        }
+        TRY(forward_layer(c, l, n, graph));
+    }
+    /* the head device's s->h holds x through output_norm; only the rows
+     * whose logits are wanted go through the lm head. */
+    d = c->devs[cur].dev;
+    s = &c->devs[cur].s;
+    TRY(d->ops->matmul(d, &c->output, s->h + first_out * hp->n_embd, n - first_out, NULL, s->logits));
     return CLEAVE_OK;
 }
 
-/* A one-token step, recorded as a graph the first time and replayed after:
- * the inputs live at fixed device addresses, so only they change. */
+/* A one-token step on one device, recorded as a graph the first time and
+ * replayed after: the inputs live at fixed device addresses, so only they
+ * change. */
 static cleave_status forward_graph(struct cleave_context *c) {
-    be_device *d = c->dev;
+    engine_device *D = &c->devs[c->plan.head_device];
+    be_device *d = D->dev;
     const be_ops *o = d->ops;
     int32_t live = (int32_t)c->kv.hi;
-    TRY(o->write(d, c->s.n_kv_live, &live, sizeof live));
+    TRY(o->write(d, D->s.n_kv_live, &live, sizeof live));
     if (!c->decode_graph) {
         cleave_status st = o->graph_begin(d);
         if (st) return st;
@@ -427,17 +566,26 @@ static cleave_status forward_graph(struct cleave_context *c) {
     return o->graph_launch(d, c->decode_graph);
 }
 
+static cleave_status sync_all(struct cleave_context *c) {
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].active) TRY(c->devs[d].dev->ops->sync(c->devs[d].dev));
+    return CLEAVE_OK;
+}
+
 cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, const int32_t *pos,
                              const int32_t *seq, const int32_t *cells, size_t n, size_t first_out,
                              float *logits_host) {
     const model_hparams *hp = &c->model->hp;
-    be_device *d = c->dev;
-    const be_ops *o = d->ops;
-    engine_scratch *s = &c->s;
-    TRY(o->write(d, s->ids, tokens, n * sizeof(int32_t)));
-    TRY(o->write(d, s->pos, pos, n * sizeof(int32_t)));
-    TRY(o->write(d, s->seq, seq, n * sizeof(int32_t)));
-    TRY(o->write(d, s->cells, cells, n * sizeof(int32_t)));
+    be_device *e = c->devs[c->plan.embd_device].dev;
+    TRY(e->ops->write(e, c->devs[c->plan.embd_device].s.ids, tokens, n * sizeof(int32_t)));
+    for (size_t i = 0; i < c->n_dev; i++) {
+        if (!c->devs[i].active) continue;
+        be_device *d = c->devs[i].dev;
+        engine_scratch *s = &c->devs[i].s;
+        TRY(d->ops->write(d, s->pos, pos, n * sizeof(int32_t)));
+        TRY(d->ops->write(d, s->seq, seq, n * sizeof(int32_t)));
+        TRY(d->ops->write(d, s->cells, cells, n * sizeof(int32_t)));
+    }
     TRY(kv_sync_cells(&c->kv));
 
     if (n == 1 && first_out == 0 && !c->graphs_off) {
@@ -447,14 +595,16 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
             fprintf(stderr, "cleave: decode graph unavailable (%s); running op by op\n",
                     cleave_last_error());
             c->graphs_off = true;
-            TRY(o->sync(d));
+            TRY(sync_all(c));
             TRY(forward_body(c, n, first_out, false));
         }
     } else {
         TRY(forward_body(c, n, first_out, false));
     }
-    TRY(o->read(d, logits_host, s->logits, (n - first_out) * hp->n_vocab * sizeof(float)));
-    return o->sync(d);
+    engine_device *H = &c->devs[c->plan.head_device];
+    TRY(H->dev->ops->read(H->dev, logits_host, H->s.logits,
+                          (n - first_out) * hp->n_vocab * sizeof(float)));
+    return sync_all(c);
 }
 
 /* ---- decode API --------------------------------------------------------- */

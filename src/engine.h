@@ -10,10 +10,13 @@
 #include "model.h"
 #include "plan.h"
 
-/* A block's weights on its device. Vectors (norms, biases) are f32. */
+/* A block's weights on its device. Vectors (norms, biases) are f32.
+ * next_norm is the norm the block's last residual add is fused with (the
+ * next block's attn_norm, or output_norm), on this block's device. */
 typedef struct engine_layer {
+    int dev;
     be_mat wq, wk, wv, wo, w_gate, w_up, w_down;
-    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
+    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *next_norm;
 } engine_layer;
 
 /* Activation scratch for one batch of up to n_batch tokens. */
@@ -23,17 +26,33 @@ typedef struct engine_scratch {
     int32_t *n_kv_live; /* live cell count for recorded decode graphs */
 } engine_scratch;
 
+/* One device of the context: its activation scratch (on devices that run
+ * layers) and what the forward pass needs there besides the layers. */
+typedef struct engine_device {
+    be_device *dev;
+    bool active;       /* runs layers */
+    engine_scratch s;
+    float *rope_freqs; /* Llama 3 rope factors, on each active device */
+} engine_device;
+
+/* A device allocation to free at the end. */
+typedef struct engine_alloc {
+    void *p;
+    int dev;
+} engine_alloc;
+
 struct cleave_context {
     struct cleave_model *model;
     plan plan;
-    be_device *dev;
+    size_t n_dev;
+    engine_device devs[PLAN_MAX_DEVICES];
+    char name[256];    /* what cleave_context_device reports */
     kv_cache kv;
     be_mat tok_embd, output;
-    float *output_norm, *rope_freqs;
+    float *output_norm;
     engine_layer *layers;
-    engine_scratch s;
-    /* device allocations to free at the end (weights copied, vectors) */
-    void **owned;
+    float *bounce;     /* host buffer for handing the hidden state between devices */
+    engine_alloc *owned;
     size_t n_owned, cap_owned;
     /* logits of the last decode, host side */
     float *logits;

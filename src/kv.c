@@ -10,13 +10,19 @@
 #include "mem.h"
 #include "quant.h"
 
-cleave_status kv_init(kv_cache *kv, be_device *dev, uint32_t n_ctx, uint32_t n_layer,
-                      size_t kv_width, cleave_type type) {
+cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const int *layer_dev,
+                      uint32_t n_ctx, uint32_t n_layer, size_t kv_width, cleave_type type) {
     memset(kv, 0, sizeof *kv);
+    if (n_dev == 0 || n_dev > KV_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: 1..%d devices", KV_MAX_DEVICES);
+    for (uint32_t l = 0; l < n_layer; l++)
+        if (layer_dev[l] < 0 || (size_t)layer_dev[l] >= n_dev || !devs[layer_dev[l]])
+            return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: layer %u has no device", l);
     kv->n_ctx = n_ctx;
     kv->n_layer = n_layer;
     kv->type = type;
-    kv->dev = dev;
+    kv->n_dev = n_dev;
+    memcpy(kv->devs, devs, n_dev * sizeof *devs);
     kv->row_bytes = quant_row_bytes(type, kv_width);
     if (!kv->row_bytes || n_ctx == 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: type %s cannot hold rows of %zu",
@@ -25,12 +31,18 @@ cleave_status kv_init(kv_cache *kv, be_device *dev, uint32_t n_ctx, uint32_t n_l
     kv->seq = mem_alloc((size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
     kv->k = mem_calloc(n_layer, sizeof(void *), "KV layer table");
     kv->v = mem_calloc(n_layer, sizeof(void *), "KV layer table");
-    if (!kv->pos || !kv->seq || !kv->k || !kv->v) goto oom;
-    kv->dev_pos = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
-    kv->dev_seq = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
-    if (!kv->dev_pos || !kv->dev_seq) goto oom;
-    size_t bytes = kv->row_bytes * n_ctx;
+    kv->layer_dev = mem_alloc(n_layer * sizeof(int), "KV layer devices");
+    if (kv->layer_dev) memcpy(kv->layer_dev, layer_dev, n_layer * sizeof(int));
+    if (!kv->pos || !kv->seq || !kv->k || !kv->v || !kv->layer_dev) goto oom;
     for (uint32_t l = 0; l < n_layer; l++) {
+        int d = layer_dev[l];
+        be_device *dev = devs[d];
+        if (!kv->dev_pos[d]) {
+            kv->dev_pos[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
+            kv->dev_seq[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
+            if (!kv->dev_pos[d] || !kv->dev_seq[d]) goto oom;
+        }
+        size_t bytes = kv->row_bytes * n_ctx;
         kv->k[l] = dev->ops->alloc(dev, bytes, "K cache");
         kv->v[l] = dev->ops->alloc(dev, bytes, "V cache");
         if (!kv->k[l] || !kv->v[l]) goto oom;
@@ -45,15 +57,19 @@ oom:
 
 void kv_free(kv_cache *kv) {
     if (!kv) return;
-    be_device *d = kv->dev;
-    for (uint32_t l = 0; kv->k && l < kv->n_layer; l++) {
+    for (uint32_t l = 0; kv->k && kv->layer_dev && l < kv->n_layer; l++) {
+        be_device *d = kv->devs[kv->layer_dev[l]];
         if (kv->k[l]) d->ops->free(d, kv->k[l]);
         if (kv->v && kv->v[l]) d->ops->free(d, kv->v[l]);
     }
-    if (kv->dev_pos) d->ops->free(d, kv->dev_pos);
-    if (kv->dev_seq) d->ops->free(d, kv->dev_seq);
+    for (size_t i = 0; i < kv->n_dev; i++) {
+        be_device *d = kv->devs[i];
+        if (kv->dev_pos[i]) d->ops->free(d, kv->dev_pos[i]);
+        if (kv->dev_seq[i]) d->ops->free(d, kv->dev_seq[i]);
+    }
     free(kv->k);
     free(kv->v);
+    free(kv->layer_dev);
     free(kv->pos);
     free(kv->seq);
     memset(kv, 0, sizeof *kv);
@@ -107,8 +123,13 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n) {
 cleave_status kv_sync_cells(kv_cache *kv) {
     if (kv->dirty_hi <= kv->dirty_lo) return CLEAVE_OK;
     size_t lo = kv->dirty_lo, bytes = (size_t)(kv->dirty_hi - kv->dirty_lo) * sizeof(int32_t);
-    cleave_status st = kv->dev->ops->write(kv->dev, kv->dev_pos + lo, kv->pos + lo, bytes);
-    if (!st) st = kv->dev->ops->write(kv->dev, kv->dev_seq + lo, kv->seq + lo, bytes);
+    cleave_status st = CLEAVE_OK;
+    for (size_t i = 0; i < kv->n_dev && !st; i++) {
+        be_device *d = kv->devs[i];
+        if (!kv->dev_pos[i]) continue;
+        st = d->ops->write(d, kv->dev_pos[i] + lo, kv->pos + lo, bytes);
+        if (!st) st = d->ops->write(d, kv->dev_seq[i] + lo, kv->seq + lo, bytes);
+    }
     if (!st) {
         kv->dirty_lo = kv->n_ctx;
         kv->dirty_hi = 0;

@@ -1,7 +1,8 @@
 /* KV cache: the cell table (which position of which sequence each cell
- * holds; the host copy is authoritative) and the per-layer K/V storage on
- * the devices. A cell is free when its position is -1. Attention sees the
- * cell table through device copies that kv_sync_cells refreshes. */
+ * holds; the host copy is authoritative) and the per-layer K/V storage,
+ * each layer's on the device that runs it. A cell is free when its
+ * position is -1. Attention sees the cell table through a copy on every
+ * device that holds layers, which kv_sync_cells refreshes. */
 #ifndef CLEAVE_KV_H
 #define CLEAVE_KV_H
 
@@ -11,6 +12,8 @@
 #include "backend/backend.h"
 #include "cleave.h"
 
+#define KV_MAX_DEVICES 16
+
 typedef struct kv_cache {
     uint32_t n_ctx, n_layer;
     cleave_type type;
@@ -19,15 +22,19 @@ typedef struct kv_cache {
     uint32_t n_used;         /* cells in use */
     uint32_t hi;             /* 1 + highest used cell: attention scans [0, hi) */
     uint32_t dirty_lo, dirty_hi; /* cells whose table entries the device lacks */
-    be_device *dev;          /* storage device (one shard per device later) */
-    void **k, **v;           /* [n_layer] device buffers of n_ctx rows */
-    int32_t *dev_pos, *dev_seq; /* device copies of the cell table */
+    size_t n_dev;
+    be_device *devs[KV_MAX_DEVICES]; /* by device index */
+    int *layer_dev;          /* [n_layer] index into devs */
+    void **k, **v;           /* [n_layer] buffers of n_ctx rows on the layer's device */
+    /* cell table copies, on each device that holds a layer (else NULL) */
+    int32_t *dev_pos[KV_MAX_DEVICES], *dev_seq[KV_MAX_DEVICES];
 } kv_cache;
 
-/* Allocates the cell table and every layer's K and V on dev; on failure
- * frees what it took and returns the error. */
-cleave_status kv_init(kv_cache *kv, be_device *dev, uint32_t n_ctx, uint32_t n_layer,
-                      size_t kv_width, cleave_type type);
+/* Allocates the cell table, its copy on every device that holds a layer,
+ * and layer l's K and V on devs[layer_dev[l]]; on failure frees what it
+ * took and returns the error. */
+cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const int *layer_dev,
+                      uint32_t n_ctx, uint32_t n_layer, size_t kv_width, cleave_type type);
 void kv_free(kv_cache *kv);
 
 /* Reserves n free cells for tokens (seq, pos0 + i) and writes their indices

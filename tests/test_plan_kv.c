@@ -285,7 +285,8 @@ static void test_kv(void) {
     be_device *dev;
     CHECK_OK(be_cpu_create("cpu", 1, 0, &dev));
     kv_cache kv;
-    CHECK_OK(kv_init(&kv, dev, 8, 2, 64, CLEAVE_TYPE_F16));
+    const int on0[4] = {0, 0, 0, 0};
+    CHECK_OK(kv_init(&kv, &dev, 1, on0, 8, 2, 64, CLEAVE_TYPE_F16));
     CHECK(kv.row_bytes == 128);
     int32_t cells[8];
     CHECK(kv.dirty_hi <= kv.dirty_lo); /* a clear cache has nothing to upload */
@@ -311,7 +312,7 @@ static void test_kv(void) {
     /* a budget too small for the cache: clean failure, nothing leaked */
     be_device *small;
     CHECK_OK(be_cpu_create("small", 1, 4096, &small));
-    CHECK(kv_init(&kv, small, 1024, 4, 64, CLEAVE_TYPE_F32) == CLEAVE_ERR_OOM);
+    CHECK(kv_init(&kv, &small, 1, on0, 1024, 4, 64, CLEAVE_TYPE_F32) == CLEAVE_ERR_OOM);
     be_mem_stats ms;
     small->ops->mem_stats(small, &ms);
     CHECK(ms.used == 0);

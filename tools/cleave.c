@@ -66,20 +66,75 @@ bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t 
     return ok && *n > 0;
 }
 
-bool cli_device_flag(const char *flag, const char *v, const char **device) {
+/* "a,b,c" of numbers >= 0 into out[cap]; false (printed) when bad. */
+static bool number_list(const char *flag, const char *v, double *out, size_t cap, size_t *n) {
+    *n = 0;
+    const char *at = v;
+    while (*at) {
+        char *end;
+        double x = strtod(at, &end);
+        if (end == at || !(x >= 0) || x > 1e12 || (*end && *end != ',') || *n == cap) {
+            fprintf(stderr, "cleave: %s: expected up to %zu numbers >= 0 separated by commas, got '%s'\n",
+                    flag, cap, v);
+            return false;
+        }
+        out[(*n)++] = x;
+        at = *end ? end + 1 : end;
+    }
+    if (!*n) fprintf(stderr, "cleave: %s needs a value\n", flag);
+    return *n > 0;
+}
+
+int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
+#define IS(s) (!strcmp(flag, s))
+    if (!(IS("--device") || IS("--devices") || IS("-ngl") || IS("--n-gpu-layers") || IS("-sm") ||
+          IS("--split-mode") || IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu") ||
+          IS("--vram-budget")))
+        return 0;
     if (!v) {
         fprintf(stderr, "cleave: %s needs a value\n", flag);
-        return false;
+        return -1;
     }
-    if (!strcmp(flag, "-ngl") || !strcmp(flag, "--n-gpu-layers")) {
-        /* all layers or none until the layer split can mix devices */
-        long long n;
-        if (!cli_int(flag, v, 0, 1 << 20, &n)) return false;
-        *device = n > 0 ? "cuda:0" : "cpu";
-        return true;
+    double xs[CLI_MAX_DEVICES];
+    size_t n;
+    if (IS("-ngl") || IS("--n-gpu-layers")) {
+        /* all layers or none: a CPU/GPU mix is not offered */
+        long long k;
+        if (!cli_int(flag, v, 0, 1 << 20, &k)) return -1;
+        p->devices = k > 0 ? "cuda:0" : "cpu";
+    } else if (IS("--device") || IS("--devices")) {
+        p->devices = v;
+    } else if (IS("-sm") || IS("--split-mode")) {
+        if (!strcmp(v, "none")) p->mode = CLEAVE_SPLIT_NONE;
+        else if (!strcmp(v, "layer")) p->mode = CLEAVE_SPLIT_LAYER;
+        else if (!strcmp(v, "tensor") || !strcmp(v, "row")) p->mode = CLEAVE_SPLIT_TENSOR;
+        else {
+            fprintf(stderr, "cleave: %s: expected none, layer or tensor, got '%s'\n", flag, v);
+            return -1;
+        }
+    } else if (IS("-ts") || IS("--tensor-split")) {
+        if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
+        for (size_t i = 0; i < n; i++) p->shares[i] = (float)xs[i];
+        p->n_shares = n;
+    } else if (IS("-mg") || IS("--main-gpu")) {
+        if (!cli_int(flag, v, 0, CLI_MAX_DEVICES - 1, &p->main_device)) return -1;
+    } else {
+        if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
+        for (size_t i = 0; i < n; i++) p->budgets[i] = (size_t)(xs[i] * 1048576.0);
+        p->n_budgets = n;
     }
-    *device = v;
-    return true;
+    return 1;
+#undef IS
+}
+
+void cli_placement_apply(const cli_placement *p, cleave_context_params *cp) {
+    cp->devices = p->devices;
+    cp->split_mode = p->mode;
+    cp->shares = p->n_shares ? p->shares : NULL;
+    cp->n_shares = p->n_shares;
+    cp->budgets = p->n_budgets ? p->budgets : NULL;
+    cp->n_budgets = p->n_budgets;
+    cp->main_device = (int)p->main_device;
 }
 
 bool cli_progress(float fraction, void *label) {

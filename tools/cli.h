@@ -16,9 +16,32 @@ bool cli_int(const char *flag, const char *v, long long lo, long long hi, long l
 bool cli_float(const char *flag, const char *v, float *out);
 /* Parses "1,2,3" into up to cap ints. */
 bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n);
-/* Parses --device / -ngl into a device string (NULL = CPU). Returns false
- * and prints why on a bad value. */
-bool cli_device_flag(const char *flag, const char *v, const char **device);
+/* Where a model runs: the device flags shared by run, bench and logits. */
+#define CLI_MAX_DEVICES 16
+typedef struct cli_placement {
+    const char *devices; /* NULL = CPU */
+    cleave_split_mode mode;
+    float shares[CLI_MAX_DEVICES];
+    size_t n_shares;
+    size_t budgets[CLI_MAX_DEVICES]; /* bytes */
+    size_t n_budgets;
+    long long main_device;
+} cli_placement;
+/* If flag is a placement flag (--device/--devices D, -ngl N, -sm MODE,
+ * -ts A,B,..., -mg I, --vram-budget MiB[,MiB...]) parses its value:
+ * returns 1 (the value is used), 0 (not a placement flag), or -1 after
+ * printing why the value is bad. */
+int cli_placement_flag(const char *flag, const char *v, cli_placement *p);
+void cli_placement_apply(const cli_placement *p, cleave_context_params *cp);
+#define CLI_PLACEMENT_HELP                                                                     \
+    "  --device(s) D           cpu (default), cuda:N, cpu:N (N virtual CPU devices) or a\n" \
+    "                          list: cuda:0,cuda:1; -ngl N > 0 means cuda:0\n"                \
+    "  -sm, --split-mode M     none (default), layer or tensor: how a model spreads over\n"  \
+    "                          several devices\n"                                              \
+    "  -ts, --tensor-split L   per-device shares, e.g. 3,1 (default: equal)\n"                \
+    "  -mg, --main-gpu I       the device index for -sm none (default 0)\n"                   \
+    "  --vram-budget L         per-device memory limits in MiB, e.g. 4096,2048, to emulate\n" \
+    "                          smaller cards\n"
 /* A progress bar on stderr. */
 bool cli_progress(float fraction, void *label);
 double cli_now(void);

@@ -13,7 +13,8 @@
 #define MAX_LIST 16
 
 typedef struct {
-    const char *model, *device;
+    const char *model;
+    cli_placement place;
     int pp[MAX_LIST], tg[MAX_LIST], depth[MAX_LIST];
     size_t n_pp, n_tg, n_depth;
     long long reps, threads, n_batch;
@@ -30,7 +31,7 @@ static void bench_usage(FILE *out) {
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -b, --batch-size N      tokens per forward pass (default 512)\n"
             "  -ctk T                  KV cache type: f16 (default), f32, bf16, q8_0\n"
-            "  --device D, -ngl N      cpu (default) or cuda:N; -ngl N > 0 means cuda:0\n");
+            CLI_PLACEMENT_HELP);
 }
 
 static bool parse(int argc, char **argv, bench_opts *o) {
@@ -42,6 +43,7 @@ static bool parse(int argc, char **argv, bench_opts *o) {
     o->kv_type = CLEAVE_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int pr;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bench_usage(stdout);
             exit(0);
@@ -64,8 +66,8 @@ static bool parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
             if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false;
             i++;
-        } else if (!strcmp(a, "--device") || !strcmp(a, "-ngl")) {
-            if (!cli_device_flag(a, v, &o->device)) return false;
+        } else if ((pr = cli_placement_flag(a, v, &o->place)) != 0) {
+            if (pr < 0) return false;
             i++;
         } else if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
             if (cleave_type_from_name(v, &o->kv_type)) {
@@ -165,7 +167,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_batch = (uint32_t)o.n_batch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
-    cp.devices = o.device;
+    cli_placement_apply(&o.place, &cp);
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) return rc;
     rc = 1;
     cleave_model_desc d;

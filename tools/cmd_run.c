@@ -7,7 +7,8 @@
 #include "cli.h"
 
 typedef struct {
-    const char *model, *prompt, *prompt_file, *device;
+    const char *model, *prompt, *prompt_file;
+    cli_placement place;
     long long n_predict, n_ctx, n_batch, threads;
     cleave_type kv_type;
     bool no_bos, verbose_prompt;
@@ -24,8 +25,7 @@ static void run_usage(FILE *out) {
             "  -c, --ctx-size N        context size in tokens (default: model's, at most 4096)\n"
             "  -b, --batch-size N      tokens per forward pass in prompt processing (default 512)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
-            "  --device D              cpu (default) or cuda:N\n"
-            "  -ngl N                  N > 0 runs every layer on cuda:0 (partial offload: not yet)\n"
+            CLI_PLACEMENT_HELP
             "  -ctk, --cache-type T    KV cache type: f16 (default), f32, bf16, q8_0 (-ctv: same flag)\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k N               (default 40; 0 = off)\n"
@@ -50,6 +50,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x;
+        int pr;
 #define IS(s1, s2) flag_is(a, s1, s2)
         if (IS("-h", "--help")) {
             run_usage(stdout);
@@ -77,8 +78,8 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--frequency-penalty", NULL)) { if (!cli_float(a, v, &o->sp.frequency_penalty)) return false; i++; }
         else if (IS("--presence-penalty", NULL)) { if (!cli_float(a, v, &o->sp.presence_penalty)) return false; i++; }
         else if (IS("-s", "--seed")) { if (!cli_int(a, v, 0, INT64_MAX, &x)) return false; o->sp.seed = (uint64_t)x; i++; }
-        else if (IS("--device", "-ngl") || IS("--n-gpu-layers", NULL)) {
-            if (!cli_device_flag(a, v, &o->device)) return false;
+        else if ((pr = cli_placement_flag(a, v, &o->place)) != 0) {
+            if (pr < 0) return false;
             i++;
         }
         else if (IS("--no-bos", NULL)) o->no_bos = true;
@@ -189,7 +190,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_batch = (uint32_t)o.n_batch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
-    cp.devices = o.device;
+    cli_placement_apply(&o.place, &cp);
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) goto out;
     rc = 1;
     cleave_status st;

@@ -1,0 +1,169 @@
+/* Split modes give the results of one device: stories260K and tiny
+ * generated models (llama, qwen2, qwen3) on 2 and 3 virtual CPU devices,
+ * layer split with even, uneven and zero shares, and `none` on another
+ * main device. Every row of a 40-token prompt's logits within 1e-4
+ * relative of the single-device run (f32 weights and cache), and 128
+ * greedy tokens identical. Tensor mode is refused with a message until it
+ * is built; budgets that are too small are refused naming the device. */
+#include <string.h>
+
+#include "testutil.h"
+
+#define N_PROMPT 40
+#define N_GEN 128
+
+typedef struct {
+    const char *devices;
+    cleave_split_mode mode;
+    const float *shares;
+    size_t n_shares;
+    int main_device;
+} placement;
+
+static cleave_context *open_ctx(cleave_model *m, const placement *p) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = N_PROMPT + N_GEN + 8;
+    cp.n_batch = 16; /* the prompt runs in several batches */
+    cp.n_threads = 1;
+    cp.kv_type = CLEAVE_TYPE_F32;
+    if (p) {
+        cp.devices = p->devices;
+        cp.split_mode = p->mode;
+        cp.shares = p->shares;
+        cp.n_shares = p->n_shares;
+        cp.main_device = p->main_device;
+    }
+    cleave_context *c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    return c;
+}
+
+static int argmax(const float *v, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int)best;
+}
+
+/* Prompt logits (all rows) and then greedy tokens. */
+static void run(cleave_context *c, cleave_model *m, float *logits, int32_t *gen) {
+    cleave_model_desc desc;
+    cleave_model_describe(m, &desc);
+    size_t nv = desc.n_vocab;
+    int32_t toks[N_PROMPT];
+    toks[0] = cleave_token_bos(m) >= 0 ? cleave_token_bos(m) : 1;
+    for (int i = 1; i < N_PROMPT; i++) toks[i] = (int32_t)((i * 7919 + 11) % nv);
+    CHECK_OK(cleave_decode(c, toks, N_PROMPT, 0, 0, true));
+    for (int i = 0; i < N_PROMPT; i++) {
+        const float *l = cleave_get_logits(c, i);
+        if (l) memcpy(logits + (size_t)i * nv, l, nv * sizeof(float));
+    }
+    int32_t t = argmax(cleave_get_logits(c, -1), nv);
+    for (int s = 0; s < N_GEN; s++) {
+        gen[s] = t;
+        CHECK_OK(cleave_decode(c, &t, 1, N_PROMPT + s, 0, false));
+        t = argmax(cleave_get_logits(c, -1), nv);
+    }
+}
+
+static void compare_model(const char *label, const char *path) {
+    cleave_model *m = NULL;
+    CHECK_OK(cleave_model_load(path, NULL, &m));
+    if (!m) return;
+    cleave_model_desc desc;
+    cleave_model_describe(m, &desc);
+    size_t nv = desc.n_vocab;
+    float *ref = calloc((size_t)N_PROMPT * nv, sizeof(float)), *got = calloc((size_t)N_PROMPT * nv, sizeof(float));
+    int32_t ref_gen[N_GEN], got_gen[N_GEN];
+    cleave_context *c = open_ctx(m, NULL);
+    if (c && ref && got) run(c, m, ref, ref_gen);
+    cleave_context_free(c);
+
+    static const float uneven2[2] = {3, 1}, uneven3[3] = {1, 2, 3}, gap3[3] = {1, 0, 2};
+    const placement cases[] = {
+        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, uneven2, 2, 0},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, NULL, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, gap3, 3, 0},
+        {"cpu:3", CLEAVE_SPLIT_NONE, NULL, 0, 2},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        c = open_ctx(m, &cases[k]);
+        if (!c || !ref || !got) continue;
+        run(c, m, got, got_gen);
+        double worst = 0;
+        for (int i = 0; i < N_PROMPT; i++) {
+            double e = tu_rel_err(got + (size_t)i * nv, ref + (size_t)i * nv, nv);
+            if (e > worst) worst = e;
+        }
+        int first_diff = -1;
+        for (int s = 0; s < N_GEN && first_diff < 0; s++)
+            if (got_gen[s] != ref_gen[s]) first_diff = s;
+        printf("%-18s %-6s %-28s logits %.2e  greedy %s\n", label, cases[k].devices,
+               cleave_context_device(c), worst, first_diff < 0 ? "identical" : "DIFFERS");
+        CHECK_MSG(worst < 1e-4, "%s on %s: logits differ by %g", label, cleave_context_device(c), worst);
+        CHECK_MSG(first_diff < 0, "%s on %s: greedy token %d differs", label,
+                  cleave_context_device(c), first_diff);
+        cleave_context_free(c);
+    }
+    free(ref);
+    free(got);
+    cleave_model_free(m);
+}
+
+/* What the split refuses, and how it says so. */
+static void refusals(const char *path) {
+    cleave_model *m = NULL;
+    CHECK_OK(cleave_model_load(path, NULL, &m));
+    if (!m) return;
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    cp.devices = "cpu:2";
+    cleave_context *c = NULL;
+
+    cp.split_mode = CLEAVE_SPLIT_TENSOR;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_UNSUPPORTED && !c);
+    CHECK(strstr(cleave_last_error(), "tensor") != NULL);
+
+    cp.split_mode = CLEAVE_SPLIT_LAYER;
+    const float three[3] = {1, 1, 1}, zeros[2] = {0, 0};
+    cp.shares = three, cp.n_shares = 3;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
+    CHECK(strstr(cleave_last_error(), "3 split shares for 2 devices") != NULL);
+    cp.shares = zeros, cp.n_shares = 2;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
+    cp.shares = NULL, cp.n_shares = 0;
+
+    /* a budget too small for device 1's half: refused, naming device 1 only */
+    const size_t budgets[2] = {0, 4096};
+    cp.budgets = budgets, cp.n_budgets = 2;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_OOM && !c);
+    CHECK_MSG(strstr(cleave_last_error(), "device 1 needs") && !strstr(cleave_last_error(), "device 0 needs"),
+              "%s", cleave_last_error());
+    cp.budgets = NULL, cp.n_budgets = 0;
+
+    cp.devices = "cpu:0";
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
+    cp.devices = "cpu:2";
+    cp.split_mode = CLEAVE_SPLIT_NONE;
+    cp.main_device = 2;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
+    cleave_model_free(m);
+}
+
+int main(void) {
+    const char *stories = tu_stories_model();
+    if (stories) compare_model("stories260K", stories);
+    const char *archs[] = {"llama", "qwen2", "qwen3"};
+    for (int a = 0; a < 3; a++) {
+        const char *p = tu_tiny_model(archs[a], CLEAVE_TYPE_F32);
+        char label[32];
+        snprintf(label, sizeof label, "tiny %s", archs[a]);
+        if (p) compare_model(label, p);
+    }
+    const char *p = tu_tiny_model("llama", CLEAVE_TYPE_F32);
+    if (p) refusals(p);
+    return tu_finish("test_split_equivalence");
+}
