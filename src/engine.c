@@ -303,6 +303,24 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
     return st;
 }
 
+/* Each layer's K/V on the device that runs it. */
+static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_type type) {
+    const model_hparams *hp = &c->model->hp;
+    be_device *devs[PLAN_MAX_DEVICES];
+    size_t width[PLAN_MAX_DEVICES];
+    bool *holds = mem_calloc(c->n_dev * hp->n_layer, sizeof *holds, "KV placement");
+    if (!holds) return CLEAVE_ERR_OOM;
+    for (size_t d = 0; d < c->n_dev; d++) {
+        devs[d] = c->devs[d].dev;
+        width[d] = (size_t)hp->n_head_kv * hp->head_dim;
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            holds[d * hp->n_layer + l] = c->plan.layer_device[l] == (int)d;
+    }
+    cleave_status st = kv_init(&c->kv, devs, c->n_dev, holds, width, n_ctx, hp->n_layer, type);
+    free(holds);
+    return st;
+}
+
 cleave_context_params cleave_context_default_params(void) {
     cleave_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0,
                                .kv_type = CLEAVE_TYPE_F16, .devices = NULL,
@@ -348,12 +366,7 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
-    be_device *devs[PLAN_MAX_DEVICES];
-    for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
-    size_t kv_width = (size_t)model->hp.n_head_kv * model->hp.head_dim;
-    if ((st = kv_init(&c->kv, devs, c->n_dev, c->plan.layer_device, n_ctx, model->hp.n_layer,
-                      kv_width, p.kv_type)))
-        goto fail;
+    if ((st = init_kv(c, n_ctx, p.kv_type))) goto fail;
     if (n_active > 1) {
         /* the hidden state and its norm, handed from device to device */
         c->bounce = mem_alloc((size_t)n_batch * model->hp.n_embd * sizeof(float), "device handoff");
@@ -443,11 +456,11 @@ static cleave_status rope_and_store(struct cleave_context *c, uint32_t l, size_t
                     .freq_factors = D->rope_freqs};
     if (o->rope_store)
         return o->rope_store(d, s->q, s->k, s->v, n, hp->n_head, hp->n_head_kv, hd, s->pos, &rope,
-                             c->kv.k[l], c->kv.v[l], c->kv.type, s->cells);
+                             c->kv.k[c->layers[l].dev][l], c->kv.v[c->layers[l].dev][l], c->kv.type, s->cells);
     TRY(o->rope(d, s->q, n, qw, hp->n_head, hd, s->pos, &rope));
     TRY(o->rope(d, s->k, n, kw, hp->n_head_kv, hd, s->pos, &rope));
-    TRY(o->kv_store(d, s->k, n, kw, c->kv.k[l], c->kv.type, s->cells));
-    return o->kv_store(d, s->v, n, kw, c->kv.v[l], c->kv.type, s->cells);
+    TRY(o->kv_store(d, s->k, n, kw, c->kv.k[c->layers[l].dev][l], c->kv.type, s->cells));
+    return o->kv_store(d, s->v, n, kw, c->kv.v[c->layers[l].dev][l], c->kv.type, s->cells);
 }
 
 static cleave_status ffn_in(struct cleave_context *c, const engine_layer *E, size_t n) {
@@ -488,7 +501,7 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
     if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * hp->n_head_kv, hd, hp->norm_eps));
     TRY(rope_and_store(c, l, n));
     be_attn a = {
-        .q = s->q, .k = c->kv.k[l], .v = c->kv.v[l], .kv_type = c->kv.type, .n_tokens = n,
+        .q = s->q, .k = c->kv.k[c->layers[l].dev][l], .v = c->kv.v[c->layers[l].dev][l], .kv_type = c->kv.type, .n_tokens = n,
         .n_kv = graph ? c->kv.n_ctx : c->kv.hi, .n_kv_live = graph ? s->n_kv_live : NULL,
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],

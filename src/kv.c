@@ -10,42 +10,43 @@
 #include "mem.h"
 #include "quant.h"
 
-cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const int *layer_dev,
-                      uint32_t n_ctx, uint32_t n_layer, size_t kv_width, cleave_type type) {
+cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
+                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type) {
     memset(kv, 0, sizeof *kv);
-    if (n_dev == 0 || n_dev > KV_MAX_DEVICES)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: 1..%d devices", KV_MAX_DEVICES);
-    for (uint32_t l = 0; l < n_layer; l++)
-        if (layer_dev[l] < 0 || (size_t)layer_dev[l] >= n_dev || !devs[layer_dev[l]])
-            return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: layer %u has no device", l);
+    if (n_dev == 0 || n_dev > KV_MAX_DEVICES || n_ctx == 0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: 1..%d devices and some cells", KV_MAX_DEVICES);
     kv->n_ctx = n_ctx;
     kv->n_layer = n_layer;
     kv->type = type;
     kv->n_dev = n_dev;
     memcpy(kv->devs, devs, n_dev * sizeof *devs);
-    kv->row_bytes = quant_row_bytes(type, kv_width);
-    if (!kv->row_bytes || n_ctx == 0)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: type %s cannot hold rows of %zu",
-                       cleave_type_name(type), kv_width);
     kv->pos = mem_alloc((size_t)n_ctx * sizeof(int32_t), "KV cell positions");
     kv->seq = mem_alloc((size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
-    kv->k = mem_calloc(n_layer, sizeof(void *), "KV layer table");
-    kv->v = mem_calloc(n_layer, sizeof(void *), "KV layer table");
-    kv->layer_dev = mem_alloc(n_layer * sizeof(int), "KV layer devices");
-    if (kv->layer_dev) memcpy(kv->layer_dev, layer_dev, n_layer * sizeof(int));
-    if (!kv->pos || !kv->seq || !kv->k || !kv->v || !kv->layer_dev) goto oom;
-    for (uint32_t l = 0; l < n_layer; l++) {
-        int d = layer_dev[l];
+    if (!kv->pos || !kv->seq) goto oom;
+    for (size_t d = 0; d < n_dev; d++) {
+        bool any = false;
+        for (uint32_t l = 0; l < n_layer; l++) any |= holds[d * n_layer + l];
+        if (!any || !width[d]) continue;
         be_device *dev = devs[d];
-        if (!kv->dev_pos[d]) {
-            kv->dev_pos[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
-            kv->dev_seq[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
-            if (!kv->dev_pos[d] || !kv->dev_seq[d]) goto oom;
+        kv->row_bytes[d] = quant_row_bytes(type, width[d]);
+        if (!kv->row_bytes[d]) {
+            kv_free(kv);
+            return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: type %s cannot hold rows of %zu",
+                           cleave_type_name(type), width[d]);
         }
-        size_t bytes = kv->row_bytes * n_ctx;
-        kv->k[l] = dev->ops->alloc(dev, bytes, "K cache");
-        kv->v[l] = dev->ops->alloc(dev, bytes, "V cache");
-        if (!kv->k[l] || !kv->v[l]) goto oom;
+        kv->k[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
+        kv->v[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
+        if (!kv->k[d] || !kv->v[d]) goto oom;
+        kv->dev_pos[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
+        kv->dev_seq[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
+        if (!kv->dev_pos[d] || !kv->dev_seq[d]) goto oom;
+        size_t bytes = kv->row_bytes[d] * n_ctx;
+        for (uint32_t l = 0; l < n_layer; l++) {
+            if (!holds[d * n_layer + l]) continue;
+            kv->k[d][l] = dev->ops->alloc(dev, bytes, "K cache");
+            kv->v[d][l] = dev->ops->alloc(dev, bytes, "V cache");
+            if (!kv->k[d][l] || !kv->v[d][l]) goto oom;
+        }
     }
     kv_clear(kv);
     return CLEAVE_OK;
@@ -57,19 +58,17 @@ oom:
 
 void kv_free(kv_cache *kv) {
     if (!kv) return;
-    for (uint32_t l = 0; kv->k && kv->layer_dev && l < kv->n_layer; l++) {
-        be_device *d = kv->devs[kv->layer_dev[l]];
-        if (kv->k[l]) d->ops->free(d, kv->k[l]);
-        if (kv->v && kv->v[l]) d->ops->free(d, kv->v[l]);
-    }
     for (size_t i = 0; i < kv->n_dev; i++) {
         be_device *d = kv->devs[i];
+        for (uint32_t l = 0; l < kv->n_layer; l++) {
+            if (kv->k[i] && kv->k[i][l]) d->ops->free(d, kv->k[i][l]);
+            if (kv->v[i] && kv->v[i][l]) d->ops->free(d, kv->v[i][l]);
+        }
+        free(kv->k[i]);
+        free(kv->v[i]);
         if (kv->dev_pos[i]) d->ops->free(d, kv->dev_pos[i]);
         if (kv->dev_seq[i]) d->ops->free(d, kv->dev_seq[i]);
     }
-    free(kv->k);
-    free(kv->v);
-    free(kv->layer_dev);
     free(kv->pos);
     free(kv->seq);
     memset(kv, 0, sizeof *kv);

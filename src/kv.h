@@ -1,11 +1,14 @@
 /* KV cache: the cell table (which position of which sequence each cell
- * holds; the host copy is authoritative) and the per-layer K/V storage,
- * each layer's on the device that runs it. A cell is free when its
- * position is -1. Attention sees the cell table through a copy on every
- * device that holds layers, which kv_sync_cells refreshes. */
+ * holds; the host copy is authoritative) and the per-layer K/V storage on
+ * the devices that run the layer: the whole row on its device under a
+ * layer split, a slice of kv heads on each device under a tensor split. A
+ * cell is free when its position is -1. Attention sees the cell table
+ * through a copy on every device that holds K/V, which kv_sync_cells
+ * refreshes. */
 #ifndef CLEAVE_KV_H
 #define CLEAVE_KV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,24 +20,26 @@
 typedef struct kv_cache {
     uint32_t n_ctx, n_layer;
     cleave_type type;
-    size_t row_bytes;        /* one cell of one layer: n_head_kv * head_dim elements */
     int32_t *pos, *seq;      /* host cell table [n_ctx] */
     uint32_t n_used;         /* cells in use */
     uint32_t hi;             /* 1 + highest used cell: attention scans [0, hi) */
     uint32_t dirty_lo, dirty_hi; /* cells whose table entries the device lacks */
     size_t n_dev;
-    be_device *devs[KV_MAX_DEVICES]; /* by device index */
-    int *layer_dev;          /* [n_layer] index into devs */
-    void **k, **v;           /* [n_layer] buffers of n_ctx rows on the layer's device */
-    /* cell table copies, on each device that holds a layer (else NULL) */
+    be_device *devs[KV_MAX_DEVICES];  /* by device index */
+    size_t row_bytes[KV_MAX_DEVICES]; /* one cell of one layer on that device */
+    /* [n_layer] buffers of n_ctx rows per device; NULL where the device
+     * holds no K/V of the layer */
+    void **k[KV_MAX_DEVICES], **v[KV_MAX_DEVICES];
+    /* cell table copies, on each device that holds K/V (else NULL) */
     int32_t *dev_pos[KV_MAX_DEVICES], *dev_seq[KV_MAX_DEVICES];
 } kv_cache;
 
-/* Allocates the cell table, its copy on every device that holds a layer,
- * and layer l's K and V on devs[layer_dev[l]]; on failure frees what it
- * took and returns the error. */
-cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const int *layer_dev,
-                      uint32_t n_ctx, uint32_t n_layer, size_t kv_width, cleave_type type);
+/* Allocates the cell table, and on device d (when width[d] > 0) a copy of
+ * it and K and V rows of width[d] elements for each layer l with
+ * holds[d * n_layer + l]; on failure frees what it took and returns the
+ * error. */
+cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
+                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type);
 void kv_free(kv_cache *kv);
 
 /* Reserves n free cells for tokens (seq, pos0 + i) and writes their indices
