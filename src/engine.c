@@ -10,6 +10,7 @@
  *   x += (silu(h Wg^T) * (h Wu^T)) Wd^T
  * then logits = rmsnorm(x) * w_out_norm  Wout^T. */
 #include "engine.h"
+#include "engine_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -20,147 +21,15 @@
 #include "mem.h"
 #include "quant.h"
 
-/* ---- placing weights ---------------------------------------------------- */
-
-static be_device *dev_of(struct cleave_context *c, int d) { return c->devs[d].dev; }
-
-static cleave_status own(struct cleave_context *c, int d, void *p) {
-    if (c->n_owned == c->cap_owned) {
-        size_t cap = c->cap_owned ? 2 * c->cap_owned : 64;
-        engine_alloc *n = mem_realloc(c->owned, cap * sizeof *n, "device allocation list");
-        if (!n) return CLEAVE_ERR_OOM;
-        c->owned = n;
-        c->cap_owned = cap;
-    }
-    c->owned[c->n_owned++] = (engine_alloc){p, d};
-    return CLEAVE_OK;
-}
-
-static void *dev_alloc(struct cleave_context *c, int d, size_t bytes, const char *what) {
-    be_device *dev = dev_of(c, d);
-    void *p = dev->ops->alloc(dev, bytes, what);
-    if (p && own(c, d, p)) {
-        dev->ops->free(dev, p);
-        return NULL;
-    }
-    return p;
-}
-
-/* A matrix on the device: aliases the mapped file where the device can
- * (CPU), else a copy. */
-/* Reports placement progress; a callback returning false cancels. */
-static cleave_status placed(struct cleave_context *c, size_t bytes) {
-    c->placed_bytes += bytes;
-    if (c->progress && c->total_bytes &&
-        !c->progress((float)c->placed_bytes / (float)c->total_bytes, c->progress_user))
-        return err_set(CLEAVE_ERR_INVALID_ARG, "loading cancelled");
-    return CLEAVE_OK;
-}
-
-static cleave_status place_mat(struct cleave_context *c, int d, const gguf_tensor *t, be_mat *m) {
-    be_device *dev = dev_of(c, d);
-    m->type = (cleave_type)t->type;
-    m->ne0 = (size_t)t->ne[0];
-    m->ne1 = (size_t)(t->n_elems / t->ne[0]);
-    m->nb1 = quant_row_bytes(t->type, m->ne0);
-    m->scales = NULL;
-    const void *mapped = dev->ops->map_host ? dev->ops->map_host(dev, t->data, t->nbytes) : NULL;
-    if (mapped) {
-        m->data = mapped;
-        return CLEAVE_OK;
-    }
-    if (dev->ops->upload_mat) {
-        be_mat host = *m;
-        host.data = t->data;
-        cleave_status st = dev->ops->upload_mat(dev, &host, m, t->name);
-        if (st) return st;
-        if ((st = own(c, d, (void *)m->data))) {
-            dev->ops->free(dev, (void *)m->data);
-            if (m->scales) dev->ops->free(dev, (void *)m->scales);
-            return st;
-        }
-        if (m->scales && (st = own(c, d, (void *)m->scales))) {
-            dev->ops->free(dev, (void *)m->scales);
-            return st;
-        }
-        return placed(c, t->nbytes);
-    }
-    void *p = dev_alloc(c, d, t->nbytes, t->name);
-    if (!p) return CLEAVE_ERR_OOM;
-    m->data = p;
-    cleave_status st = dev->ops->write(dev, p, t->data, t->nbytes);
-    return st ? st : placed(c, t->nbytes);
-}
-
-/* A vector as f32 on device d (NULL tensor -> NULL vector). */
-static cleave_status place_vec(struct cleave_context *c, int d, const gguf_tensor *t, float **out) {
-    *out = NULL;
-    if (!t) return CLEAVE_OK;
-    be_device *dev = dev_of(c, d);
-    size_t n = (size_t)t->n_elems;
-    float *host = mem_alloc(n * sizeof(float), t->name);
-    if (!host) return CLEAVE_ERR_OOM;
-    quant_dequantize_row((cleave_type)t->type, t->data, host, n);
-    float *p = dev_alloc(c, d, n * sizeof(float), t->name);
-    cleave_status st = p ? dev->ops->write(dev, p, host, n * sizeof(float)) : CLEAVE_ERR_OOM;
-    free(host);
-    *out = p;
-    return st ? st : placed(c, t->nbytes);
-}
-
-/* Weights where the plan puts them: the embedding on its device, each
- * block on its layer's device, the output norm and lm head on the head
- * device (a second copy of a tied embedding when that is another device). */
-static cleave_status place_weights(struct cleave_context *c) {
-    const struct cleave_model *m = c->model;
-    const plan *pl = &c->plan;
-    cleave_status st;
-    if ((st = place_mat(c, pl->embd_device, m->tok_embd, &c->tok_embd))) return st;
-    if (m->output == m->tok_embd && pl->head_device == pl->embd_device)
-        c->output = c->tok_embd;
-    else if ((st = place_mat(c, pl->head_device, m->output, &c->output)))
-        return st;
-    if ((st = place_vec(c, pl->head_device, m->output_norm, &c->output_norm))) return st;
-    for (size_t d = 0; d < c->n_dev; d++)
-        if (c->devs[d].active && (st = place_vec(c, (int)d, m->rope_freqs, &c->devs[d].rope_freqs)))
-            return st;
-    c->layers = mem_calloc(m->hp.n_layer, sizeof *c->layers, "engine layers");
-    if (!c->layers) return CLEAVE_ERR_OOM;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        engine_layer *E = &c->layers[l];
-        int d = E->dev = pl->layer_device[l];
-        if ((st = place_mat(c, d, L->wq, &E->wq)) || (st = place_mat(c, d, L->wk, &E->wk)) ||
-            (st = place_mat(c, d, L->wv, &E->wv)) || (st = place_mat(c, d, L->wo, &E->wo)) ||
-            (st = place_mat(c, d, L->w_gate, &E->w_gate)) ||
-            (st = place_mat(c, d, L->w_up, &E->w_up)) ||
-            (st = place_mat(c, d, L->w_down, &E->w_down)) ||
-            (st = place_vec(c, d, L->attn_norm, &E->attn_norm)) ||
-            (st = place_vec(c, d, L->ffn_norm, &E->ffn_norm)) ||
-            (st = place_vec(c, d, L->bq, &E->bq)) || (st = place_vec(c, d, L->bk, &E->bk)) ||
-            (st = place_vec(c, d, L->bv, &E->bv)) || (st = place_vec(c, d, L->q_norm, &E->q_norm)) ||
-            (st = place_vec(c, d, L->k_norm, &E->k_norm)))
-            return st;
-    }
-    /* the norm each block's last add is fused with, on that block's device */
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        engine_layer *E = &c->layers[l];
-        if (l + 1 == m->hp.n_layer)
-            E->next_norm = c->output_norm; /* the last block runs on the head device */
-        else if (c->layers[l + 1].dev == E->dev)
-            E->next_norm = c->layers[l + 1].attn_norm;
-        else if ((st = place_vec(c, E->dev, m->layers[l + 1].attn_norm, &E->next_norm)))
-            return st;
-    }
-    return CLEAVE_OK;
-}
-
 static cleave_status alloc_scratch(struct cleave_context *c, int d) {
     const model_hparams *hp = &c->model->hp;
     size_t n = c->plan.n_batch, q = (size_t)hp->n_head * hp->head_dim,
            kv = (size_t)hp->n_head_kv * hp->head_dim;
     engine_scratch *s = &c->devs[d].s;
+    bool tensor = c->plan.mode == SPLIT_TENSOR;
     bool head = d == c->plan.head_device, embd = d == c->plan.embd_device;
+    /* tensor split: logits of this device's vocab rows */
+    size_t vocab = tensor ? c->plan.vocab_rows[d].hi - c->plan.vocab_rows[d].lo : head ? hp->n_vocab : 0;
     struct {
         void **p;
         size_t bytes;
@@ -174,7 +43,8 @@ static cleave_status alloc_scratch(struct cleave_context *c, int d) {
         {(void **)&s->att, n * q * 4, "attention output"},
         {(void **)&s->gate, n * hp->n_ff * 4, "ffn gate"},
         {(void **)&s->up, n * hp->n_ff * 4, "ffn up"},
-        {(void **)&s->logits, head ? n * hp->n_vocab * 4 : 0, "logits"},
+        {(void **)&s->logits, n * vocab * 4, "logits"},
+        {(void **)&c->devs[d].part, tensor ? n * hp->n_embd * 4 : 0, "partial sums"},
         {(void **)&s->ids, embd ? n * 4 : 0, "token ids"},
         {(void **)&s->pos, n * 4, "positions"},
         {(void **)&s->seq, n * 4, "sequence ids"},
@@ -183,7 +53,7 @@ static cleave_status alloc_scratch(struct cleave_context *c, int d) {
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].bytes) continue;
-        *bufs[i].p = dev_alloc(c, d, bufs[i].bytes, bufs[i].what);
+        *bufs[i].p = engine_dev_alloc(c, d, bufs[i].bytes, bufs[i].what);
         if (!*bufs[i].p) return CLEAVE_ERR_OOM;
     }
     return CLEAVE_OK;
@@ -264,14 +134,23 @@ static size_t tensor_bytes(const gguf_tensor *t) { return t ? t->nbytes : 0; }
 static cleave_status make_plan(struct cleave_context *c, const cleave_context_params *p,
                                uint32_t n_ctx, uint32_t n_batch) {
     const struct cleave_model *m = c->model;
-    size_t *layer_bytes = mem_calloc(m->hp.n_layer, sizeof *layer_bytes, "plan input");
+    size_t *layer_bytes = mem_calloc(3 * (size_t)m->hp.n_layer, sizeof *layer_bytes, "plan input");
     if (!layer_bytes) return CLEAVE_ERR_OOM;
+    size_t *attn_bytes = layer_bytes + m->hp.n_layer, *ffn_bytes = attn_bytes + m->hp.n_layer;
+    size_t ff_align = 1;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
         const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
                                    L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->w_gate, L->w_up,
                                    L->w_down};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) layer_bytes[l] += tensor_bytes(ts[j]);
+        /* what a tensor split divides by kv head, and by FFN row */
+        const gguf_tensor *at[] = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv};
+        for (size_t j = 0; j < sizeof at / sizeof at[0]; j++) attn_bytes[l] += tensor_bytes(at[j]);
+        ffn_bytes[l] = tensor_bytes(L->w_gate) + tensor_bytes(L->w_up) + tensor_bytes(L->w_down);
+        size_t be = 1;
+        /* down is split by columns: whole quant blocks per device */
+        if (quant_type_info(L->w_down->type, NULL, &be, NULL) && be > ff_align) ff_align = be;
     }
     size_t budgets[PLAN_MAX_DEVICES];
     double shares[PLAN_MAX_DEVICES];
@@ -287,15 +166,14 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
         .kv_type = p->kv_type, .embd_bytes = tensor_bytes(m->tok_embd),
         .head_bytes = tensor_bytes(m->output_norm) +
                       (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
-        .layer_bytes = layer_bytes,
+        .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes, .layer_ffn_bytes = ffn_bytes,
+        .ff_align = (uint32_t)ff_align,
     };
     cleave_status st = CLEAVE_OK;
     switch (p->split_mode) {
     case CLEAVE_SPLIT_NONE: req.mode = SPLIT_NONE; break;
     case CLEAVE_SPLIT_LAYER: req.mode = SPLIT_LAYER; break;
-    case CLEAVE_SPLIT_TENSOR:
-        st = err_set(CLEAVE_ERR_UNSUPPORTED, "split mode tensor is not available yet; use -sm layer");
-        break;
+    case CLEAVE_SPLIT_TENSOR: req.mode = SPLIT_TENSOR; break;
     default: st = err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
     }
     if (!st) st = plan_make(&req, &c->plan);
@@ -312,9 +190,13 @@ static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_ty
     if (!holds) return CLEAVE_ERR_OOM;
     for (size_t d = 0; d < c->n_dev; d++) {
         devs[d] = c->devs[d].dev;
-        width[d] = (size_t)hp->n_head_kv * hp->head_dim;
+        bool tensor = c->plan.mode == SPLIT_TENSOR;
+        /* tensor split: each device keeps its kv heads of every layer */
+        size_t heads = tensor ? c->plan.kv_heads[d].hi - c->plan.kv_heads[d].lo : hp->n_head_kv;
+        width[d] = heads * hp->head_dim;
         for (uint32_t l = 0; l < hp->n_layer; l++)
-            holds[d * hp->n_layer + l] = c->plan.layer_device[l] == (int)d;
+            holds[d * hp->n_layer + l] =
+                tensor ? c->devs[d].active && heads > 0 : c->plan.layer_device[l] == (int)d;
     }
     cleave_status st = kv_init(&c->kv, devs, c->n_dev, holds, width, n_ctx, hp->n_layer, type);
     free(holds);
@@ -356,21 +238,26 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     if (st) goto fail;
     if ((st = make_plan(c, &p, n_ctx, n_batch))) goto fail;
     size_t n_active = 0;
-    for (uint32_t l = 0; l < model->hp.n_layer; l++)
+    bool tensor = c->plan.mode == SPLIT_TENSOR;
+    for (uint32_t l = 0; !tensor && l < model->hp.n_layer; l++)
         c->devs[c->plan.layer_device[l]].active = true;
+    for (size_t d = 0; tensor && d < c->n_dev; d++) c->devs[d].active = c->plan.shares[d] > 0;
     for (size_t d = 0; d < c->n_dev; d++) n_active += c->devs[d].active;
     c->progress = p.progress;
     c->progress_user = p.progress_user;
     for (size_t d = 0; d < c->n_dev; d++) c->total_bytes += c->plan.bytes[d].weights;
-    if ((st = place_weights(c))) goto fail;
+    if ((st = engine_place_weights(c))) goto fail;
     if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
     if ((st = init_kv(c, n_ctx, p.kv_type))) goto fail;
     if (n_active > 1) {
-        /* the hidden state and its norm, handed from device to device */
-        c->bounce = mem_alloc((size_t)n_batch * model->hp.n_embd * sizeof(float), "device handoff");
-        if (!c->bounce) {
+        /* the hidden state, handed from device to device (layer) or sent to
+         * all (tensor); the all-reduce sums in host memory */
+        size_t floats = (size_t)n_batch * model->hp.n_embd;
+        c->bounce = mem_alloc(floats * sizeof(float), "device handoff");
+        c->reduce = tensor ? mem_alloc(2 * floats * sizeof(float), "all-reduce") : NULL;
+        if (!c->bounce || (tensor && !c->reduce)) {
             st = CLEAVE_ERR_OOM;
             goto fail;
         }
@@ -411,8 +298,10 @@ void cleave_context_free(cleave_context *c) {
     plan_free(&c->plan);
     free(c->owned);
     free(c->layers);
+    for (size_t d = 0; d < PLAN_MAX_DEVICES; d++) free(c->slices[d]);
     free(c->logits);
     free(c->bounce);
+    free(c->reduce);
     free(c);
 }
 
@@ -436,7 +325,7 @@ const char *cleave_context_device(const cleave_context *c) { return c->name; }
     } while (0)
 
 /* Fused where the device offers it, composed from plain ops otherwise. */
-static cleave_status add_norm(struct cleave_context *c, be_device *d, float *x, const float *r,
+cleave_status engine_add_norm(struct cleave_context *c, be_device *d, float *x, const float *r,
                               const float *w, float *y, size_t rows) {
     const model_hparams *hp = &c->model->hp;
     if (d->ops->add_rms_norm)
@@ -445,32 +334,71 @@ static cleave_status add_norm(struct cleave_context *c, be_device *d, float *x, 
     return d->ops->rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
 }
 
-static cleave_status rope_and_store(struct cleave_context *c, uint32_t l, size_t n) {
-    engine_device *D = &c->devs[c->layers[l].dev];
+/* RoPE on q and k, then k and v into this device's cache rows of layer l. */
+static cleave_status rope_and_store(struct cleave_context *c, int dv, uint32_t l, size_t n,
+                                    size_t n_head, size_t n_head_kv) {
+    engine_device *D = &c->devs[dv];
     be_device *d = D->dev;
     const be_ops *o = d->ops;
     const model_hparams *hp = &c->model->hp;
     engine_scratch *s = &D->s;
-    size_t hd = hp->head_dim, qw = (size_t)hp->n_head * hd, kw = (size_t)hp->n_head_kv * hd;
+    size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
+    void *kc = c->kv.k[dv][l], *vc = c->kv.v[dv][l];
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
                     .freq_factors = D->rope_freqs};
     if (o->rope_store)
-        return o->rope_store(d, s->q, s->k, s->v, n, hp->n_head, hp->n_head_kv, hd, s->pos, &rope,
-                             c->kv.k[c->layers[l].dev][l], c->kv.v[c->layers[l].dev][l], c->kv.type, s->cells);
-    TRY(o->rope(d, s->q, n, qw, hp->n_head, hd, s->pos, &rope));
-    TRY(o->rope(d, s->k, n, kw, hp->n_head_kv, hd, s->pos, &rope));
-    TRY(o->kv_store(d, s->k, n, kw, c->kv.k[c->layers[l].dev][l], c->kv.type, s->cells));
-    return o->kv_store(d, s->v, n, kw, c->kv.v[c->layers[l].dev][l], c->kv.type, s->cells);
+        return o->rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc,
+                             c->kv.type, s->cells);
+    TRY(o->rope(d, s->q, n, qw, n_head, hd, s->pos, &rope));
+    TRY(o->rope(d, s->k, n, kw, n_head_kv, hd, s->pos, &rope));
+    TRY(o->kv_store(d, s->k, n, kw, kc, c->kv.type, s->cells));
+    return o->kv_store(d, s->v, n, kw, vc, c->kv.type, s->cells);
 }
 
-static cleave_status ffn_in(struct cleave_context *c, const engine_layer *E, size_t n) {
+cleave_status engine_attention(struct cleave_context *c, const engine_layer *E, uint32_t l,
+                               size_t n, size_t n_head, size_t n_head_kv, bool graph, float *out) {
+    const model_hparams *hp = &c->model->hp;
     be_device *d = c->devs[E->dev].dev;
+    const be_ops *o = d->ops;
     engine_scratch *s = &c->devs[E->dev].s;
-    if (d->ops->matmul_swiglu)
-        return d->ops->matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate);
-    TRY(d->ops->matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
-    TRY(d->ops->matmul(d, &E->w_up, s->h, n, NULL, s->up));
-    return d->ops->swiglu(d, s->gate, s->up, s->gate, n * c->model->hp.n_ff);
+    size_t hd = hp->head_dim;
+    if (o->matmul_multi) {
+        const be_mat *w[3] = {&E->wq, &E->wk, &E->wv};
+        const float *b[3] = {E->bq, E->bk, E->bv};
+        float *y[3] = {s->q, s->k, s->v};
+        TRY(o->matmul_multi(d, w, b, y, 3, s->h, n));
+    } else {
+        TRY(o->matmul(d, &E->wq, s->h, n, E->bq, s->q));
+        TRY(o->matmul(d, &E->wk, s->h, n, E->bk, s->k));
+        TRY(o->matmul(d, &E->wv, s->h, n, E->bv, s->v));
+    }
+    if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
+    if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
+    TRY(rope_and_store(c, E->dev, l, n, n_head, n_head_kv));
+    be_attn a = {
+        .q = s->q, .k = c->kv.k[E->dev][l], .v = c->kv.v[E->dev][l], .kv_type = c->kv.type,
+        .n_tokens = n, .n_kv = graph ? c->kv.n_ctx : c->kv.hi,
+        .n_kv_live = graph ? s->n_kv_live : NULL, .n_head = n_head, .n_head_kv = n_head_kv,
+        .head_dim = hd, .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],
+        .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
+    };
+    TRY(o->attention(d, &a));
+    return o->matmul(d, &E->wo, s->att, n, NULL, out);
+}
+
+cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, size_t n, float *out) {
+    be_device *d = c->devs[E->dev].dev;
+    const be_ops *o = d->ops;
+    engine_scratch *s = &c->devs[E->dev].s;
+    if (o->ffn) return o->ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
+    if (o->matmul_swiglu) {
+        TRY(o->matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));
+    } else {
+        TRY(o->matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
+        TRY(o->matmul(d, &E->w_up, s->h, n, NULL, s->up));
+        TRY(o->swiglu(d, s->gate, s->up, s->gate, n * E->w_up.ne1));
+    }
+    return o->matmul(d, &E->w_down, s->gate, n, NULL, out);
 }
 
 /* One block, on its device. On entry that device's s->h holds this layer's
@@ -483,41 +411,11 @@ static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t 
     const model_hparams *hp = &c->model->hp;
     engine_layer *E = &c->layers[l];
     be_device *d = c->devs[E->dev].dev;
-    const be_ops *o = d->ops;
     engine_scratch *s = &c->devs[E->dev].s;
-    size_t hd = hp->head_dim;
-
-    if (o->matmul_multi) {
-        const be_mat *w[3] = {&E->wq, &E->wk, &E->wv};
-        const float *b[3] = {E->bq, E->bk, E->bv};
-        float *y[3] = {s->q, s->k, s->v};
-        TRY(o->matmul_multi(d, w, b, y, 3, s->h, n));
-    } else {
-        TRY(o->matmul(d, &E->wq, s->h, n, E->bq, s->q));
-        TRY(o->matmul(d, &E->wk, s->h, n, E->bk, s->k));
-        TRY(o->matmul(d, &E->wv, s->h, n, E->bv, s->v));
-    }
-    if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * hp->n_head, hd, hp->norm_eps));
-    if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * hp->n_head_kv, hd, hp->norm_eps));
-    TRY(rope_and_store(c, l, n));
-    be_attn a = {
-        .q = s->q, .k = c->kv.k[c->layers[l].dev][l], .v = c->kv.v[c->layers[l].dev][l], .kv_type = c->kv.type, .n_tokens = n,
-        .n_kv = graph ? c->kv.n_ctx : c->kv.hi, .n_kv_live = graph ? s->n_kv_live : NULL,
-        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
-        .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],
-        .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
-    };
-    TRY(o->attention(d, &a));
-    TRY(o->matmul(d, &E->wo, s->att, n, NULL, s->h));
-    TRY(add_norm(c, d, s->x, s->h, E->ffn_norm, s->h, n));
-
-    if (o->ffn) {
-        TRY(o->ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, s->h));
-    } else {
-        TRY(ffn_in(c, E, n));
-        TRY(o->matmul(d, &E->w_down, s->gate, n, NULL, s->h));
-    }
-    return add_norm(c, d, s->x, s->h, E->next_norm, s->h, n);
+    TRY(engine_attention(c, E, l, n, hp->n_head, hp->n_head_kv, graph, s->h));
+    TRY(engine_add_norm(c, d, s->x, s->h, E->ffn_norm, s->h, n));
+    TRY(engine_ffn(c, E, n, s->h));
+    return engine_add_norm(c, d, s->x, s->h, E->next_norm, s->h, n);
 }
 
 /* Layer split: the residual stream x and its norm h move to the next
@@ -601,6 +499,10 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
     }
     TRY(kv_sync_cells(&c->kv));
 
+    if (c->plan.mode == SPLIT_TENSOR) {
+        TRY(engine_tensor_forward(c, n, first_out, logits_host));
+        return sync_all(c);
+    }
     if (n == 1 && first_out == 0 && !c->graphs_off) {
         cleave_status st = forward_graph(c);
         if (st) {

@@ -30,9 +30,14 @@ typedef struct engine_scratch {
  * layers) and what the forward pass needs there besides the layers. */
 typedef struct engine_device {
     be_device *dev;
-    bool active;       /* runs layers */
+    bool active;       /* runs layers (or, tensor split, slices of them) */
     engine_scratch s;
     float *rope_freqs; /* Llama 3 rope factors, on each active device */
+    /* tensor split: this device's vocab rows of the lm head (their logits
+     * go to s.logits), a replica of the output norm, and its partial sums
+     * before each all-reduce */
+    be_mat output;
+    float *output_norm, *part;
 } engine_device;
 
 /* A device allocation to free at the end. */
@@ -51,6 +56,8 @@ struct cleave_context {
     be_mat tok_embd, output;
     float *output_norm;
     engine_layer *layers;
+    engine_layer *slices[PLAN_MAX_DEVICES]; /* tensor split: [n_layer] per device */
+    float *reduce;     /* tensor split: host buffer for the all-reduce */
     float *bounce;     /* host buffer for handing the hidden state between devices */
     engine_alloc *owned;
     size_t n_owned, cap_owned;

@@ -1,0 +1,31 @@
+/* Pieces of the engine shared by its files (engine.c: lifecycle and the
+ * forward pass; engine_place.c: weight placement; engine_tensor.c: the
+ * tensor split). Not part of the public API. */
+#ifndef CLEAVE_ENGINE_INTERNAL_H
+#define CLEAVE_ENGINE_INTERNAL_H
+
+#include "engine.h"
+
+/* A device allocation recorded for freeing with the context. */
+cleave_status engine_own(struct cleave_context *c, int d, void *p);
+void *engine_dev_alloc(struct cleave_context *c, int d, size_t bytes, const char *what);
+/* Every weight where c->plan puts it (progress reported as bytes land). */
+cleave_status engine_place_weights(struct cleave_context *c);
+
+/* x += r, then y = rms_norm(x) * w, on device d (rows of n_embd). */
+cleave_status engine_add_norm(struct cleave_context *c, be_device *d, float *x, const float *r,
+                              const float *w, float *y, size_t rows);
+/* The attention half of block l on E's device, from that device's s->h:
+ * q/k/v projections, q/k norms, RoPE, the cache store, attention over the
+ * device's n_head query and n_head_kv kv heads, then the o projection into
+ * out (n x n_embd). */
+cleave_status engine_attention(struct cleave_context *c, const engine_layer *E, uint32_t l,
+                               size_t n, size_t n_head, size_t n_head_kv, bool graph, float *out);
+/* The FFN half on E's device: out = down(silu(gate h) * up h). */
+cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, size_t n, float *out);
+/* Tensor split: the whole pass for n tokens whose inputs are uploaded,
+ * logits of rows [first_out, n) gathered into logits_host. */
+cleave_status engine_tensor_forward(struct cleave_context *c, size_t n, size_t first_out,
+                                    float *logits_host);
+
+#endif
