@@ -99,7 +99,8 @@ cleave_status cleave_token_to_piece(const cleave_model *model, int32_t prev, int
 
 /* How a model spreads over several devices: `none` keeps it on the main
  * device; `layer` gives each device a contiguous range of layers; `tensor`
- * splits every layer across the devices (not available yet). */
+ * splits every layer across the devices (kv heads, FFN rows, vocab rows)
+ * with an all-reduce after the o and down projections. */
 typedef enum cleave_split_mode {
     CLEAVE_SPLIT_NONE = 0,
     CLEAVE_SPLIT_LAYER = 1,
