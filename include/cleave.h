@@ -122,6 +122,12 @@ typedef struct cleave_context_params {
     int main_device;       /* the device index for split mode none */
     const size_t *budgets; /* n_budgets per-device byte limits (0 = none), emulating smaller cards */
     size_t n_budgets;
+    /* fit: shrink the context (not below fit_min_ctx; 0 = 512) until the
+     * plan fits every device with 5% to spare, and take shares in
+     * proportion to the devices' memory when none are given; off: the plan
+     * must fit as asked */
+    bool fit;
+    uint32_t fit_min_ctx;
     cleave_progress_fn progress; /* weight upload progress, may be NULL */
     void *progress_user;
 } cleave_context_params;
@@ -134,6 +140,17 @@ uint32_t cleave_context_n_ctx(const cleave_context *ctx);
 /* The device(s) the context runs on, e.g. "cpu", "cuda:0 (NVIDIA H200)" or
  * "cpu:0+cpu:1 (layer)". */
 const char *cleave_context_device(const cleave_context *ctx);
+
+/* Memory of one device of a context: what the plan set aside and what its
+ * allocator has seen (peak included). */
+typedef struct cleave_device_memory {
+    char name[128];
+    size_t planned_weights, planned_kv, planned_compute;
+    size_t used, peak, budget; /* budget 0 = none */
+} cleave_device_memory;
+size_t cleave_context_n_devices(const cleave_context *ctx);
+cleave_status cleave_context_memory(const cleave_context *ctx, size_t device,
+                                    cleave_device_memory *out);
 
 /* Progress of long work on this context from now on: cleave_decode calls
  * it after each batch of a multi-batch prompt (fraction done). NULL: off. */

@@ -176,7 +176,13 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
     case CLEAVE_SPLIT_TENSOR: req.mode = SPLIT_TENSOR; break;
     default: st = err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
     }
-    if (!st) st = plan_make(&req, &c->plan);
+    if (!st && p->fit) {
+        uint32_t lo = p->fit_min_ctx ? p->fit_min_ctx : 512;
+        if (lo > n_ctx) lo = n_ctx;
+        st = plan_fit(&req, lo, 0.05, &c->plan);
+    } else if (!st) {
+        st = plan_make(&req, &c->plan);
+    }
     free(layer_bytes);
     return st;
 }
@@ -237,6 +243,8 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     cleave_status st = open_devices(c, &p);
     if (st) goto fail;
     if ((st = make_plan(c, &p, n_ctx, n_batch))) goto fail;
+    n_ctx = c->plan.n_ctx; /* fit may have taken a smaller context */
+    if (n_batch > n_ctx) n_batch = c->plan.n_batch = n_ctx;
     size_t n_active = 0;
     bool tensor = c->plan.mode == SPLIT_TENSOR;
     for (uint32_t l = 0; !tensor && l < model->hp.n_layer; l++)
@@ -314,6 +322,23 @@ void cleave_context_set_progress(cleave_context *c, cleave_progress_fn fn, void 
 }
 
 const char *cleave_context_device(const cleave_context *c) { return c->name; }
+
+size_t cleave_context_n_devices(const cleave_context *c) { return c ? c->n_dev : 0; }
+
+cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_device_memory *out) {
+    if (!c || !out || d >= c->n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "memory report: no device %zu", d);
+    memset(out, 0, sizeof *out);
+    be_device *dev = c->devs[d].dev;
+    snprintf(out->name, sizeof out->name, "%s", dev->ops->name(dev));
+    out->planned_weights = c->plan.bytes[d].weights;
+    out->planned_kv = c->plan.bytes[d].kv;
+    out->planned_compute = c->plan.bytes[d].compute;
+    be_mem_stats ms;
+    dev->ops->mem_stats(dev, &ms);
+    out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;
+    return CLEAVE_OK;
+}
 
 /* ---- forward ------------------------------------------------------------ */
 

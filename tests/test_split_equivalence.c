@@ -148,6 +148,38 @@ static void refusals(const char *path) {
               "%s", cleave_last_error());
     cp.budgets = NULL, cp.n_budgets = 0;
 
+    /* fit: budgets with room for about half the asked context give a
+     * smaller one; without fit the same budgets are refused */
+    cp.n_ctx = 4096, cp.n_batch = 16; /* the KV cache dominates */
+    c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    cleave_device_memory mem[2];
+    size_t need[2];
+    for (int d = 0; d < 2 && c; d++) {
+        CHECK_OK(cleave_context_memory(c, (size_t)d, &mem[d]));
+        need[d] = mem[d].planned_weights + mem[d].planned_compute + mem[d].planned_kv / 2;
+    }
+    cleave_context_free(c);
+    c = NULL;
+    const size_t half[2] = {need[0], need[1]};
+    cp.budgets = half, cp.n_budgets = 2;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_OOM && !c);
+    cp.fit = true;
+    cp.fit_min_ctx = 64;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    if (c) {
+        uint32_t got = cleave_context_n_ctx(c);
+        CHECK_MSG(got >= 1024 && got < 2048, "fit chose %u cells", got);
+        for (int d = 0; d < 2; d++) {
+            CHECK_OK(cleave_context_memory(c, (size_t)d, &mem[d]));
+            CHECK(mem[d].planned_weights + mem[d].planned_kv + mem[d].planned_compute <= half[d]);
+            CHECK(mem[d].peak <= half[d]);
+        }
+        cleave_context_free(c);
+        c = NULL;
+    }
+    cp.fit = false, cp.budgets = NULL, cp.n_budgets = 0, cp.n_ctx = 64, cp.n_batch = 0;
+
     cp.devices = "cpu:0";
     CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
     cp.devices = "cpu:2";

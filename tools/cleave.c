@@ -89,7 +89,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
 #define IS(s) (!strcmp(flag, s))
     if (!(IS("--device") || IS("--devices") || IS("-ngl") || IS("--n-gpu-layers") || IS("-sm") ||
           IS("--split-mode") || IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu") ||
-          IS("--vram-budget")))
+          IS("--vram-budget") || IS("--fit") || IS("--fit-ctx")))
         return 0;
     if (!v) {
         fprintf(stderr, "cleave: %s needs a value\n", flag);
@@ -102,6 +102,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
         long long k;
         if (!cli_int(flag, v, 0, 1 << 20, &k)) return -1;
         p->devices = k > 0 ? "cuda:0" : "cpu";
+        p->explicit_split = true;
     } else if (IS("--device") || IS("--devices")) {
         p->devices = v;
     } else if (IS("-sm") || IS("--split-mode")) {
@@ -116,6 +117,15 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
         if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
         for (size_t i = 0; i < n; i++) p->shares[i] = (float)xs[i];
         p->n_shares = n;
+        p->explicit_split = true;
+    } else if (IS("--fit")) {
+        if (strcmp(v, "on") && strcmp(v, "off")) {
+            fprintf(stderr, "cleave: --fit: expected on or off, got '%s'\n", v);
+            return -1;
+        }
+        p->fit = !strcmp(v, "on");
+    } else if (IS("--fit-ctx")) {
+        if (!cli_int(flag, v, 1, 1 << 24, &p->fit_ctx)) return -1;
     } else if (IS("-mg") || IS("--main-gpu")) {
         if (!cli_int(flag, v, 0, CLI_MAX_DEVICES - 1, &p->main_device)) return -1;
     } else {
@@ -127,7 +137,31 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
 #undef IS
 }
 
+void cli_memory_report(const cleave_context *ctx, bool peak) {
+    for (size_t d = 0; d < cleave_context_n_devices(ctx); d++) {
+        cleave_device_memory m;
+        if (cleave_context_memory(ctx, d, &m)) continue;
+        double mib = 1048576.0;
+        size_t planned = m.planned_weights + m.planned_kv + m.planned_compute;
+        fprintf(stderr, "cleave: %-28s planned %9.1f MiB (weights %.1f, KV %.1f, compute %.1f)",
+                m.name, planned / mib, m.planned_weights / mib, m.planned_kv / mib,
+                m.planned_compute / mib);
+        if (peak) fprintf(stderr, ", peak %.1f MiB", m.peak / mib);
+        if (m.budget) fprintf(stderr, ", budget %.1f MiB", m.budget / mib);
+        fprintf(stderr, "\n");
+    }
+}
+
+cli_placement cli_placement_default(void) {
+    cli_placement p;
+    memset(&p, 0, sizeof p);
+    p.fit = -1;
+    return p;
+}
+
 void cli_placement_apply(const cli_placement *p, cleave_context_params *cp) {
+    cp->fit = p->fit < 0 ? !p->explicit_split : p->fit == 1;
+    cp->fit_min_ctx = (uint32_t)p->fit_ctx;
     cp->devices = p->devices;
     cp->split_mode = p->mode;
     cp->shares = p->n_shares ? p->shares : NULL;

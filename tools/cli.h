@@ -26,13 +26,22 @@ typedef struct cli_placement {
     size_t budgets[CLI_MAX_DEVICES]; /* bytes */
     size_t n_budgets;
     long long main_device;
+    int fit;             /* -1: default (on unless -ts or -ngl was given), 0 off, 1 on */
+    bool explicit_split; /* -ts or -ngl given */
+    long long fit_ctx;
 } cli_placement;
+/* Initial placement: CPU, no split, fit by default. */
+cli_placement cli_placement_default(void);
 /* If flag is a placement flag (--device/--devices D, -ngl N, -sm MODE,
- * -ts A,B,..., -mg I, --vram-budget MiB[,MiB...]) parses its value:
+ * -ts A,B,..., -mg I, --vram-budget MiB[,MiB...], --fit on|off,
+ * --fit-ctx N) parses its value:
  * returns 1 (the value is used), 0 (not a placement flag), or -1 after
  * printing why the value is bad. */
 int cli_placement_flag(const char *flag, const char *v, cli_placement *p);
 void cli_placement_apply(const cli_placement *p, cleave_context_params *cp);
+/* Per device on stderr: the plan's bytes (weights, KV, compute), and with
+ * peak, what the allocator has seen at most. */
+void cli_memory_report(const cleave_context *ctx, bool peak);
 #define CLI_PLACEMENT_HELP                                                                     \
     "  --device(s) D           cpu (default), cuda:N, cpu:N (N virtual CPU devices) or a\n" \
     "                          list: cuda:0,cuda:1; -ngl N > 0 means cuda:0\n"                \
@@ -41,7 +50,10 @@ void cli_placement_apply(const cli_placement *p, cleave_context_params *cp);
     "  -ts, --tensor-split L   per-device shares, e.g. 3,1 (default: equal)\n"                \
     "  -mg, --main-gpu I       the device index for -sm none (default 0)\n"                   \
     "  --vram-budget L         per-device memory limits in MiB, e.g. 4096,2048, to emulate\n" \
-    "                          smaller cards\n"
+    "                          smaller cards (GPUs default to their free memory)\n"          \
+    "  --fit on|off            shrink the context until every device fits with 5%% to spare,\n" \
+    "                          shares from the devices' memory (default on unless -ts/-ngl)\n" \
+    "  --fit-ctx N             the smallest context fit may choose (default 512)\n"
 /* A progress bar on stderr. */
 bool cli_progress(float fraction, void *label);
 double cli_now(void);

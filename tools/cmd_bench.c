@@ -151,6 +151,8 @@ static int run_test(cleave_context *ctx, const bench_opts *o, const bench_cols *
 int cmd_bench(int argc, char **argv) {
     bench_opts o;
     memset(&o, 0, sizeof o);
+    o.place = cli_placement_default();
+    o.place.fit = 0; /* a benchmark runs the context it asks for, or says why not */
     if (!parse(argc, argv, &o)) return 2;
     int max_n = 1, max_d = 0;
     for (size_t i = 0; i < o.n_pp; i++) max_n = o.pp[i] > max_n ? o.pp[i] : max_n;

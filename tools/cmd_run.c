@@ -11,7 +11,7 @@ typedef struct {
     cli_placement place;
     long long n_predict, n_ctx, n_batch, threads;
     cleave_type kv_type;
-    bool no_bos, verbose_prompt;
+    bool no_bos, verbose_prompt, mem_report;
     cleave_sampler_params sp;
 } run_opts;
 
@@ -36,7 +36,8 @@ static void run_usage(FILE *out) {
             "  --frequency-penalty X   (default 0)\n"
             "  --presence-penalty X    (default 0)\n"
             "  -s, --seed N            sampling seed\n"
-            "  --no-bos                do not prepend BOS to the prompt\n");
+            "  --no-bos                do not prepend BOS to the prompt\n"
+            "  --mem-report            print planned and peak memory per device\n");
 }
 
 static bool flag_is(const char *a, const char *name, const char *alias) {
@@ -46,6 +47,7 @@ static bool flag_is(const char *a, const char *name, const char *alias) {
 static bool parse(int argc, char **argv, run_opts *o) {
     o->n_predict = 128;
     o->kv_type = CLEAVE_TYPE_F16;
+    o->place = cli_placement_default();
     o->sp = cleave_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -83,6 +85,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
             i++;
         }
         else if (IS("--no-bos", NULL)) o->no_bos = true;
+        else if (IS("--mem-report", NULL)) o->mem_report = true;
         else {
             fprintf(stderr, "cleave run: unknown or incomplete option '%s'\n", a);
             run_usage(stderr);
@@ -199,6 +202,7 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s, on %s\n",
             o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
             cleave_type_name(o.kv_type), cleave_context_device(ctx));
+    if (cleave_context_n_devices(ctx) > 1 || o.mem_report) cli_memory_report(ctx, false);
 
     size_t cap = plen + 8, n = 0;
     toks = malloc(cap * sizeof *toks);
@@ -232,6 +236,7 @@ out:
     free(toks);
     free(file_text);
     cleave_sampler_free(smp);
+    if (ctx && o.mem_report) cli_memory_report(ctx, true);
     cleave_context_free(ctx);
     cleave_model_free(m);
     return rc;

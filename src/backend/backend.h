@@ -158,7 +158,7 @@ cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes
                             be_device **out);
 
 /* CUDA device `ordinal` (builds with CLEAVE_WITH_CUDA only); budget_bytes
- * caps allocations below the card's free memory (0 = no cap). */
+ * caps allocations (0 = the memory free when the device is opened). */
 cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out);
 
 #ifdef __cplusplus

@@ -244,6 +244,12 @@ extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_dev
         d->staging = NULL; /* writes stay synchronous: slower, still correct */
         d->staging_cap = 0;
     }
+    /* no budget given: the memory free now is the budget, so a plan that
+     * cannot fit is refused up front, naming the device, instead of failing
+     * halfway through the upload */
+    size_t free_b = 0, total_b = 0;
+    if (!d->budget && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) d->budget = free_b;
+    cudaGetLastError();
     snprintf(d->name, sizeof d->name, "cuda:%d (%.200s)", ordinal, prop.name);
     d->n_sm = prop.multiProcessorCount;
     *out = &d->base;
