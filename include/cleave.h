@@ -162,6 +162,14 @@ void cleave_context_set_progress(cleave_context *ctx, cleave_progress_fn fn, voi
  * the context returns CLEAVE_ERR_CONTEXT_FULL and changes nothing. */
 cleave_status cleave_decode(cleave_context *ctx, const int32_t *tokens, size_t n, int32_t pos0,
                             int32_t seq, bool all_logits);
+/* A batch of tokens from several sequences in one pass (batched decoding):
+ * token i goes to position pos[i] of sequence seq[i]. The logits of each
+ * sequence's last token in the batch (its highest position) are kept,
+ * readable with cleave_get_logits(ctx, i) for that token's index i. Batches
+ * over n_batch run in several passes. Fails with CLEAVE_ERR_CONTEXT_FULL,
+ * changing nothing, when the cache cannot take them. */
+cleave_status cleave_decode_batch(cleave_context *ctx, const int32_t *tokens, const int32_t *pos,
+                                  const int32_t *seq, size_t n);
 /* Logits (n_vocab floats) of the i-th token of the last decode call; i = -1 is
  * the last token. NULL if that row was not kept. */
 const float *cleave_get_logits(cleave_context *ctx, int32_t i);

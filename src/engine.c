@@ -308,6 +308,7 @@ void cleave_context_free(cleave_context *c) {
     free(c->layers);
     for (size_t d = 0; d < PLAN_MAX_DEVICES; d++) free(c->slices[d]);
     free(c->logits);
+    free(c->row_of);
     free(c->bounce);
     free(c->reduce);
     free(c);
@@ -549,7 +550,7 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
 
 /* ---- decode API --------------------------------------------------------- */
 
-static cleave_status reserve_logits(struct cleave_context *c, size_t rows) {
+cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows) {
     if (rows <= c->logits_cap_rows) return CLEAVE_OK;
     float *p = mem_realloc(c->logits, rows * c->model->hp.n_vocab * sizeof(float), "logits");
     if (!p) return CLEAVE_ERR_OOM;
@@ -573,7 +574,7 @@ cleave_status cleave_decode(cleave_context *c, const int32_t *tokens, size_t n, 
                        "%zu tokens do not fit in the context: %u cells, %u in use, %u free "
                        "(use a larger context with -c)",
                        n, c->kv.n_ctx, c->kv.n_used, c->kv.n_ctx - c->kv.n_used);
-    if (reserve_logits(c, all_logits ? n : 1)) return CLEAVE_ERR_OOM;
+    if (engine_reserve_logits(c, all_logits ? n : 1)) return CLEAVE_ERR_OOM;
 
     size_t nb = c->plan.n_batch;
     int32_t *pos = mem_alloc(nb * sizeof(int32_t), "batch positions");
@@ -601,6 +602,7 @@ cleave_status cleave_decode(cleave_context *c, const int32_t *tokens, size_t n, 
     free(cells);
     c->logits_rows = st ? 0 : (all_logits ? n : 1);
     c->logits_all = all_logits;
+    c->logits_mapped = false;
     c->last_n = (int32_t)n;
     return st;
 }
@@ -609,6 +611,8 @@ const float *cleave_get_logits(cleave_context *c, int32_t i) {
     if (!c || c->logits_rows == 0) return NULL;
     if (i < 0) i += c->last_n;
     if (i < 0 || i >= c->last_n) return NULL;
+    if (c->logits_mapped)
+        return c->row_of[i] < 0 ? NULL : c->logits + (size_t)c->row_of[i] * c->model->hp.n_vocab;
     if (c->logits_all) return c->logits + (size_t)i * c->model->hp.n_vocab;
     return i == c->last_n - 1 ? c->logits : NULL;
 }

@@ -66,6 +66,10 @@ struct cleave_context {
     size_t logits_rows, logits_cap_rows;
     bool logits_all;
     int32_t last_n;
+    /* after cleave_decode_batch: the logits row of each token, or -1 */
+    int32_t *row_of;
+    size_t row_of_cap;
+    bool logits_mapped;
     /* One-token decode step recorded once and replayed (devices with graph
      * support); graphs_off after a failed recording or CLEAVE_NO_GRAPH=1. */
     void *decode_graph;

@@ -23,6 +23,8 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E, 
                                size_t n, size_t n_head, size_t n_head_kv, bool graph, float *out);
 /* The FFN half on E's device: out = down(silu(gate h) * up h). */
 cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, size_t n, float *out);
+/* Room for rows x n_vocab host logits. */
+cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
 /* Tensor split: the whole pass for n tokens whose inputs are uploaded,
  * logits of rows [first_out, n) gathered into logits_host. */
 cleave_status engine_tensor_forward(struct cleave_context *c, size_t n, size_t first_out,

@@ -69,12 +69,9 @@ static void run(cleave_context *c, cleave_model *m, float *logits, int32_t *gen)
 }
 
 static void compare_model(const char *label, const char *path) {
-    cleave_model *m = NULL;
-    CHECK_OK(cleave_model_load(path, NULL, &m));
+    size_t nv;
+    cleave_model *m = tu_load(path, &nv);
     if (!m) return;
-    cleave_model_desc desc;
-    cleave_model_describe(m, &desc);
-    size_t nv = desc.n_vocab;
     float *ref = calloc((size_t)N_PROMPT * nv, sizeof(float)), *got = calloc((size_t)N_PROMPT * nv, sizeof(float));
     int32_t ref_gen[N_GEN], got_gen[N_GEN];
     cleave_context *c = open_ctx(m, NULL);

@@ -112,3 +112,13 @@ void tu_spit(const char *path, const unsigned char *data, size_t n) {
     }
     if (f) fclose(f);
 }
+
+cleave_model *tu_load(const char *path, size_t *n_vocab) {
+    cleave_model *m = NULL;
+    CHECK_OK(cleave_model_load(path, NULL, &m));
+    if (!m) return NULL;
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    *n_vocab = d.n_vocab;
+    return m;
+}

@@ -60,4 +60,6 @@ unsigned char *tu_slurp(const char *path, size_t *n);
 void tu_spit(const char *path, const unsigned char *data, size_t n);
 /* max |a-b| / max |b| */
 double tu_rel_err(const float *a, const float *b, size_t n);
+/* Loads a model (a failed load is a failed check; NULL) and its vocabulary size. */
+cleave_model *tu_load(const char *path, size_t *n_vocab);
 #endif

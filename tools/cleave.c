@@ -152,6 +152,19 @@ void cli_memory_report(const cleave_context *ctx, bool peak) {
     }
 }
 
+int cli_context_flag(const char *flag, const char *v, cli_context_opts *o) {
+    if (!strcmp(flag, "-t") || !strcmp(flag, "--threads"))
+        return cli_int(flag, v, 0, 1024, &o->threads) ? 1 : -1;
+    if (!strcmp(flag, "-b") || !strcmp(flag, "--batch-size"))
+        return cli_int(flag, v, 1, 1 << 20, &o->n_batch) ? 1 : -1;
+    if (!strcmp(flag, "-ctk") || !strcmp(flag, "-ctv") || !strcmp(flag, "--cache-type")) {
+        if (v && cleave_type_from_name(v, &o->kv_type) == CLEAVE_OK) return 1;
+        fprintf(stderr, "cleave: %s: unknown type '%s' (f16, f32, bf16, q8_0)\n", flag, v ? v : "");
+        return -1;
+    }
+    return 0;
+}
+
 cli_placement cli_placement_default(void) {
     cli_placement p;
     memset(&p, 0, sizeof p);
@@ -219,6 +232,7 @@ static void usage(FILE *out) {
             "commands:\n"
             "  run      generate text:  cleave run -m MODEL.gguf -p PROMPT -n N\n"
             "  bench    llama-bench style speed test:  cleave bench -m MODEL.gguf -p 512 -n 128 -r 3\n"
+            "  batched-bench  parallel sequences (llama-batched-bench): cleave batched-bench -m M -npl 1,2,4,8\n"
             "  convert  import a checkpoint:  cleave convert --from llama2c MODEL.bin TOK.bin -o OUT.gguf\n"
             "                                 cleave convert --from hf HF_DIR [--type bf16] -o OUT.gguf\n"
             "  gen      random-weight model of real shapes:  cleave gen --preset 1b --type f16 -o OUT.gguf\n"
@@ -236,6 +250,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "batched-bench")) return cmd_batched_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen")) return cmd_gen(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);

@@ -30,6 +30,14 @@ typedef struct cli_placement {
     bool explicit_split; /* -ts or -ngl given */
     long long fit_ctx;
 } cli_placement;
+/* Flags every benchmark shares: -t/--threads N, -b/--batch-size N,
+ * -ctk/-ctv TYPE. Same contract as cli_placement_flag. */
+typedef struct cli_context_opts {
+    long long threads, n_batch;
+    cleave_type kv_type;
+} cli_context_opts;
+int cli_context_flag(const char *flag, const char *v, cli_context_opts *o);
+
 /* Initial placement: CPU, no split, fit by default. */
 cli_placement cli_placement_default(void);
 /* If flag is a placement flag (--device/--devices D, -ngl N, -sm MODE,
@@ -64,6 +72,7 @@ int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m
 
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_batched_bench(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -17,8 +17,8 @@ typedef struct {
     cli_placement place;
     int pp[MAX_LIST], tg[MAX_LIST], depth[MAX_LIST];
     size_t n_pp, n_tg, n_depth;
-    long long reps, threads, n_batch;
-    cleave_type kv_type;
+    long long reps;
+    cli_context_opts cx;
 } bench_opts;
 
 static void bench_usage(FILE *out) {
@@ -39,8 +39,8 @@ static bool parse(int argc, char **argv, bench_opts *o) {
     o->tg[0] = 128, o->n_tg = 1;
     o->depth[0] = 0, o->n_depth = 1;
     o->reps = 5;
-    o->n_batch = 512;
-    o->kv_type = CLEAVE_TYPE_F16;
+    o->cx.n_batch = 512;
+    o->cx.kv_type = CLEAVE_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;
@@ -60,20 +60,9 @@ static bool parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (!cli_int(a, v, 1, 1000, &o->reps)) return false;
             i++;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (!cli_int(a, v, 0, 1024, &o->threads)) return false;
-            i++;
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false;
-            i++;
-        } else if ((pr = cli_placement_flag(a, v, &o->place)) != 0) {
+        } else if ((pr = cli_context_flag(a, v, &o->cx)) != 0 ||
+                   (pr = cli_placement_flag(a, v, &o->place)) != 0) {
             if (pr < 0) return false;
-            i++;
-        } else if (!strcmp(a, "-ctk") || !strcmp(a, "-ctv")) {
-            if (cleave_type_from_name(v, &o->kv_type)) {
-                fprintf(stderr, "cleave bench: %s: unknown type\n", a);
-                return false;
-            }
             i++;
         } else {
             fprintf(stderr, "cleave bench: unknown or incomplete option '%s'\n", a);
@@ -136,7 +125,7 @@ static int run_test(cleave_context *ctx, const bench_opts *o, const bench_cols *
     else
         snprintf(test, sizeof test, "%s%d", gen ? "tg" : "pp", n);
     printf("| %s | %s | %s | %s | %lld | %s | %.2f ± %.2f |\n", cols->model, cols->size,
-           cols->params, cols->backend, o->threads, test, mean, sqrt(var > 0 ? var : 0));
+           cols->params, cols->backend, o->cx.threads, test, mean, sqrt(var > 0 ? var : 0));
     fflush(stdout);
     /* What the rate means against the hardware: decode streams every weight
      * once per token; a prompt token costs about 2 FLOP per parameter. */
@@ -166,9 +155,9 @@ int cmd_bench(int argc, char **argv) {
     int rc = 1;
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)max_n;
-    cp.n_batch = (uint32_t)o.n_batch;
-    cp.n_threads = (int)o.threads;
-    cp.kv_type = o.kv_type;
+    cp.n_batch = (uint32_t)o.cx.n_batch;
+    cp.n_threads = (int)o.cx.threads;
+    cp.kv_type = o.cx.kv_type;
     cli_placement_apply(&o.place, &cp);
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) return rc;
     rc = 1;
@@ -192,7 +181,7 @@ int cmd_bench(int argc, char **argv) {
     else snprintf(size_col, sizeof size_col, "%.2f MiB", bytes / 1048576.0);
     if (d.n_params >= 1000000000ull) snprintf(params_col, sizeof params_col, "%.2f B", d.n_params / 1e9);
     else snprintf(params_col, sizeof params_col, "%.2f M", d.n_params / 1e6);
-    if (o.threads == 0) o.threads = sysconf(_SC_NPROCESSORS_ONLN);
+    if (o.cx.threads == 0) o.cx.threads = sysconf(_SC_NPROCESSORS_ONLN);
 
     printf("| model | size | params | backend | threads | test | t/s |\n");
     printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: |\n");

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The split modes through the command line on virtual CPU devices: the
+# greedy story is the same on one device, under the layer split and under
+# the tensor split (one device left out); bad split flags exit 2 and plans
+# that cannot fit exit 1, each with a message; --mem-report and
+# batched-bench print what they promise.
+set -u
+cli=$1 shared=$2 tmp=$3
+mkdir -p "$tmp"
+models=$shared/models
+if [ ! -f "$models/stories260K.bin" ]; then echo "skipped: $models absent"; exit 77; fi
+"$cli" convert --from llama2c "$models/stories260K.bin" "$models/tok512.bin" -o "$tmp/stories.gguf" \
+  >/dev/null 2>&1 || { echo "FAIL: convert"; exit 1; }
+m=$tmp/stories.gguf
+fail=0
+
+one=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 2>/dev/null)
+[ -n "$one" ] || { echo "FAIL: no output on one device"; fail=1; }
+for args in "--devices cpu:2 -sm layer" "--devices cpu:3 -sm layer -ts 1,2,1" \
+            "--devices cpu:2 -sm tensor" "--devices cpu:3 -sm tensor -ts 1,0,2"; do
+  got=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 $args 2>"$tmp/err")
+  if [ "$got" != "$one" ]; then echo "FAIL: $args: the story differs"; cat "$tmp/err"; fail=1; fi
+done
+
+expect() { # expect CODE PATTERN ARGS...: exit code and a message on stderr
+  local code=$1 pat=$2; shift 2
+  "$cli" run -m "$m" -p "x" -n 2 "$@" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -ne "$code" ] || ! grep -q -- "$pat" "$tmp/err"; then
+    echo "FAIL: $* -> exit $rc (want $code), stderr:"; cat "$tmp/err"; fail=1
+  fi
+}
+expect 2 "expected none, layer or tensor" --devices cpu:2 -sm diagonal
+expect 2 "numbers >= 0" --devices cpu:2 -sm layer -ts 1,x
+expect 1 "3 split shares for 2 devices" --devices cpu:2 -sm tensor -ts 1,1,1
+expect 1 "device 0 needs" --devices cpu:2 -sm layer --vram-budget 0.01,0.01 --fit off
+expect 1 "nothing fits" --devices cpu:2 -sm layer --vram-budget 0.01,0.01
+expect 1 "cpu:N needs N" --devices cpu:0
+
+"$cli" run -m "$m" -p "x" -n 4 --devices cpu:2 -sm layer --mem-report >/dev/null 2>"$tmp/err"
+if [ "$(grep -c 'planned .*peak' "$tmp/err")" -ne 2 ]; then
+  echo "FAIL: --mem-report should print planned and peak bytes for both devices"; cat "$tmp/err"; fail=1
+fi
+
+out=$("$cli" batched-bench -m "$m" -npp 16 -ntg 4 -npl 1,2 -t 1 --devices cpu:2 -sm tensor 2>"$tmp/err")
+rows=$(printf '%s\n' "$out" | grep -cE '^\| +16 \| +4 \| +[12] \|')
+if [ "$rows" -ne 2 ]; then echo "FAIL: batched-bench rows"; printf '%s\n' "$out"; cat "$tmp/err"; fail=1; fi
+
+[ $fail -eq 0 ] && echo "cli_split: all checks passed"
+exit $fail

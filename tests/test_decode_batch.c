@@ -1,0 +1,103 @@
+/* cleave_decode_batch: three sequences' prompts interleaved in one call
+ * (several passes of n_batch 8), then one token of each in one pass, give
+ * each sequence's logits as decoding it alone does; only each sequence's
+ * last token keeps logits; bad batches are refused and change nothing.
+ * Also under the layer and tensor splits on virtual CPU devices. */
+#include <string.h>
+
+#include "testutil.h"
+
+#define N_SEQ 3
+
+static cleave_context *ctx(cleave_model *m, const char *devices, cleave_split_mode mode) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_batch = 8;
+    cp.n_threads = 1;
+    cp.kv_type = CLEAVE_TYPE_F32;
+    cp.devices = devices;
+    cp.split_mode = mode;
+    cleave_context *c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    return c;
+}
+
+static void check_model(const char *path, const char *devices, cleave_split_mode mode) {
+    size_t nv;
+    cleave_model *m = tu_load(path, &nv);
+    if (!m) return;
+    const int len[N_SEQ] = {7, 12, 5};
+    int32_t prompt[N_SEQ][12];
+    for (int s = 0; s < N_SEQ; s++)
+        for (int i = 0; i < len[s]; i++) prompt[s][i] = (int32_t)((s * 131 + i * 17 + 3) % nv);
+    const int32_t next[N_SEQ] = {5, 9, 2};
+
+    /* each sequence alone: its prompt's last logits, then one more token's */
+    float *alone = calloc(2 * N_SEQ * nv, sizeof(float));
+    for (int s = 0; s < N_SEQ && alone; s++) {
+        cleave_context *c = ctx(m, NULL, CLEAVE_SPLIT_NONE);
+        if (!c) continue;
+        CHECK_OK(cleave_decode(c, prompt[s], (size_t)len[s], 0, 0, false));
+        memcpy(alone + (2 * s) * nv, cleave_get_logits(c, -1), nv * sizeof(float));
+        CHECK_OK(cleave_decode(c, &next[s], 1, len[s], 0, false));
+        memcpy(alone + (2 * s + 1) * nv, cleave_get_logits(c, -1), nv * sizeof(float));
+        cleave_context_free(c);
+    }
+
+    /* all together, interleaved: token i of every sequence in turn */
+    cleave_context *c = ctx(m, devices, mode);
+    if (c && alone) {
+        int32_t tok[32], pos[32], seq[32], last[N_SEQ];
+        size_t n = 0;
+        for (int i = 0; i < 12; i++)
+            for (int s = 0; s < N_SEQ; s++)
+                if (i < len[s]) {
+                    tok[n] = prompt[s][i], pos[n] = i, seq[n] = s + 1;
+                    last[s] = (int32_t)n++;
+                }
+        CHECK_OK(cleave_decode_batch(c, tok, pos, seq, n));
+        for (int s = 0; s < N_SEQ; s++) {
+            const float *l = cleave_get_logits(c, last[s]);
+            CHECK_MSG(l && tu_rel_err(l, alone + (2 * s) * nv, nv) < 1e-5,
+                      "%s: sequence %d prompt logits differ (%g)", path, s,
+                      l ? tu_rel_err(l, alone + (2 * s) * nv, nv) : 1.0);
+        }
+        CHECK(cleave_get_logits(c, 0) == NULL); /* not a sequence's last token */
+        for (int s = 0; s < N_SEQ; s++) tok[s] = next[s], pos[s] = len[s], seq[s] = s + 1;
+        CHECK_OK(cleave_decode_batch(c, tok, pos, seq, N_SEQ));
+        for (int s = 0; s < N_SEQ; s++) {
+            const float *l = cleave_get_logits(c, s);
+            CHECK_MSG(l && tu_rel_err(l, alone + (2 * s + 1) * nv, nv) < 1e-5,
+                      "%s: sequence %d step logits differ", path, s);
+        }
+        /* refusals change nothing */
+        int32_t used = cleave_kv_seq_len(c, 1);
+        int32_t big[64] = {0}, bpos[64], bseq[64];
+        for (int i = 0; i < 64; i++) bpos[i] = 100 + i, bseq[i] = 7;
+        CHECK(cleave_decode_batch(c, big, bpos, bseq, 64) == CLEAVE_ERR_CONTEXT_FULL);
+        CHECK(cleave_kv_seq_len(c, 1) == used && cleave_kv_seq_len(c, 7) == 0);
+        CHECK(cleave_decode_batch(c, big, bpos, bseq, 0) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(cleave_decode_batch(c, NULL, bpos, bseq, 1) == CLEAVE_ERR_INVALID_ARG);
+        big[0] = (int32_t)nv;
+        CHECK(cleave_decode_batch(c, big, bpos, bseq, 1) == CLEAVE_ERR_INVALID_ARG);
+        big[0] = 0, bpos[0] = -1;
+        CHECK(cleave_decode_batch(c, big, bpos, bseq, 1) == CLEAVE_ERR_INVALID_ARG);
+    }
+    cleave_context_free(c);
+    free(alone);
+    cleave_model_free(m);
+}
+
+int main(void) {
+    const char *stories = tu_stories_model();
+    if (stories) check_model(stories, NULL, CLEAVE_SPLIT_NONE);
+    const char *archs[] = {"llama", "qwen2", "qwen3"};
+    for (int a = 0; a < 3; a++) {
+        const char *p = tu_tiny_model(archs[a], CLEAVE_TYPE_F32);
+        if (!p) continue;
+        check_model(p, NULL, CLEAVE_SPLIT_NONE);
+        check_model(p, "cpu:2", CLEAVE_SPLIT_LAYER);
+        check_model(p, "cpu:3", CLEAVE_SPLIT_TENSOR);
+    }
+    return tu_finish("test_decode_batch");
+}
