@@ -49,7 +49,16 @@ enum {
     CUDA_SCRATCH_COUNT
 };
 
-static inline cuda_device *cuda_dev(be_device *d) { return (cuda_device *)d->impl; }
+/* The device behind the vtable, made current for the calling thread: with
+ * several devices (layer and tensor splits) one thread drives them all, and
+ * kernels, copies and cuBLAS calls go to the current device. Every op
+ * entry goes through here. (cudaSetDevice on the current device is cheap,
+ * and a replayed decode graph calls no ops.) */
+static inline cuda_device *cuda_dev(be_device *d) {
+    cuda_device *c = (cuda_device *)d->impl;
+    cudaSetDevice(c->ordinal);
+    return c;
+}
 
 cleave_status cuda_fail(cudaError_t e, const char *call, const char *file, int line);
 cleave_status cublas_fail(cublasStatus_t s, const char *call, const char *file, int line);
