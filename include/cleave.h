@@ -110,6 +110,9 @@ typedef enum cleave_split_mode {
 typedef struct cleave_context_params {
     uint32_t n_ctx;        /* cells of KV cache; 0 = the model's training context (capped at 4096) */
     uint32_t n_batch;      /* most tokens in one forward pass; 0 = 512 */
+    /* layer split: a pass of more tokens runs as a pipeline of micro-batches
+     * of this many, so the devices work at once; 0 = no pipeline */
+    uint32_t n_ubatch;
     int n_threads;         /* CPU threads (each CPU device); 0 = all cores */
     cleave_type kv_type;   /* f32, f16, bf16 or q8_0 (q8_0 needs kv heads x head size % 32 == 0) */
     /* "cpu" (default when NULL), "cuda:N", "cpu:N" (N virtual CPU devices

@@ -253,6 +253,7 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     for (size_t d = 0; d < c->n_dev; d++) n_active += c->devs[d].active;
     c->progress = p.progress;
     c->progress_user = p.progress_user;
+    c->n_ubatch = p.n_ubatch;
     for (size_t d = 0; d < c->n_dev; d++) c->total_bytes += c->plan.bytes[d].weights;
     if ((st = engine_place_weights(c))) goto fail;
     if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
@@ -361,13 +362,12 @@ cleave_status engine_add_norm(struct cleave_context *c, be_device *d, float *x, 
 }
 
 /* RoPE on q and k, then k and v into this device's cache rows of layer l. */
-static cleave_status rope_and_store(struct cleave_context *c, int dv, uint32_t l, size_t n,
-                                    size_t n_head, size_t n_head_kv) {
+static cleave_status rope_and_store(struct cleave_context *c, int dv, const engine_scratch *s,
+                                    uint32_t l, size_t n, size_t n_head, size_t n_head_kv) {
     engine_device *D = &c->devs[dv];
     be_device *d = D->dev;
     const be_ops *o = d->ops;
     const model_hparams *hp = &c->model->hp;
-    engine_scratch *s = &D->s;
     size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
     void *kc = c->kv.k[dv][l], *vc = c->kv.v[dv][l];
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
@@ -381,12 +381,12 @@ static cleave_status rope_and_store(struct cleave_context *c, int dv, uint32_t l
     return o->kv_store(d, s->v, n, kw, vc, c->kv.type, s->cells);
 }
 
-cleave_status engine_attention(struct cleave_context *c, const engine_layer *E, uint32_t l,
-                               size_t n, size_t n_head, size_t n_head_kv, bool graph, float *out) {
+cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
+                               const engine_scratch *s, uint32_t l, size_t n, size_t n_head,
+                               size_t n_head_kv, bool graph, float *out) {
     const model_hparams *hp = &c->model->hp;
     be_device *d = c->devs[E->dev].dev;
     const be_ops *o = d->ops;
-    engine_scratch *s = &c->devs[E->dev].s;
     size_t hd = hp->head_dim;
     if (o->matmul_multi) {
         const be_mat *w[3] = {&E->wq, &E->wk, &E->wv};
@@ -400,7 +400,7 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E, 
     }
     if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
     if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
-    TRY(rope_and_store(c, E->dev, l, n, n_head, n_head_kv));
+    TRY(rope_and_store(c, E->dev, s, l, n, n_head, n_head_kv));
     be_attn a = {
         .q = s->q, .k = c->kv.k[E->dev][l], .v = c->kv.v[E->dev][l], .kv_type = c->kv.type,
         .n_tokens = n, .n_kv = graph ? c->kv.n_ctx : c->kv.hi,
@@ -412,10 +412,10 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E, 
     return o->matmul(d, &E->wo, s->att, n, NULL, out);
 }
 
-cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, size_t n, float *out) {
+cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, const engine_scratch *s,
+                         size_t n, float *out) {
     be_device *d = c->devs[E->dev].dev;
     const be_ops *o = d->ops;
-    engine_scratch *s = &c->devs[E->dev].s;
     if (o->ffn) return o->ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
     if (o->matmul_swiglu) {
         TRY(o->matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));
@@ -433,14 +433,14 @@ cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, size_t
  * output_norm after the last. graph: the ops are being recorded for
  * replay, so attention reads the live cell count from the device instead
  * of taking it by value. */
-static cleave_status forward_layer(struct cleave_context *c, uint32_t l, size_t n, bool graph) {
+cleave_status engine_forward_layer(struct cleave_context *c, const engine_scratch *s, uint32_t l,
+                                   size_t n, bool graph) {
     const model_hparams *hp = &c->model->hp;
     engine_layer *E = &c->layers[l];
     be_device *d = c->devs[E->dev].dev;
-    engine_scratch *s = &c->devs[E->dev].s;
-    TRY(engine_attention(c, E, l, n, hp->n_head, hp->n_head_kv, graph, s->h));
+    TRY(engine_attention(c, E, s, l, n, hp->n_head, hp->n_head_kv, graph, s->h));
     TRY(engine_add_norm(c, d, s->x, s->h, E->ffn_norm, s->h, n));
-    TRY(engine_ffn(c, E, n, s->h));
+    TRY(engine_ffn(c, E, s, n, s->h));
     return engine_add_norm(c, d, s->x, s->h, E->next_norm, s->h, n);
 }
 
@@ -469,7 +469,7 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
             TRY(handoff(c, cur, c->layers[l].dev, n));
             cur = c->layers[l].dev;
         }
-        TRY(forward_layer(c, l, n, graph));
+        TRY(engine_forward_layer(c, &c->devs[cur].s, l, n, graph));
     }
     /* the head device's s->h holds x through output_norm; only the rows
      * whose logits are wanted go through the lm head. */
@@ -529,7 +529,9 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
         TRY(engine_tensor_forward(c, n, first_out, logits_host));
         return sync_all(c);
     }
-    if (n == 1 && first_out == 0 && !c->graphs_off) {
+    if (c->plan.mode == SPLIT_LAYER && c->bounce && c->n_ubatch && n > c->n_ubatch) {
+        TRY(engine_pipeline_forward(c, n, first_out));
+    } else if (n == 1 && first_out == 0 && !c->graphs_off) {
         cleave_status st = forward_graph(c);
         if (st) {
             /* Recording failed: say so once, then run op by op for good. */

@@ -59,6 +59,7 @@ struct cleave_context {
     engine_layer *slices[PLAN_MAX_DEVICES]; /* tensor split: [n_layer] per device */
     float *reduce;     /* tensor split: host buffer for the all-reduce */
     float *bounce;     /* host buffer for handing the hidden state between devices */
+    uint32_t n_ubatch; /* layer split: micro-batch of the prefill pipeline (0 = none) */
     engine_alloc *owned;
     size_t n_owned, cap_owned;
     /* logits of the last decode, host side */

@@ -15,14 +15,25 @@ cleave_status engine_place_weights(struct cleave_context *c);
 /* x += r, then y = rms_norm(x) * w, on device d (rows of n_embd). */
 cleave_status engine_add_norm(struct cleave_context *c, be_device *d, float *x, const float *r,
                               const float *w, float *y, size_t rows);
-/* The attention half of block l on E's device, from that device's s->h:
+/* The attention half of block l on E's device, from s->h (s: that
+ * device's scratch, or a view of some of its rows):
  * q/k/v projections, q/k norms, RoPE, the cache store, attention over the
  * device's n_head query and n_head_kv kv heads, then the o projection into
  * out (n x n_embd). */
-cleave_status engine_attention(struct cleave_context *c, const engine_layer *E, uint32_t l,
-                               size_t n, size_t n_head, size_t n_head_kv, bool graph, float *out);
+cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
+                               const engine_scratch *s, uint32_t l, size_t n, size_t n_head,
+                               size_t n_head_kv, bool graph, float *out);
 /* The FFN half on E's device: out = down(silu(gate h) * up h). */
-cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, size_t n, float *out);
+cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, const engine_scratch *s,
+                         size_t n, float *out);
+/* One block (none and layer splits) on its device, from the rows of s (the
+ * device's scratch, or a view of some of its rows). */
+cleave_status engine_forward_layer(struct cleave_context *c, const engine_scratch *s, uint32_t l,
+                                   size_t n, bool graph);
+/* Layer split, a pass of n > n_ubatch tokens whose inputs are uploaded, as
+ * a pipeline of micro-batches (engine_pipeline.c); logits of rows
+ * [first_out, n) are left in the head device's s.logits. */
+cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t first_out);
 /* Room for rows x n_vocab host logits. */
 cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
 /* Tensor split: the whole pass for n tokens whose inputs are uploaded,

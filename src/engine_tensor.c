@@ -103,8 +103,8 @@ cleave_status engine_tensor_forward(struct cleave_context *c, size_t n, size_t f
         for (size_t d = 0; d < c->n_dev; d++) {
             size_t heads = range_len(c->plan.kv_heads[d]);
             if (c->devs[d].active && heads)
-                TRY(engine_attention(c, &c->slices[d][l], l, n, heads * G, heads, false,
-                                     c->devs[d].part));
+                TRY(engine_attention(c, &c->slices[d][l], &c->devs[d].s, l, n, heads * G, heads,
+                                     false, c->devs[d].part));
         }
         TRY(all_reduce(c, n, true));
         for (size_t d = 0; d < c->n_dev; d++) {
@@ -114,7 +114,7 @@ cleave_status engine_tensor_forward(struct cleave_context *c, size_t n, size_t f
         }
         for (size_t d = 0; d < c->n_dev; d++)
             if (c->devs[d].active && range_len(c->plan.ff_rows[d]))
-                TRY(engine_ffn(c, &c->slices[d][l], n, c->devs[d].part));
+                TRY(engine_ffn(c, &c->slices[d][l], &c->devs[d].s, n, c->devs[d].part));
         TRY(all_reduce(c, n, false));
         for (size_t d = 0; d < c->n_dev; d++) {
             engine_device *D = &c->devs[d];

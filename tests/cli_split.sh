@@ -17,6 +17,7 @@ fail=0
 one=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 2>/dev/null)
 [ -n "$one" ] || { echo "FAIL: no output on one device"; fail=1; }
 for args in "--devices cpu:2 -sm layer" "--devices cpu:3 -sm layer -ts 1,2,1" \
+            "--devices cpu:2 -sm layer -b 4 -ub 2" \
             "--devices cpu:2 -sm tensor" "--devices cpu:3 -sm tensor -ts 1,0,2"; do
   got=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 $args 2>"$tmp/err")
   if [ "$got" != "$one" ]; then echo "FAIL: $args: the story differs"; cat "$tmp/err"; fail=1; fi

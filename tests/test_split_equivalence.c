@@ -2,7 +2,8 @@
  * generated models (llama, qwen2, qwen3) on 2, 3 and 4 virtual CPU
  * devices, layer and tensor splits with even, uneven and zero shares (with
  * 3 devices and 2 kv heads one device gets no attention heads), and `none`
- * on another main device. Every row of a 40-token prompt's logits within
+ * on another main device; the layer split also as a micro-batch pipeline.
+ * Every row of a 40-token prompt's logits within
  * 1e-4 relative of the single-device run (f32 weights and cache; the
  * tensor split sums partial products in another order), and 128 greedy
  * tokens identical. Bad shares and budgets that are too small are refused
@@ -20,6 +21,7 @@ typedef struct {
     const float *shares;
     size_t n_shares;
     int main_device;
+    uint32_t n_ubatch;
 } placement;
 
 static cleave_context *open_ctx(cleave_model *m, const placement *p) {
@@ -34,6 +36,7 @@ static cleave_context *open_ctx(cleave_model *m, const placement *p) {
         cp.shares = p->shares;
         cp.n_shares = p->n_shares;
         cp.main_device = p->main_device;
+        cp.n_ubatch = p->n_ubatch;
     }
     cleave_context *c = NULL;
     CHECK_OK(cleave_context_new(m, &cp, &c));
@@ -81,17 +84,20 @@ static void compare_model(const char *label, const char *path) {
     static const float uneven2[2] = {3, 1}, uneven3[3] = {1, 2, 3}, gap3[3] = {1, 0, 2},
                        four[4] = {1, 2, 3, 1};
     const placement cases[] = {
-        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0},
-        {"cpu:2", CLEAVE_SPLIT_LAYER, uneven2, 2, 0},
-        {"cpu:3", CLEAVE_SPLIT_LAYER, NULL, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0},
-        {"cpu:3", CLEAVE_SPLIT_LAYER, gap3, 3, 0},
-        {"cpu:3", CLEAVE_SPLIT_NONE, NULL, 0, 2},
-        {"cpu:2", CLEAVE_SPLIT_TENSOR, NULL, 0, 0},
-        {"cpu:2", CLEAVE_SPLIT_TENSOR, uneven2, 2, 0},
-        {"cpu:3", CLEAVE_SPLIT_TENSOR, NULL, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_TENSOR, gap3, 3, 0},
-        {"cpu:4", CLEAVE_SPLIT_TENSOR, four, 4, 0},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, uneven2, 2, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, gap3, 3, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_NONE, NULL, 0, 2, 0},
+        /* the prompt's 16-token passes as pipelines of 4- and 3-token micro-batches */
+        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 4},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0, 3},
+        {"cpu:2", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0},
+        {"cpu:2", CLEAVE_SPLIT_TENSOR, uneven2, 2, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, gap3, 3, 0, 0},
+        {"cpu:4", CLEAVE_SPLIT_TENSOR, four, 4, 0, 0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         c = open_ctx(m, &cases[k]);

@@ -31,9 +31,9 @@ typedef struct cli_placement {
     long long fit_ctx;
 } cli_placement;
 /* Flags every benchmark shares: -t/--threads N, -b/--batch-size N,
- * -ctk/-ctv TYPE. Same contract as cli_placement_flag. */
+ * -ub/--ubatch-size N, -ctk/-ctv TYPE. Same contract as cli_placement_flag. */
 typedef struct cli_context_opts {
-    long long threads, n_batch;
+    long long threads, n_batch, n_ubatch;
     cleave_type kv_type;
 } cli_context_opts;
 int cli_context_flag(const char *flag, const char *v, cli_context_opts *o);

@@ -29,6 +29,7 @@ static void usage(FILE *out) {
             "  -npl N[,N..]            sequences decoded in parallel (default 1,2,4,8)\n"
             "  -c, --ctx-size N        context (default: what the largest test needs)\n"
             "  -b, --batch-size N      tokens per forward pass (default 2048)\n"
+            "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -ctk T                  KV cache type: f16 (default), f32, bf16, q8_0\n" CLI_PLACEMENT_HELP);
 }
@@ -128,6 +129,7 @@ int cmd_batched_bench(int argc, char **argv) {
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)(o.n_ctx > need ? o.n_ctx : need);
     cp.n_batch = (uint32_t)o.cx.n_batch;
+    cp.n_ubatch = (uint32_t)o.cx.n_ubatch;
     cp.n_threads = (int)o.cx.threads;
     cp.kv_type = o.cx.kv_type;
     cli_placement_apply(&o.place, &cp);

@@ -28,6 +28,7 @@ static void bench_usage(FILE *out) {
             "  -n, --n-gen N[,N..]     generation lengths (tgN tests; default 128, 0 = none)\n"
             "  -r, --repetitions N     timed runs per test (default 5)\n"
             "  -d, --n-depth N[,N..]   tokens already in the cache before each test (default 0)\n"
+            "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -b, --batch-size N      tokens per forward pass (default 512)\n"
             "  -ctk T                  KV cache type: f16 (default), f32, bf16, q8_0\n"
@@ -156,6 +157,7 @@ int cmd_bench(int argc, char **argv) {
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)max_n;
     cp.n_batch = (uint32_t)o.cx.n_batch;
+    cp.n_ubatch = (uint32_t)o.cx.n_ubatch;
     cp.n_threads = (int)o.cx.threads;
     cp.kv_type = o.cx.kv_type;
     cli_placement_apply(&o.place, &cp);

@@ -9,7 +9,7 @@
 typedef struct {
     const char *model, *prompt, *prompt_file;
     cli_placement place;
-    long long n_predict, n_ctx, n_batch, threads;
+    long long n_predict, n_ctx, n_batch, n_ubatch, threads;
     cleave_type kv_type;
     bool no_bos, verbose_prompt, mem_report;
     cleave_sampler_params sp;
@@ -24,6 +24,7 @@ static void run_usage(FILE *out) {
             "  -n, --n-predict N       tokens to generate (default 128; -1 = until EOS or context end)\n"
             "  -c, --ctx-size N        context size in tokens (default: model's, at most 4096)\n"
             "  -b, --batch-size N      tokens per forward pass in prompt processing (default 512)\n"
+            "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             CLI_PLACEMENT_HELP
             "  -ctk, --cache-type T    KV cache type: f16 (default), f32, bf16, q8_0 (-ctv: same flag)\n"
@@ -63,6 +64,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("-n", "--n-predict")) { if (!cli_int(a, v, -1, 1 << 30, &o->n_predict)) return false; i++; }
         else if (IS("-c", "--ctx-size")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_ctx)) return false; i++; }
         else if (IS("-b", "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false; i++; }
+        else if (IS("-ub", "--ubatch-size")) { if (!cli_int(a, v, 0, 1 << 20, &o->n_ubatch)) return false; i++; }
         else if (IS("-t", "--threads")) { if (!cli_int(a, v, 0, 1024, &o->threads)) return false; i++; }
         else if (IS("-ctk", "--cache-type") || IS("-ctv", "--cache-type-v")) {
             if (cleave_type_from_name(v, &o->kv_type) != CLEAVE_OK) {
@@ -191,6 +193,7 @@ int cmd_run(int argc, char **argv) {
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)o.n_ctx;
     cp.n_batch = (uint32_t)o.n_batch;
+    cp.n_ubatch = (uint32_t)o.n_ubatch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
     cli_placement_apply(&o.place, &cp);
