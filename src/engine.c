@@ -10,6 +10,7 @@
  *   x += (silu(h Wg^T) * (h Wu^T)) Wd^T
  * then logits = rmsnorm(x) * w_out_norm  Wout^T. */
 #include "engine.h"
+#include "comm/comm.h"
 #include "engine_internal.h"
 
 #include <math.h>
@@ -260,16 +261,18 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
     if ((st = init_kv(c, n_ctx, p.kv_type))) goto fail;
-    if (n_active > 1) {
+    if (n_active > 1 || tensor) {
         /* the hidden state, handed from device to device (layer) or sent to
-         * all (tensor); the all-reduce sums in host memory */
+         * all (tensor, which also needs its collectives on one device) */
         size_t floats = (size_t)n_batch * model->hp.n_embd;
         c->bounce = mem_alloc(floats * sizeof(float), "device handoff");
-        c->reduce = tensor ? mem_alloc(2 * floats * sizeof(float), "all-reduce") : NULL;
-        if (!c->bounce || (tensor && !c->reduce)) {
+        if (!c->bounce) {
             st = CLEAVE_ERR_OOM;
             goto fail;
         }
+        be_device *devs[PLAN_MAX_DEVICES];
+        for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
+        if (tensor && (st = comm_create(devs, c->n_dev, floats, &c->comm))) goto fail;
     }
     const char *no_graph = getenv("CLEAVE_NO_GRAPH");
     /* a step over several devices goes through the host between them */
@@ -311,7 +314,7 @@ void cleave_context_free(cleave_context *c) {
     free(c->logits);
     free(c->row_of);
     free(c->bounce);
-    free(c->reduce);
+    comm_free(c->comm);
     free(c);
 }
 

@@ -57,7 +57,7 @@ struct cleave_context {
     float *output_norm;
     engine_layer *layers;
     engine_layer *slices[PLAN_MAX_DEVICES]; /* tensor split: [n_layer] per device */
-    float *reduce;     /* tensor split: host buffer for the all-reduce */
+    struct comm *comm; /* tensor split: collectives between the devices */
     float *bounce;     /* host buffer for handing the hidden state between devices */
     uint32_t n_ubatch; /* layer split: micro-batch of the prefill pipeline (0 = none) */
     engine_alloc *owned;

@@ -6,11 +6,11 @@
  * device applies the same residual add and norm. The lm head is split by
  * vocab rows and the logits are gathered on the host.
  *
- * The all-reduce runs through host memory, in device order (so results do
- * not depend on timing); collectives between GPUs come later. */
+ * The all-reduce goes through src/comm (host memory, device order, for now). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "engine_internal.h"
 #include "error.h"
 #include "mem.h"
@@ -26,26 +26,13 @@ static size_t range_len(plan_range r) { return r.hi - r.lo; }
 /* parts of the devices that computed one (attention: those with kv heads;
  * FFN: those with rows) summed into every active device's part */
 static cleave_status all_reduce(struct cleave_context *c, size_t n, bool attention) {
-    size_t floats = n * c->model->hp.n_embd, bytes = floats * sizeof(float);
-    float *acc = c->reduce, *tmp = c->reduce + (size_t)c->plan.n_batch * c->model->hp.n_embd;
-    bool first = true;
+    float *bufs[PLAN_MAX_DEVICES];
+    bool has[PLAN_MAX_DEVICES];
     for (size_t d = 0; d < c->n_dev; d++) {
-        if (!c->devs[d].active) continue;
-        size_t has = attention ? range_len(c->plan.kv_heads[d]) : range_len(c->plan.ff_rows[d]);
-        if (!has) continue;
-        be_device *dev = c->devs[d].dev;
-        TRY(dev->ops->read(dev, first ? acc : tmp, c->devs[d].part, bytes));
-        if (!first)
-            for (size_t i = 0; i < floats; i++) acc[i] += tmp[i];
-        first = false;
+        bufs[d] = c->devs[d].active ? c->devs[d].part : NULL;
+        has[d] = attention ? range_len(c->plan.kv_heads[d]) > 0 : range_len(c->plan.ff_rows[d]) > 0;
     }
-    if (first) memset(acc, 0, bytes);
-    for (size_t d = 0; d < c->n_dev; d++) {
-        if (!c->devs[d].active) continue;
-        be_device *dev = c->devs[d].dev;
-        TRY(dev->ops->write(dev, c->devs[d].part, acc, bytes));
-    }
-    return CLEAVE_OK;
+    return comm_all_reduce_sum(c->comm, bufs, has, n * c->model->hp.n_embd);
 }
 
 /* The token embeddings, looked up on the embedding device and sent to every

@@ -82,7 +82,7 @@ static void compare_model(const char *label, const char *path) {
     cleave_context_free(c);
 
     static const float uneven2[2] = {3, 1}, uneven3[3] = {1, 2, 3}, gap3[3] = {1, 0, 2},
-                       four[4] = {1, 2, 3, 1};
+                       four[4] = {1, 2, 3, 1}, only_first[2] = {1, 0}, only_second[2] = {0, 1};
     const placement cases[] = {
         {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0},
         {"cpu:2", CLEAVE_SPLIT_LAYER, uneven2, 2, 0, 0},
@@ -98,6 +98,10 @@ static void compare_model(const char *label, const char *path) {
         {"cpu:3", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0},
         {"cpu:3", CLEAVE_SPLIT_TENSOR, gap3, 3, 0, 0},
         {"cpu:4", CLEAVE_SPLIT_TENSOR, four, 4, 0, 0},
+        /* splits that leave one device working */
+        {"cpu", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0},
+        {"cpu:2", CLEAVE_SPLIT_TENSOR, only_first, 2, 0, 0},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, only_second, 2, 0, 4},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         c = open_ctx(m, &cases[k]);

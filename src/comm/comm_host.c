@@ -1,0 +1,63 @@
+/* Collectives through host memory: read every contribution, add in device
+ * order, write the sum back. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "error.h"
+#include "mem.h"
+
+struct comm {
+    size_t n, cap;
+    be_device *devs[16];
+    float *acc, *tmp;
+};
+
+cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, comm **out) {
+    *out = NULL;
+    if (n == 0 || n > 16) return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..16 devices, not %zu", n);
+    comm *c = mem_calloc(1, sizeof *c, "communicator");
+    if (!c) return CLEAVE_ERR_OOM;
+    c->n = n, c->cap = max_floats;
+    memcpy(c->devs, devs, n * sizeof *devs);
+    c->acc = mem_alloc(max_floats * sizeof(float), "all-reduce");
+    c->tmp = mem_alloc(max_floats * sizeof(float), "all-reduce");
+    if (!c->acc || !c->tmp) {
+        comm_free(c);
+        return CLEAVE_ERR_OOM;
+    }
+    *out = c;
+    return CLEAVE_OK;
+}
+
+void comm_free(comm *c) {
+    if (!c) return;
+    free(c->acc);
+    free(c->tmp);
+    free(c);
+}
+
+cleave_status comm_all_reduce_sum(comm *c, float *const *bufs, const bool *contributes,
+                                  size_t n_floats) {
+    if (n_floats > c->cap)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "all-reduce of %zu floats (room for %zu)", n_floats, c->cap);
+    size_t bytes = n_floats * sizeof(float);
+    bool first = true;
+    for (size_t d = 0; d < c->n; d++) {
+        if (!bufs[d] || !contributes[d]) continue;
+        be_device *dev = c->devs[d];
+        cleave_status st = dev->ops->read(dev, first ? c->acc : c->tmp, bufs[d], bytes);
+        if (st) return st;
+        if (!first)
+            for (size_t i = 0; i < n_floats; i++) c->acc[i] += c->tmp[i];
+        first = false;
+    }
+    if (first) memset(c->acc, 0, bytes);
+    for (size_t d = 0; d < c->n; d++) {
+        if (!bufs[d]) continue;
+        be_device *dev = c->devs[d];
+        cleave_status st = dev->ops->write(dev, bufs[d], c->acc, bytes);
+        if (st) return st;
+    }
+    return CLEAVE_OK;
+}
