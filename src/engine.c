@@ -91,6 +91,9 @@ static cleave_status open_one(const char *spec, size_t len, int n_threads, size_
 static cleave_status open_devices(struct cleave_context *c, const cleave_context_params *p) {
     const char *spec = p->devices && *p->devices ? p->devices : "cpu";
     size_t n_cpu = 0;
+    if (strncmp(spec, "cpu:", 4) == 0 && strchr(spec, ','))
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "devices '%s': cpu:N stands alone; a list names single devices (cpu,cuda:0)", spec);
     if (strncmp(spec, "cpu:", 4) == 0) {
         char *end;
         long n = strtol(spec + 4, &end, 10);

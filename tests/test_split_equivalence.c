@@ -206,6 +206,9 @@ int main(void) {
         snprintf(label, sizeof label, "tiny %s", archs[a]);
         if (p) compare_model(label, p);
     }
+    /* q8_0 weights: the tensor split cuts o and down between 32-blocks */
+    const char *q8 = tu_tiny_model("llama", CLEAVE_TYPE_Q8_0);
+    if (q8) compare_model("tiny llama q8_0", q8);
     const char *p = tu_tiny_model("llama", CLEAVE_TYPE_F32);
     if (p) refusals(p);
     return tu_finish("test_split_equivalence");

@@ -9,32 +9,28 @@
 #include "cli.h"
 
 int cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *out = NULL, *tokens = NULL, *device = NULL;
-    cleave_type kv = CLEAVE_TYPE_F32;
-    long long threads = 0;
+    const char *model = NULL, *out = NULL, *tokens = NULL;
+    cli_context_opts cx = {.threads = 0, .n_batch = 0, .n_ubatch = 0, .kv_type = CLEAVE_TYPE_F32};
+    cli_placement place = cli_placement_default();
+    place.fit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int pr;
         if (!strcmp(a, "-m") && v) model = v, i++;
         else if (!strcmp(a, "-o") && v) out = v, i++;
         else if (!strcmp(a, "--tokens") && v) tokens = v, i++;
-        else if (!strcmp(a, "--device") && v) device = v, i++;
-        else if (!strcmp(a, "-t")) {
-            if (!cli_int(a, v, 0, 1024, &threads)) return 2;
-            i++;
-        } else if (!strcmp(a, "-ctk") && v) {
-            if (cleave_type_from_name(v, &kv)) {
-                fprintf(stderr, "cleave logits: unknown KV type '%s'\n", v);
-                return 2;
-            }
+        else if ((pr = cli_context_flag(a, v, &cx)) != 0 || (pr = cli_placement_flag(a, v, &place)) != 0) {
+            if (pr < 0) return 2;
             i++;
         } else {
+            fprintf(stderr, "cleave logits: unknown or incomplete option '%s'\n", a);
             model = NULL;
             break;
         }
     }
     if (!model || !out || !tokens) {
         fprintf(stderr, "usage: cleave logits -m MODEL.gguf --tokens ID,ID,... -o OUT.f32 "
-                        "[-ctk f32|f16] [--device cpu|cuda:0] [-t N]\n");
+                        "[-ctk f32|f16] [-t N] [-b N] [-ub N] [device and split flags as cleave run]\n");
         return 2;
     }
     size_t cap = strlen(tokens) / 2 + 2, n = 0;
@@ -47,10 +43,11 @@ int cmd_logits(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) toks[i] = ids[i];
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)(n < 16 ? 16 : n);
-    cp.n_batch = cp.n_ctx;
-    cp.kv_type = kv;
-    cp.devices = device;
-    cp.n_threads = (int)threads;
+    cp.n_batch = cx.n_batch ? (uint32_t)cx.n_batch : cp.n_ctx;
+    cp.n_ubatch = (uint32_t)cx.n_ubatch;
+    cp.kv_type = cx.kv_type;
+    cp.n_threads = (int)cx.threads;
+    cli_placement_apply(&place, &cp);
     cleave_model *m;
     cleave_context *ctx;
     int rc = cli_open(model, &cp, &m, &ctx);
