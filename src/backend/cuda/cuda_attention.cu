@@ -30,6 +30,32 @@ __device__ __forceinline__ void att_cells(const att_args &a, size_t split, size_
     *c1 = *c0 + chunk < n_kv ? *c0 + chunk : n_kv;
 }
 
+/* Combines the block's warps (each with its running max sm[w], sum sl[w]
+ * and accumulator row sacc[w], ld floats apart) for query head h of token
+ * t: the output row when there is one split, else this split's partial
+ * result for k_attn_merge. Every thread of the block calls it. */
+__device__ void att_merge_warps(const att_args &a, const float *sm, const float *sl,
+                                const float *sacc, size_t ld, size_t t, size_t h, size_t split) {
+    size_t hd = a.hd, pair = t * a.n_head + h;
+    float M = -INFINITY;
+    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
+    float L = 0.0f, f[ATT_WARPS];
+    for (int w = 0; w < ATT_WARPS; w++) {
+        f[w] = sm[w] == -INFINITY ? 0.0f : __expf(sm[w] - M);
+        L += sl[w] * f[w];
+    }
+    float *p = a.n_split > 1 ? a.part + (pair * a.n_split + split) * (hd + 2) : NULL;
+    for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
+        float v = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) v += sacc[w * ld + dim] * f[w];
+        if (p)
+            p[dim] = v;
+        else
+            a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
+    }
+    if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
+}
+
 template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
     size_t pair = blockIdx.x, split = blockIdx.y;
     size_t t = pair / a.n_head, h = pair % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
@@ -75,27 +101,7 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
     for (int j = 0; j < ATT_J; j++)
         if (lane + 32 * j < a.hd) sacc[warp][lane + 32 * j] = acc[j];
     __syncthreads();
-    float M = -INFINITY;
-    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
-    float L = 0.0f, f[ATT_WARPS];
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = sm[w] == -INFINITY ? 0.0f : __expf(sm[w] - M);
-        L += sl[w] * f[w];
-    }
-    for (size_t dim = threadIdx.x; dim < a.hd; dim += blockDim.x) {
-        float v = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) v += sacc[w][dim] * f[w];
-        if (a.n_split == 1) {
-            a.out[t * a.qw + h * a.hd + dim] = L > 0.0f ? v / L : 0.0f;
-        } else {
-            a.part[(pair * a.n_split + split) * (a.hd + 2) + dim] = v;
-        }
-    }
-    if (a.n_split > 1 && threadIdx.x == 0) {
-        float *p = a.part + (pair * a.n_split + split) * (a.hd + 2);
-        p[a.hd] = M;
-        p[a.hd + 1] = L;
-    }
+    att_merge_warps(a, sm, sl, &sacc[0][0], ATT_MAX_HD, t, h, split);
 }
 
 /* Decode-shaped batches, head size 32 * E: a block owns one (token, kv
@@ -160,27 +166,7 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
 #pragma unroll
         for (int e = 0; e < E; e++) sacc[warp][d0 + e] = acc[g][e];
         __syncthreads();
-        float M = -INFINITY;
-        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
-        float L = 0.0f, f[ATT_WARPS];
-        for (int w = 0; w < ATT_WARPS; w++) {
-            f[w] = sm[w] == -INFINITY ? 0.0f : __expf(sm[w] - M);
-            L += sl[w] * f[w];
-        }
-        size_t h = kvh * G + g, pair = t * a.n_head + h;
-        for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
-            float v = 0.0f;
-            for (int w = 0; w < ATT_WARPS; w++) v += sacc[w][dim] * f[w];
-            if (a.n_split == 1)
-                a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
-            else
-                a.part[(pair * a.n_split + split) * (hd + 2) + dim] = v;
-        }
-        if (a.n_split > 1 && threadIdx.x == 0) {
-            float *p = a.part + (pair * a.n_split + split) * (hd + 2);
-            p[hd] = M;
-            p[hd + 1] = L;
-        }
+        att_merge_warps(a, sm, sl, &sacc[0][0], 32 * E, t, kvh * G + g, split);
     }
 }
 
