@@ -10,6 +10,8 @@
 
 #include "backend/backend.h"
 
+#define COMM_MAX_DEVICES 16
+
 typedef struct comm comm;
 
 /* A communicator over n devices for buffers of up to max_floats floats. */

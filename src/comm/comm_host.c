@@ -9,13 +9,14 @@
 
 struct comm {
     size_t n, cap;
-    be_device *devs[16];
+    be_device *devs[COMM_MAX_DEVICES];
     float *acc, *tmp;
 };
 
 cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, comm **out) {
     *out = NULL;
-    if (n == 0 || n > 16) return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..16 devices, not %zu", n);
+    if (n == 0 || n > COMM_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..%d devices, not %zu", COMM_MAX_DEVICES, n);
     comm *c = mem_calloc(1, sizeof *c, "communicator");
     if (!c) return CLEAVE_ERR_OOM;
     c->n = n, c->cap = max_floats;
