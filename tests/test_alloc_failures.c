@@ -1,13 +1,21 @@
 /* Makes each allocation on the load / context / decode / sampler path fail
  * in turn (SQLite style): every failure must come back as a status with a
  * message, leak nothing (the sanitizer build checks) and leave the process
- * able to try again. */
+ * able to try again. Also on several virtual CPU devices: a layer split
+ * with a micro-batch pipeline, and a tensor split with a batch of two
+ * sequences. */
 #include <string.h>
 
 #include "error.h"
 #include "testutil.h"
 
-static cleave_status attempt(const char *path) {
+typedef struct {
+    const char *devices;
+    cleave_split_mode mode;
+    uint32_t n_batch, n_ubatch;
+} placement;
+
+static cleave_status attempt(const char *path, const placement *pl) {
     cleave_model *m = NULL;
     cleave_context *ctx = NULL;
     cleave_sampler *s = NULL;
@@ -16,10 +24,18 @@ static cleave_status attempt(const char *path) {
         cleave_context_params cp = cleave_context_default_params();
         cp.n_ctx = 32;
         cp.n_threads = 1;
+        cp.devices = pl->devices;
+        cp.split_mode = pl->mode;
+        cp.n_batch = pl->n_batch;
+        cp.n_ubatch = pl->n_ubatch;
         st = cleave_context_new(m, &cp, &ctx);
     }
-    int32_t toks[4] = {1, 300, 301, 302};
+    int32_t toks[4] = {1, 300, 301, 302}, pos[4] = {0, 1, 0, 1}, seq[4] = {0, 0, 1, 1};
     if (!st) st = cleave_decode(ctx, toks, 4, 0, 0, true);
+    if (!st && pl->mode == CLEAVE_SPLIT_TENSOR) {
+        cleave_kv_clear(ctx);
+        st = cleave_decode_batch(ctx, toks, pos, seq, 4);
+    }
     cleave_sampler_params sp = cleave_sampler_default_params();
     if (!st) st = cleave_sampler_new(&sp, 320, &s);
     int32_t next;
@@ -30,14 +46,12 @@ static cleave_status attempt(const char *path) {
     return st;
 }
 
-int main(void) {
-    const char *path = tu_tiny_model("qwen2", CLEAVE_TYPE_F16);
-    if (!path) return tu_finish("test_alloc_failures");
+static void sweep(const char *path, const placement *pl) {
     int failures_seen = 0;
     for (long k = 1; k < 100000; k++) {
         err_clear();
         err_fail_alloc_countdown = k;
-        cleave_status st = attempt(path);
+        cleave_status st = attempt(path, pl);
         bool injected = err_fail_alloc_countdown == 0;
         err_fail_alloc_countdown = 0;
         if (!injected) { /* every allocation passed: the path is done */
@@ -52,5 +66,16 @@ int main(void) {
                   cleave_last_error());
     }
     CHECK(failures_seen > 10);
+}
+
+int main(void) {
+    const char *path = tu_tiny_model("qwen2", CLEAVE_TYPE_F16);
+    if (!path) return tu_finish("test_alloc_failures");
+    const placement cases[] = {
+        {NULL, CLEAVE_SPLIT_NONE, 0, 0},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, 4, 2},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sweep(path, &cases[i]);
     return tu_finish("test_alloc_failures");
 }

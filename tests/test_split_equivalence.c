@@ -162,6 +162,7 @@ static void refusals(const char *path) {
     CHECK_OK(cleave_context_new(m, &cp, &c));
     cleave_device_memory mem[2];
     size_t need[2];
+    CHECK(cleave_context_memory(c, 2, &mem[0]) == CLEAVE_ERR_INVALID_ARG); /* no device 2 */
     for (int d = 0; d < 2 && c; d++) {
         CHECK_OK(cleave_context_memory(c, (size_t)d, &mem[d]));
         need[d] = mem[d].planned_weights + mem[d].planned_compute + mem[d].planned_kv / 2;
