@@ -149,7 +149,8 @@ const char *cleave_context_device(const cleave_context *ctx);
 typedef struct cleave_device_memory {
     char name[128];
     size_t planned_weights, planned_kv, planned_compute;
-    size_t used, peak, budget; /* budget 0 = none */
+    size_t used, peak, budget; /* this context's allocations; budget 0 = none */
+    size_t device_used;        /* GPUs: bytes in use on the whole device (cudaMemGetInfo), else 0 */
 } cleave_device_memory;
 size_t cleave_context_n_devices(const cleave_context *ctx);
 cleave_status cleave_context_memory(const cleave_context *ctx, size_t device,

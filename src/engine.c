@@ -46,7 +46,7 @@ static cleave_status alloc_scratch(struct cleave_context *c, int d) {
         {(void **)&s->up, n * hp->n_ff * 4, "ffn up"},
         {(void **)&s->logits, n * vocab * 4, "logits"},
         {(void **)&c->devs[d].part, tensor ? n * hp->n_embd * 4 : 0, "partial sums"},
-        {(void **)&s->ids, embd ? n * 4 : 0, "token ids"},
+        {(void **)&s->ids, embd || tensor ? n * 4 : 0, "token ids"},
         {(void **)&s->pos, n * 4, "positions"},
         {(void **)&s->seq, n * 4, "sequence ids"},
         {(void **)&s->cells, n * 4, "cache cells"},
@@ -159,7 +159,7 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
     size_t budgets[PLAN_MAX_DEVICES];
     double shares[PLAN_MAX_DEVICES];
     for (size_t d = 0; d < c->n_dev; d++) {
-        be_mem_stats ms;
+        be_mem_stats ms = {0};
         c->devs[d].dev->ops->mem_stats(c->devs[d].dev, &ms);
         budgets[d] = ms.budget;
         if (p->shares) shares[d] = p->shares[d];
@@ -276,11 +276,23 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
         be_device *devs[PLAN_MAX_DEVICES];
         for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
         if (tensor && (st = comm_create(devs, c->n_dev, floats, &c->comm))) goto fail;
+        for (size_t d = 0; tensor && d < c->n_dev; d++)
+            if (c->devs[d].active &&
+                !(c->devs[d].ids_host = mem_alloc(n_batch * sizeof(int32_t), "token ids"))) {
+                st = CLEAVE_ERR_OOM;
+                goto fail;
+            }
     }
-    const char *no_graph = getenv("CLEAVE_NO_GRAPH");
-    /* a step over several devices goes through the host between them */
-    c->graphs_off = n_active > 1 || !c->devs[c->plan.head_device].dev->ops->graph_begin ||
-                    (no_graph && *no_graph && *no_graph != '0');
+    const char *no_graph = getenv("CLEAVE_NO_GRAPH"), *host = getenv("CLEAVE_HOST_HANDOFF");
+    c->host_handoff = host && *host && *host != '0';
+    /* graphs where the step never needs the host between its kernels: one
+     * device, or a tensor split whose all-reduce runs on the devices (a
+     * layer split's hand-off from device to device is not recorded) */
+    bool graphs = tensor ? comm_graph_safe(c->comm) : n_active == 1;
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].active && !c->devs[d].dev->ops->graph_begin) graphs = false;
+    c->decode_graphs = graphs;
+    c->graphs_off = !graphs || (no_graph && *no_graph && *no_graph != '0');
     if (c->n_dev == 1) {
         snprintf(c->name, sizeof c->name, "%s", c->devs[0].dev->ops->name(c->devs[0].dev));
     } else {
@@ -300,10 +312,10 @@ fail:
 
 void cleave_context_free(cleave_context *c) {
     if (!c) return;
-    if (c->decode_graph) {
-        be_device *h = c->devs[c->plan.head_device].dev;
-        h->ops->graph_free(h, c->decode_graph);
-    }
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].graph) c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graph);
+    comm_free(c->comm); /* before the devices it lives on */
+    c->comm = NULL;
     kv_free(&c->kv);
     for (size_t i = 0; i < c->n_owned; i++) {
         be_device *d = c->devs[c->owned[i].dev].dev;
@@ -317,7 +329,7 @@ void cleave_context_free(cleave_context *c) {
     free(c->logits);
     free(c->row_of);
     free(c->bounce);
-    comm_free(c->comm);
+    for (size_t d = 0; d < PLAN_MAX_DEVICES; d++) free(c->devs[d].ids_host);
     free(c);
 }
 
@@ -342,9 +354,10 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     out->planned_weights = c->plan.bytes[d].weights;
     out->planned_kv = c->plan.bytes[d].kv;
     out->planned_compute = c->plan.bytes[d].compute;
-    be_mem_stats ms;
+    be_mem_stats ms = {0};
     dev->ops->mem_stats(dev, &ms);
     out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;
+    out->device_used = ms.device_used;
     return CLEAVE_OK;
 }
 
@@ -450,16 +463,24 @@ cleave_status engine_forward_layer(struct cleave_context *c, const engine_scratc
     return engine_add_norm(c, d, s->x, s->h, E->next_norm, s->h, n);
 }
 
-/* Layer split: the residual stream x and its norm h move to the next
- * device through host memory (peer copies where devices have them are a
- * later step). */
-static cleave_status handoff(struct cleave_context *c, int from, int to, size_t n) {
+cleave_status engine_transfer(struct cleave_context *c, int to, void *dst, int from,
+                              const void *src, size_t bytes, void *ready) {
     be_device *a = c->devs[from].dev, *b = c->devs[to].dev;
+    if (a->ops == b->ops && b->ops->copy_from && !c->host_handoff)
+        return b->ops->copy_from(b, dst, a, src, bytes, ready);
+    if (bytes > (size_t)c->plan.n_batch * c->model->hp.n_embd * sizeof(float))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "transfer of %zu bytes exceeds the hand-off buffer",
+                       bytes);
+    TRY(a->ops->read(a, c->bounce, src, bytes));
+    return b->ops->write(b, dst, c->bounce, bytes);
+}
+
+/* Layer split: the residual stream x and its norm h move to the next
+ * device (peer copy, or through host memory). */
+static cleave_status handoff(struct cleave_context *c, int from, int to, size_t n) {
     size_t bytes = n * c->model->hp.n_embd * sizeof(float);
-    TRY(a->ops->read(a, c->bounce, c->devs[from].s.x, bytes));
-    TRY(b->ops->write(b, c->devs[to].s.x, c->bounce, bytes));
-    TRY(a->ops->read(a, c->bounce, c->devs[from].s.h, bytes));
-    return b->ops->write(b, c->devs[to].s.h, c->bounce, bytes);
+    TRY(engine_transfer(c, to, c->devs[to].s.x, from, c->devs[from].s.x, bytes, NULL));
+    return engine_transfer(c, to, c->devs[to].s.h, from, c->devs[from].s.h, bytes, NULL);
 }
 
 /* Everything between the uploaded inputs and the logits on the head device. */
@@ -485,28 +506,46 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
     return CLEAVE_OK;
 }
 
-/* A one-token step on one device, recorded as a graph the first time and
- * replayed after: the inputs live at fixed device addresses, so only they
- * change. */
+/* A one-token step, recorded as one graph per active device the first
+ * time and replayed after: the inputs live at fixed device addresses, so
+ * only they change. Under a tensor split the devices' graphs meet in
+ * their all-reduce kernels. */
 static cleave_status forward_graph(struct cleave_context *c) {
-    engine_device *D = &c->devs[c->plan.head_device];
-    be_device *d = D->dev;
-    const be_ops *o = d->ops;
     int32_t live = (int32_t)c->kv.hi;
-    TRY(o->write(d, D->s.n_kv_live, &live, sizeof live));
-    if (!c->decode_graph) {
-        cleave_status st = o->graph_begin(d);
-        if (st) return st;
-        st = forward_body(c, 1, 0, true);
-        void *g = NULL;
-        cleave_status end = o->graph_end(d, &g);
-        if (st || end) {
-            if (g) o->graph_free(d, g);
-            return st ? st : end;
-        }
-        c->decode_graph = g;
+    bool record = false;
+    for (size_t d = 0; d < c->n_dev; d++) {
+        engine_device *D = &c->devs[d];
+        if (!D->active) continue;
+        TRY(D->dev->ops->write(D->dev, D->s.n_kv_live, &live, sizeof live));
+        record |= !D->graph;
     }
-    return o->graph_launch(d, c->decode_graph);
+    if (record) {
+        bool tensor = c->plan.mode == SPLIT_TENSOR;
+        cleave_status st = CLEAVE_OK;
+        size_t begun = 0;
+        for (; !st && begun < c->n_dev; begun++)
+            if (c->devs[begun].active) st = c->devs[begun].dev->ops->graph_begin(c->devs[begun].dev);
+        if (!st) st = tensor ? engine_tensor_body(c, 1, 0, true) : forward_body(c, 1, 0, true);
+        for (size_t d = 0; d < begun; d++) {
+            engine_device *D = &c->devs[d];
+            if (!D->active) continue;
+            void *g = NULL;
+            cleave_status end = D->dev->ops->graph_end(D->dev, &g);
+            if (!st && end) st = end;
+            D->graph = g;
+        }
+        if (st) {
+            for (size_t d = 0; d < c->n_dev; d++)
+                if (c->devs[d].graph) {
+                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graph);
+                    c->devs[d].graph = NULL;
+                }
+            return st;
+        }
+    }
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].active) TRY(c->devs[d].dev->ops->graph_launch(c->devs[d].dev, c->devs[d].graph));
+    return CLEAVE_OK;
 }
 
 static cleave_status sync_all(struct cleave_context *c) {
@@ -515,12 +554,30 @@ static cleave_status sync_all(struct cleave_context *c) {
     return CLEAVE_OK;
 }
 
+/* Token ids onto the devices that look them up: the embedding device, or
+ * under a tensor split every active device, each with the ids of its
+ * vocab slice (others -1). */
+static cleave_status upload_ids(struct cleave_context *c, const int32_t *tokens, size_t n) {
+    if (c->plan.mode != SPLIT_TENSOR) {
+        be_device *e = c->devs[c->plan.embd_device].dev;
+        return e->ops->write(e, c->devs[c->plan.embd_device].s.ids, tokens, n * sizeof(int32_t));
+    }
+    for (size_t d = 0; d < c->n_dev; d++) {
+        engine_device *D = &c->devs[d];
+        if (!D->active) continue;
+        int32_t lo = (int32_t)c->plan.vocab_rows[d].lo, hi = (int32_t)c->plan.vocab_rows[d].hi;
+        for (size_t i = 0; i < n; i++)
+            D->ids_host[i] = tokens[i] >= lo && tokens[i] < hi ? tokens[i] - lo : -1;
+        TRY(D->dev->ops->write(D->dev, D->s.ids, D->ids_host, n * sizeof(int32_t)));
+    }
+    return CLEAVE_OK;
+}
+
 cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, const int32_t *pos,
                              const int32_t *seq, const int32_t *cells, size_t n, size_t first_out,
                              float *logits_host) {
     const model_hparams *hp = &c->model->hp;
-    be_device *e = c->devs[c->plan.embd_device].dev;
-    TRY(e->ops->write(e, c->devs[c->plan.embd_device].s.ids, tokens, n * sizeof(int32_t)));
+    TRY(upload_ids(c, tokens, n));
     for (size_t i = 0; i < c->n_dev; i++) {
         if (!c->devs[i].active) continue;
         be_device *d = c->devs[i].dev;
@@ -531,10 +588,7 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
     }
     TRY(kv_sync_cells(&c->kv));
 
-    if (c->plan.mode == SPLIT_TENSOR) {
-        TRY(engine_tensor_forward(c, n, first_out, logits_host));
-        return sync_all(c);
-    }
+    bool tensor = c->plan.mode == SPLIT_TENSOR;
     if (c->plan.mode == SPLIT_LAYER && c->bounce && c->n_ubatch && n > c->n_ubatch) {
         TRY(engine_pipeline_forward(c, n, first_out));
     } else if (n == 1 && first_out == 0 && !c->graphs_off) {
@@ -545,10 +599,15 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
                     cleave_last_error());
             c->graphs_off = true;
             TRY(sync_all(c));
-            TRY(forward_body(c, n, first_out, false));
+            TRY(tensor ? engine_tensor_body(c, n, first_out, false)
+                       : forward_body(c, n, first_out, false));
         }
     } else {
-        TRY(forward_body(c, n, first_out, false));
+        TRY(tensor ? engine_tensor_body(c, n, first_out, false) : forward_body(c, n, first_out, false));
+    }
+    if (tensor) {
+        TRY(engine_tensor_logits(c, n - first_out, logits_host));
+        return sync_all(c);
     }
     engine_device *H = &c->devs[c->plan.head_device];
     TRY(H->dev->ops->read(H->dev, logits_host, H->s.logits,

@@ -38,6 +38,13 @@ typedef struct engine_device {
      * before each all-reduce */
     be_mat output;
     float *output_norm, *part;
+    /* tensor split: this device's vocab rows of the embedding table, so
+     * each device looks up its own tokens and an all-reduce assembles the
+     * rows (no transfer before the first block, and graphs per device) */
+    be_mat tok_embd;
+    int32_t *ids_host; /* its token ids, -1 for tokens outside the slice */
+    /* the recorded one-token step of this device (see decode_graphs) */
+    void *graph;
 } engine_device;
 
 /* A device allocation to free at the end. */
@@ -59,6 +66,7 @@ struct cleave_context {
     engine_layer *slices[PLAN_MAX_DEVICES]; /* tensor split: [n_layer] per device */
     struct comm *comm; /* tensor split: collectives between the devices */
     float *bounce;     /* host buffer for handing the hidden state between devices */
+    bool host_handoff; /* CLEAVE_HOST_HANDOFF=1: never copy_from (tests the host path) */
     uint32_t n_ubatch; /* layer split: micro-batch of the prefill pipeline (0 = none) */
     engine_alloc *owned;
     size_t n_owned, cap_owned;
@@ -71,10 +79,12 @@ struct cleave_context {
     int32_t *row_of;
     size_t row_of_cap;
     bool logits_mapped;
-    /* One-token decode step recorded once and replayed (devices with graph
-     * support); graphs_off after a failed recording or CLEAVE_NO_GRAPH=1. */
-    void *decode_graph;
-    bool graphs_off;
+    /* One-token decode step recorded once per device (engine_device.graph)
+     * and replayed, where every active device records graphs and nothing
+     * in the step needs the host: one device, or a tensor split whose
+     * all-reduce runs on the devices. graphs_off after a failed recording
+     * or with CLEAVE_NO_GRAPH=1. */
+    bool decode_graphs, graphs_off;
     /* weight placement progress */
     cleave_progress_fn progress;
     void *progress_user;

@@ -34,11 +34,23 @@ cleave_status engine_forward_layer(struct cleave_context *c, const engine_scratc
  * a pipeline of micro-batches (engine_pipeline.c); logits of rows
  * [first_out, n) are left in the head device's s.logits. */
 cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t first_out);
+/* The pipeline's micro-batch boundaries for n rows and micro-batch size ub:
+ * start[0] = 0 < start[1] < ... < start[k] = n (start has room for
+ * n / ub + 2 entries); returns k. */
+size_t engine_micro_batches(size_t n, size_t ub, size_t *start);
 /* Room for rows x n_vocab host logits. */
 cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
-/* Tensor split: the whole pass for n tokens whose inputs are uploaded,
- * logits of rows [first_out, n) gathered into logits_host. */
-cleave_status engine_tensor_forward(struct cleave_context *c, size_t n, size_t first_out,
-                                    float *logits_host);
+/* Tensor split: the pass for n tokens whose inputs are uploaded, up to
+ * each device's vocab slice of the logits of rows [first_out, n) in its
+ * s.logits; graph: being recorded. engine_tensor_logits then gathers the
+ * slices of `rows` rows into logits_host. */
+cleave_status engine_tensor_body(struct cleave_context *c, size_t n, size_t first_out, bool graph);
+cleave_status engine_tensor_logits(struct cleave_context *c, size_t rows, float *logits_host);
+/* bytes from src on device `from` to dst on device `to`, by the devices'
+ * copy_from where they share a backend that has it (ordered after the work
+ * `ready` marks on `from`, NULL: all issued there), else through host
+ * memory (synchronous). */
+cleave_status engine_transfer(struct cleave_context *c, int to, void *dst, int from,
+                              const void *src, size_t bytes, void *ready);
 
 #endif

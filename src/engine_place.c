@@ -152,15 +152,14 @@ static cleave_status place_vec(struct cleave_context *c, int d, const gguf_tenso
  * device (a second copy of a tied embedding when that is another device). */
 /* Tensor split: device d's slice of every block (its kv heads with their
  * query heads, its FFN rows; o and down by the matching input columns),
- * norms everywhere, its vocab rows of the lm head; the embedding on the
- * embedding device. */
+ * norms everywhere, its vocab rows of the embedding and the lm head (one
+ * slice when they are tied). */
 static cleave_status place_tensor(struct cleave_context *c) {
     const struct cleave_model *m = c->model;
     const model_hparams *hp = &m->hp;
     const plan *pl = &c->plan;
     size_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
     cleave_status st;
-    if ((st = place_mat(c, pl->embd_device, m->tok_embd, &c->tok_embd))) return st;
     for (size_t d = 0; d < c->n_dev; d++) {
         if (!c->devs[d].active) continue;
         int di = (int)d;
@@ -190,9 +189,14 @@ static cleave_status place_tensor(struct cleave_context *c) {
                 (st = place_vec(c, di, L->k_norm, &E->k_norm)))
                 return st;
         }
-        if ((st = place_vec(c, di, m->output_norm, &c->devs[d].output_norm)) ||
-            (st = place_rows(c, di, m->output, pl->vocab_rows[d].lo, pl->vocab_rows[d].hi,
-                             &c->devs[d].output)))
+        size_t v0 = pl->vocab_rows[d].lo, v1 = pl->vocab_rows[d].hi;
+        engine_device *D = &c->devs[d];
+        if ((st = place_vec(c, di, m->output_norm, &D->output_norm)) ||
+            (st = place_rows(c, di, m->tok_embd, v0, v1, &D->tok_embd)))
+            return st;
+        if (m->output == m->tok_embd) /* tied: the lm head is the same slice */
+            D->output = D->tok_embd;
+        else if ((st = place_rows(c, di, m->output, v0, v1, &D->output)))
             return st;
         for (uint32_t l = 0; l < hp->n_layer; l++)
             S[l].next_norm = l + 1 < hp->n_layer ? S[l + 1].attn_norm : c->devs[d].output_norm;

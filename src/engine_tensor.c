@@ -6,7 +6,10 @@
  * device applies the same residual add and norm. The lm head is split by
  * vocab rows and the logits are gathered on the host.
  *
- * The all-reduce goes through src/comm (host memory, device order, for now). */
+ * The embedding table is split by vocab rows too: each device looks up its
+ * own tokens and an all-reduce assembles the rows, so a step needs the
+ * host only for its inputs and the logits, and a decode step records as
+ * one graph per device (the all-reduce kernels of src/comm meet in them). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,66 +26,59 @@
 
 static size_t range_len(plan_range r) { return r.hi - r.lo; }
 
-/* parts of the devices that computed one (attention: those with kv heads;
- * FFN: those with rows) summed into every active device's part */
-static cleave_status all_reduce(struct cleave_context *c, size_t n, bool attention) {
+/* The partial sums of the devices that computed them (attention: those
+ * with kv heads; FFN: those with rows) added into the residual stream x of
+ * every active device, then h = rms_norm(x) * the norm of each device's
+ * slice of layer l that comes next (norm_of(slice)). One fused kernel
+ * where the communicator has it for this shape, else the all-reduce and
+ * then each device's add and norm. */
+static cleave_status reduce_add_norm(struct cleave_context *c, size_t n, uint32_t l,
+                                     bool attention) {
+    const model_hparams *hp = &c->model->hp;
+    float *bufs[PLAN_MAX_DEVICES], *xs[PLAN_MAX_DEVICES], *hs[PLAN_MAX_DEVICES];
+    const float *ws[PLAN_MAX_DEVICES];
+    bool has[PLAN_MAX_DEVICES];
+    for (size_t d = 0; d < c->n_dev; d++) {
+        engine_device *D = &c->devs[d];
+        bufs[d] = D->active ? D->part : NULL;
+        xs[d] = D->s.x, hs[d] = D->s.h;
+        ws[d] = D->active ? (attention ? c->slices[d][l].ffn_norm : c->slices[d][l].next_norm) : NULL;
+        has[d] = attention ? range_len(c->plan.kv_heads[d]) > 0 : range_len(c->plan.ff_rows[d]) > 0;
+    }
+    if (comm_can_fuse(c->comm, n, hp->n_embd))
+        return comm_all_reduce_add_norm(c->comm, bufs, has, xs, ws, hs, n, hp->n_embd, hp->norm_eps);
+    TRY(comm_all_reduce_sum(c->comm, bufs, has, n * hp->n_embd));
+    for (size_t d = 0; d < c->n_dev; d++) {
+        engine_device *D = &c->devs[d];
+        if (D->active) TRY(engine_add_norm(c, D->dev, D->s.x, D->part, ws[d], D->s.h, n));
+    }
+    return CLEAVE_OK;
+}
+
+/* The token embeddings: each device looks up the tokens of its vocab
+ * slice (zero rows for the others), an all-reduce assembles the rows on
+ * every device, and each norms them. */
+static cleave_status embed(struct cleave_context *c, size_t n) {
+    const model_hparams *hp = &c->model->hp;
     float *bufs[PLAN_MAX_DEVICES];
     bool has[PLAN_MAX_DEVICES];
     for (size_t d = 0; d < c->n_dev; d++) {
-        bufs[d] = c->devs[d].active ? c->devs[d].part : NULL;
-        has[d] = attention ? range_len(c->plan.kv_heads[d]) > 0 : range_len(c->plan.ff_rows[d]) > 0;
+        engine_device *D = &c->devs[d];
+        has[d] = D->active && range_len(c->plan.vocab_rows[d]) > 0;
+        bufs[d] = D->active ? D->s.x : NULL;
+        if (has[d]) TRY(D->dev->ops->get_rows(D->dev, &D->tok_embd, D->s.ids, n, D->s.x));
     }
-    return comm_all_reduce_sum(c->comm, bufs, has, n * c->model->hp.n_embd);
-}
-
-/* The token embeddings, looked up on the embedding device and sent to every
- * device, then normed by each. */
-static cleave_status embed(struct cleave_context *c, size_t n) {
-    const model_hparams *hp = &c->model->hp;
-    int e = c->plan.embd_device;
-    be_device *ed = c->devs[e].dev;
-    size_t bytes = n * hp->n_embd * sizeof(float);
-    TRY(ed->ops->get_rows(ed, &c->tok_embd, c->devs[e].s.ids, n, c->devs[e].s.x));
-    bool others = false;
-    for (size_t d = 0; d < c->n_dev; d++) others |= c->devs[d].active && (int)d != e;
-    if (others) TRY(ed->ops->read(ed, c->bounce, c->devs[e].s.x, bytes));
-    for (size_t d = 0; d < c->n_dev; d++) {
-        if (!c->devs[d].active) continue;
-        be_device *dev = c->devs[d].dev;
-        engine_scratch *s = &c->devs[d].s;
-        if ((int)d != e) TRY(dev->ops->write(dev, s->x, c->bounce, bytes));
-        TRY(dev->ops->rms_norm(dev, s->x, c->slices[d][0].attn_norm, s->h, n, hp->n_embd,
-                               hp->norm_eps));
-    }
-    return CLEAVE_OK;
-}
-
-/* Each device's vocab rows of the logits of rows [first_out, n), placed in
- * their columns of logits_host. */
-static cleave_status gather_logits(struct cleave_context *c, size_t n, size_t first_out,
-                                   float *logits_host) {
-    const model_hparams *hp = &c->model->hp;
-    size_t rows = n - first_out;
+    TRY(comm_all_reduce_sum(c->comm, bufs, has, n * hp->n_embd));
     for (size_t d = 0; d < c->n_dev; d++) {
         engine_device *D = &c->devs[d];
-        size_t v0 = c->plan.vocab_rows[d].lo, nv = range_len(c->plan.vocab_rows[d]);
-        if (!D->active || !nv) continue;
-        be_device *dev = D->dev;
-        TRY(dev->ops->matmul(dev, &D->output, D->s.h + first_out * hp->n_embd, rows, NULL,
-                             D->s.logits));
-        float *tmp = mem_alloc(rows * nv * sizeof(float), "logits slice");
-        if (!tmp) return CLEAVE_ERR_OOM;
-        cleave_status st = dev->ops->read(dev, tmp, D->s.logits, rows * nv * sizeof(float));
-        for (size_t r = 0; !st && r < rows; r++)
-            memcpy(logits_host + r * hp->n_vocab + v0, tmp + r * nv, nv * sizeof(float));
-        free(tmp);
-        TRY(st);
+        if (D->active)
+            TRY(D->dev->ops->rms_norm(D->dev, D->s.x, c->slices[d][0].attn_norm, D->s.h, n,
+                                      hp->n_embd, hp->norm_eps));
     }
     return CLEAVE_OK;
 }
 
-cleave_status engine_tensor_forward(struct cleave_context *c, size_t n, size_t first_out,
-                                    float *logits_host) {
+cleave_status engine_tensor_body(struct cleave_context *c, size_t n, size_t first_out, bool graph) {
     const model_hparams *hp = &c->model->hp;
     size_t G = hp->n_head / hp->n_head_kv;
     TRY(embed(c, n));
@@ -91,23 +87,41 @@ cleave_status engine_tensor_forward(struct cleave_context *c, size_t n, size_t f
             size_t heads = range_len(c->plan.kv_heads[d]);
             if (c->devs[d].active && heads)
                 TRY(engine_attention(c, &c->slices[d][l], &c->devs[d].s, l, n, heads * G, heads,
-                                     false, c->devs[d].part));
+                                     graph, c->devs[d].part));
         }
-        TRY(all_reduce(c, n, true));
-        for (size_t d = 0; d < c->n_dev; d++) {
-            engine_device *D = &c->devs[d];
-            if (!D->active) continue;
-            TRY(engine_add_norm(c, D->dev, D->s.x, D->part, c->slices[d][l].ffn_norm, D->s.h, n));
-        }
+        TRY(reduce_add_norm(c, n, l, true));
         for (size_t d = 0; d < c->n_dev; d++)
             if (c->devs[d].active && range_len(c->plan.ff_rows[d]))
                 TRY(engine_ffn(c, &c->slices[d][l], &c->devs[d].s, n, c->devs[d].part));
-        TRY(all_reduce(c, n, false));
-        for (size_t d = 0; d < c->n_dev; d++) {
-            engine_device *D = &c->devs[d];
-            if (!D->active) continue;
-            TRY(engine_add_norm(c, D->dev, D->s.x, D->part, c->slices[d][l].next_norm, D->s.h, n));
-        }
+        TRY(reduce_add_norm(c, n, l, false));
     }
-    return gather_logits(c, n, first_out, logits_host);
+    /* each device's vocab rows of the logits of the wanted rows */
+    for (size_t d = 0; d < c->n_dev; d++) {
+        engine_device *D = &c->devs[d];
+        if (D->active && range_len(c->plan.vocab_rows[d]))
+            TRY(D->dev->ops->matmul(D->dev, &D->output, D->s.h + first_out * hp->n_embd,
+                                    n - first_out, NULL, D->s.logits));
+    }
+    return CLEAVE_OK;
+}
+
+cleave_status engine_tensor_logits(struct cleave_context *c, size_t rows, float *logits_host) {
+    size_t n_vocab = c->model->hp.n_vocab;
+    for (size_t d = 0; d < c->n_dev; d++) {
+        engine_device *D = &c->devs[d];
+        size_t v0 = c->plan.vocab_rows[d].lo, nv = range_len(c->plan.vocab_rows[d]);
+        if (!D->active || !nv) continue;
+        if (c->n_dev == 1 || nv == n_vocab) { /* the whole row: straight in */
+            TRY(D->dev->ops->read(D->dev, logits_host, D->s.logits, rows * nv * sizeof(float)));
+            continue;
+        }
+        float *tmp = mem_alloc(rows * nv * sizeof(float), "logits slice");
+        if (!tmp) return CLEAVE_ERR_OOM;
+        cleave_status st = D->dev->ops->read(D->dev, tmp, D->s.logits, rows * nv * sizeof(float));
+        for (size_t r = 0; !st && r < rows; r++)
+            memcpy(logits_host + r * n_vocab + v0, tmp + r * nv, nv * sizeof(float));
+        free(tmp);
+        TRY(st);
+    }
+    return CLEAVE_OK;
 }

@@ -179,12 +179,12 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
              * layer's FFN, 1.4 GB x 28672 rows, is far inside 64 bits) */
             b->weights += attn * heads / hp->n_head_kv + ffn * rows / hp->n_ff + rest;
         }
-        b->weights += req->head_bytes * range_len(out->vocab_rows[d]) / hp->n_vocab;
+        /* the embedding and the lm head are both split by vocab rows */
+        b->weights += (req->head_bytes + req->embd_bytes) * range_len(out->vocab_rows[d]) / hp->n_vocab;
         b->kv = kv_head_token * heads * req->n_ctx;
         b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx);
     }
     out->head_device = out->embd_device; /* where the vocab slices' logits are gathered */
-    out->bytes[out->embd_device].weights += req->embd_bytes;
     return CLEAVE_OK;
 }
 

@@ -309,8 +309,14 @@ static void test_get_rows(void) {
         CHECK_MSG(strstr(cleave_last_error(), "get_rows") && strstr(cleave_last_error(), "10"),
                   "%s", cleave_last_error());
         CHECK(out[0] == 42.0f); /* nothing written */
-        bad[1] = -1;
+        bad[1] = -2;
         CHECK(d->ops->get_rows(d, &tm.m, bad, 2, out) == CLEAVE_ERR_INVALID_ARG);
+        /* -1: a token outside this device's vocab slice, a row of zeros */
+        int32_t some[2] = {-1, 3};
+        out[5] = 42.0f;
+        CHECK_OK(d->ops->get_rows(d, &tm.m, some, 2, out));
+        CHECK(out[0] == 0.0f && out[5] == 0.0f && out[95] == 0.0f);
+        CHECK(memcmp(out + 96, tm.deq + 3 * 96, 96 * sizeof(float)) == 0);
         free_mat(&tm);
     }
     d->ops->destroy(d);

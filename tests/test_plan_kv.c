@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "engine_internal.h"
 #include "kv.h"
 #include "plan.h"
 #include "testutil.h"
@@ -186,9 +187,10 @@ static void test_plan_tensor(void) {
     CHECK(p.ff_rows[0].hi == 192 && p.ff_rows[1].hi == 352 && p.ff_rows[2].hi == 512);
     for (int l = 0; l < 4; l++) CHECK(p.layer_device[l] == -1);
     CHECK(p.embd_device == 0 && p.head_device == 0);
-    /* weights: heads share of attention, rows share of FFN, the rest (norms) everywhere */
-    CHECK(p.bytes[2].weights == 4 * (0 + 160 + 88) + 100 * 333 / 1000);
-    CHECK(p.bytes[0].weights == 4 * (200 + 192 + 88) + 100 * 334 / 1000 + 500);
+    /* weights: heads share of attention, rows share of FFN, the rest (norms)
+     * everywhere, vocab rows' share of the lm head and the embedding */
+    CHECK(p.bytes[2].weights == 4 * (0 + 160 + 88) + 600 * 333 / 1000);
+    CHECK(p.bytes[0].weights == 4 * (200 + 192 + 88) + 600 * 334 / 1000);
     plan_free(&p);
 
     /* shapes that do not divide: odd FFN, uneven shares, zero shares */
@@ -321,7 +323,21 @@ static void test_kv(void) {
     dev->ops->destroy(dev);
 }
 
+/* The layer pipeline's micro-batches tile [0, n) in pieces of ub, the
+ * last one shorter. */
+static void test_micro_batches(void) {
+    size_t start[64];
+    for (size_t ub = 1; ub <= 9; ub++)
+        for (size_t n = ub + 1; n <= 40; n++) {
+            size_t k = engine_micro_batches(n, ub, start);
+            CHECK(k == (n + ub - 1) / ub && start[0] == 0 && start[k] == n);
+            for (size_t u = 0; u < k; u++)
+                CHECK(start[u + 1] - start[u] == (u + 1 < k ? ub : n - (k - 1) * ub));
+        }
+}
+
 int main(void) {
+    test_micro_batches();
     test_plan();
     test_apportion();
     test_plan_layer();

@@ -22,6 +22,7 @@ typedef struct {
     size_t n_shares;
     int main_device;
     uint32_t n_ubatch;
+    bool host_handoff; /* CLEAVE_HOST_HANDOFF=1: no copy_from between devices */
 } placement;
 
 static cleave_context *open_ctx(cleave_model *m, const placement *p) {
@@ -39,7 +40,9 @@ static cleave_context *open_ctx(cleave_model *m, const placement *p) {
         cp.n_ubatch = p->n_ubatch;
     }
     cleave_context *c = NULL;
+    if (p && p->host_handoff) setenv("CLEAVE_HOST_HANDOFF", "1", 1);
     CHECK_OK(cleave_context_new(m, &cp, &c));
+    unsetenv("CLEAVE_HOST_HANDOFF");
     return c;
 }
 
@@ -84,24 +87,27 @@ static void compare_model(const char *label, const char *path) {
     static const float uneven2[2] = {3, 1}, uneven3[3] = {1, 2, 3}, gap3[3] = {1, 0, 2},
                        four[4] = {1, 2, 3, 1}, only_first[2] = {1, 0}, only_second[2] = {0, 1};
     const placement cases[] = {
-        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0},
-        {"cpu:2", CLEAVE_SPLIT_LAYER, uneven2, 2, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_LAYER, gap3, 3, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_NONE, NULL, 0, 2, 0},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0, false},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, uneven2, 2, 0, 0, false},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0, false},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0, 0, false},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, gap3, 3, 0, 0, false},
+        {"cpu:3", CLEAVE_SPLIT_NONE, NULL, 0, 2, 0, false},
         /* the prompt's 16-token passes as pipelines of 4- and 3-token micro-batches */
-        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 4},
-        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0, 3},
-        {"cpu:2", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0},
-        {"cpu:2", CLEAVE_SPLIT_TENSOR, uneven2, 2, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_TENSOR, gap3, 3, 0, 0},
-        {"cpu:4", CLEAVE_SPLIT_TENSOR, four, 4, 0, 0},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 4, false},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0, 3, false},
+        {"cpu:2", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0, false},
+        {"cpu:2", CLEAVE_SPLIT_TENSOR, uneven2, 2, 0, 0, false},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0, false},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, gap3, 3, 0, 0, false},
+        {"cpu:4", CLEAVE_SPLIT_TENSOR, four, 4, 0, 0, false},
         /* splits that leave one device working */
-        {"cpu", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0},
-        {"cpu:2", CLEAVE_SPLIT_TENSOR, only_first, 2, 0, 0},
-        {"cpu:2", CLEAVE_SPLIT_LAYER, only_second, 2, 0, 4},
+        {"cpu", CLEAVE_SPLIT_TENSOR, NULL, 0, 0, 0, false},
+        {"cpu:2", CLEAVE_SPLIT_TENSOR, only_first, 2, 0, 0, false},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, only_second, 2, 0, 4, false},
+        /* hand-offs through host memory rather than copy_from */
+        {"cpu:2", CLEAVE_SPLIT_LAYER, NULL, 0, 0, 0, true},
+        {"cpu:3", CLEAVE_SPLIT_LAYER, uneven3, 3, 0, 3, true},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         c = open_ctx(m, &cases[k]);

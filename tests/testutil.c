@@ -52,13 +52,17 @@ void tu_skip(const char *why) {
 }
 
 const char *tu_tiny_model(const char *arch, cleave_type type) {
+    return tu_gen_model("tiny", arch, type, 42);
+}
+
+const char *tu_gen_model(const char *preset, const char *arch, cleave_type type, uint64_t seed) {
     static char paths[16][4096];
     static int slot;
-    char name[64];
-    snprintf(name, sizeof name, "tiny-%s-%s.gguf", arch, cleave_type_name(type));
+    char name[96];
+    snprintf(name, sizeof name, "%s-%s-%s.gguf", preset, arch, cleave_type_name(type));
     char *p = paths[slot++ % 16];
     snprintf(p, 4096, "%s", tu_tmp(name));
-    cleave_status st = cleave_generate_model("tiny", arch, type, 42, p, NULL, NULL);
+    cleave_status st = cleave_generate_model(preset, arch, type, seed, p, NULL, NULL);
     if (st) {
         fprintf(stderr, "generating %s: %s\n", name, cleave_last_error());
         tu_failures++;

@@ -51,6 +51,8 @@ void tu_skip(const char *why);
 /* Generates (once per test run) a tiny random model of an architecture and
  * weight type into the test temp dir and returns its path, or NULL. */
 const char *tu_tiny_model(const char *arch, cleave_type type);
+/* The same for any `cleave gen` preset and seed. */
+const char *tu_gen_model(const char *preset, const char *arch, cleave_type type, uint64_t seed);
 /* Converts stories260K to GGUF in the temp dir; NULL when the shared model
  * is absent. */
 const char *tu_stories_model(void);

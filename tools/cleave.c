@@ -148,6 +148,9 @@ void cli_memory_report(const cleave_context *ctx, bool peak) {
                 m.planned_compute / mib);
         if (peak) fprintf(stderr, ", peak %.1f MiB", m.peak / mib);
         if (m.budget) fprintf(stderr, ", budget %.1f MiB", m.budget / mib);
+        /* GPUs: the device's own count, as nvidia-smi shows it (the CUDA
+         * context and library workspaces on top of the allocations) */
+        if (peak && m.device_used) fprintf(stderr, ", device in use %.1f MiB", m.device_used / mib);
         fprintf(stderr, "\n");
     }
 }

@@ -61,6 +61,7 @@ typedef struct be_attn {
 
 typedef struct be_mem_stats {
     size_t used, peak, budget; /* budget 0 = unlimited */
+    size_t device_used;        /* the device's own count of bytes in use (GPUs), or 0 */
 } be_mem_stats;
 
 typedef struct be_ops {
@@ -88,7 +89,9 @@ typedef struct be_ops {
     cleave_status (*copy)(be_device *d, void *dst, const void *src, size_t n);
     cleave_status (*sync)(be_device *d);
 
-    /* out[i][:] = dequant(table row ids[i]); out is [n][table.ne0]. */
+    /* out[i][:] = dequant(table row ids[i]); out is [n][table.ne0]. An id
+     * of -1 gives a row of zeros: a device holding a slice of the
+     * vocabulary looks up only its own tokens. */
     cleave_status (*get_rows)(be_device *d, const be_mat *table, const int32_t *ids, size_t n,
                               float *out);
     /* y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, rows of width; y may be x. */
@@ -145,6 +148,21 @@ typedef struct be_ops {
      * with tmp ([n][gate.ne1] floats) for the intermediate; y may be x. */
     cleave_status (*ffn)(be_device *d, const be_mat *gate, const be_mat *up, const be_mat *down,
                          const float *x, size_t n, float *tmp, float *y);
+
+    /* Optional (NULL: activations move between devices through host
+     * memory with read and write): copies between two devices of this
+     * backend, by peer access where they have it, else staged through
+     * pinned host memory, ordered by events rather than host syncs.
+     * event_record marks the work issued so far on d (*ev is created on
+     * first use, then re-recorded); copy_from copies n bytes from src on
+     * `from` to dst on d after the work `ready` marks on `from` (NULL: all
+     * work issued there so far) and after the work issued so far on d;
+     * work issued later on d runs after it. The caller keeps src unchanged,
+     * and dst unused by other work, until d has synced. */
+    cleave_status (*event_record)(be_device *d, void **ev);
+    void (*event_free)(be_device *d, void *ev);
+    cleave_status (*copy_from)(be_device *d, void *dst, be_device *from, const void *src, size_t n,
+                               void *ready);
 } be_ops;
 
 struct be_device {
@@ -160,6 +178,8 @@ cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes
 /* CUDA device `ordinal` (builds with CLEAVE_WITH_CUDA only); budget_bytes
  * caps allocations (0 = the memory free when the device is opened). */
 cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out);
+/* Whether d is a CUDA device (false in builds without CUDA). */
+bool be_is_cuda(const be_device *d);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,7 @@ static void cpu_mem_stats(be_device *d, be_mem_stats *out) {
     out->used = c->used;
     out->peak = c->peak;
     out->budget = c->budget;
+    out->device_used = 0; /* host memory: no device-wide count */
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -134,6 +135,25 @@ static cleave_status cpu_copy(be_device *d, void *dst, const void *src, size_t n
 /* Ops run synchronously on the calling thread (helped by the pool). */
 static cleave_status cpu_sync(be_device *d) { return CLEAVE_OK; }
 
+/* Ops are synchronous, so an event marks nothing that is still running:
+ * any non-NULL token will do. */
+static cleave_status cpu_event_record(be_device *d, void **ev) {
+    static char done;
+    *ev = &done;
+    return CLEAVE_OK;
+}
+
+static void cpu_event_free(be_device *d, void *ev) {}
+
+/* Virtual CPU devices share the address space: a copy between two is a
+ * memcpy, which is what lets CI run the peer-copy paths. */
+static cleave_status cpu_copy_from(be_device *d, void *dst, be_device *from, const void *src,
+                                   size_t n, void *ready) {
+    cleave_status st = cpu_check_copy(d, "copy_from", dst, src, n);
+    if (st == CLEAVE_OK && n) memcpy(dst, src, n);
+    return st;
+}
+
 static void cpu_destroy(be_device *d) {
     if (!d) return;
     cpu_device *c = cpu_dev(d);
@@ -184,6 +204,9 @@ static const be_ops cpu_ops = {
     .attention = cpu_op_attention,
     .swiglu = cpu_op_swiglu,
     .add = cpu_op_add,
+    .event_record = cpu_event_record,
+    .event_free = cpu_event_free,
+    .copy_from = cpu_copy_from,
 };
 
 /* CLEAVE_NO_SIMD set to anything but "" or "0" forces the C kernels. */

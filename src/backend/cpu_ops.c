@@ -81,14 +81,19 @@ cleave_status cpu_op_get_rows(be_device *dev, const be_mat *table, const int32_t
     if (n == 0) return cpu_zero(d, "get_rows", "n");
     /* Check every id before writing anything so a bad batch changes nothing. */
     for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || (size_t)ids[i] >= table->ne1)
+        if (ids[i] < -1 || (ids[i] >= 0 && (size_t)ids[i] >= table->ne1))
             return err_set(CLEAVE_ERR_INVALID_ARG,
-                           "device '%s': get_rows: id %d (index %zu) outside [0, %zu)", d->name,
+                           "device '%s': get_rows: id %d (index %zu) outside [-1, %zu)", d->name,
                            (int)ids[i], i, table->ne1);
     cpu_dequant_fn deq = cpu_dequant_for(table->type, d->simd);
     const char *base = table->data;
-    for (size_t i = 0; i < n; i++)
-        deq(base + (size_t)ids[i] * table->nb1, out + i * table->ne0, table->ne0);
+    for (size_t i = 0; i < n; i++) {
+        float *o = out + i * table->ne0;
+        if (ids[i] < 0)
+            memset(o, 0, table->ne0 * sizeof *o); /* a token outside this device's slice */
+        else
+            deq(base + (size_t)ids[i] * table->nb1, o, table->ne0);
+    }
     return CLEAVE_OK;
 }
 

@@ -1,5 +1,6 @@
 /* Collectives through host memory: read every contribution, add in device
- * order, write the sum back. */
+ * order, write the sum back. Synchronous (each read waits for its device),
+ * so it cannot be recorded into a graph. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,38 +8,39 @@
 #include "error.h"
 #include "mem.h"
 
+static const comm_ops host_ops;
+
 struct comm {
+    const comm_ops *ops; /* first, as comm.c expects */
     size_t n, cap;
     be_device *devs[COMM_MAX_DEVICES];
     float *acc, *tmp;
 };
 
-cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, comm **out) {
+static void host_free(comm *c) {
+    free(c->acc);
+    free(c->tmp);
+    free(c);
+}
+
+cleave_status comm_host_create(be_device *const *devs, size_t n, size_t max_floats, comm **out) {
     *out = NULL;
-    if (n == 0 || n > COMM_MAX_DEVICES)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..%d devices, not %zu", COMM_MAX_DEVICES, n);
     comm *c = mem_calloc(1, sizeof *c, "communicator");
     if (!c) return CLEAVE_ERR_OOM;
+    c->ops = &host_ops;
     c->n = n, c->cap = max_floats;
     memcpy(c->devs, devs, n * sizeof *devs);
     c->acc = mem_alloc(max_floats * sizeof(float), "all-reduce");
     c->tmp = mem_alloc(max_floats * sizeof(float), "all-reduce");
     if (!c->acc || !c->tmp) {
-        comm_free(c);
+        host_free(c);
         return CLEAVE_ERR_OOM;
     }
     *out = c;
     return CLEAVE_OK;
 }
 
-void comm_free(comm *c) {
-    if (!c) return;
-    free(c->acc);
-    free(c->tmp);
-    free(c);
-}
-
-cleave_status comm_all_reduce_sum(comm *c, float *const *bufs, const bool *contributes,
+static cleave_status host_all_reduce_sum(comm *c, float *const *bufs, const bool *contributes,
                                   size_t n_floats) {
     if (n_floats > c->cap)
         return err_set(CLEAVE_ERR_INVALID_ARG, "all-reduce of %zu floats (room for %zu)", n_floats, c->cap);
@@ -62,3 +64,7 @@ cleave_status comm_all_reduce_sum(comm *c, float *const *bufs, const bool *contr
     }
     return CLEAVE_OK;
 }
+
+static const char *host_kind(const comm *c) { return "host"; }
+
+static const comm_ops host_ops = {host_all_reduce_sum, host_free, false, host_kind, NULL, NULL};

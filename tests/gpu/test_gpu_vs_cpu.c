@@ -127,12 +127,10 @@ int main(void) {
     /* GPU-shaped rows and heads (the staged q8_0 GEMV, tensor-core prefill
      * attention and grouped decode attention), with the default f16 cache */
     for (int t = 0; t < 4; t++) {
-        char name[64], label[64];
-        snprintf(name, sizeof name, "small-%s.gguf", cleave_type_name(types[t]));
-        const char *p = tu_tmp(name);
-        CHECK_OK(cleave_generate_model("small", "llama", types[t], 7, p, NULL, NULL));
+        char label[64];
+        const char *p = tu_gen_model("small", "llama", types[t], 7);
         snprintf(label, sizeof label, "small llama %s", cleave_type_name(types[t]));
-        compare(label, p, CLEAVE_TYPE_F16, types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2);
+        if (p) compare(label, p, CLEAVE_TYPE_F16, types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2);
     }
     return tu_finish("test_gpu_vs_cpu");
 }

@@ -56,6 +56,31 @@ __device__ void att_merge_warps(const att_args &a, const float *sm, const float 
     if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
 }
 
+/* Calls body(c) for the cells of [c0, c1) that a token at position tp of
+ * sequence ts sees, those of warp `warp` (c = c0 + warp + k * ATT_WARPS)
+ * in increasing order. The lanes read 32 cells' positions and sequences
+ * at once and the warp walks only the visible ones: in a batch of several
+ * sequences most cells belong to others, and testing them one dependent
+ * load at a time made a step of 8 sequences ~6x slower than one. */
+template <typename F>
+__device__ __forceinline__ void att_visible_cells(const att_args &a, size_t c0, size_t c1, int warp,
+                                                  int lane, int32_t tp, int32_t ts, F &&body) {
+    for (size_t base = c0 + warp; base < c1; base += (size_t)ATT_WARPS * 32) {
+        size_t c = base + (size_t)lane * ATT_WARPS;
+        bool vis = false;
+        if (c < c1) {
+            int32_t cp = a.cell_pos[c];
+            vis = a.cell_seq[c] == ts && cp >= 0 && cp <= tp;
+        }
+        unsigned mask = __ballot_sync(0xffffffffu, vis);
+        while (mask) {
+            int j = __ffs(mask) - 1;
+            mask &= mask - 1;
+            body(base + (size_t)j * ATT_WARPS);
+        }
+    }
+}
+
 template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
     size_t pair = blockIdx.x, split = blockIdx.y;
     size_t t = pair / a.n_head, h = pair % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
@@ -74,9 +99,7 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
     att_cells(a, split, &c0, &c1);
     float m = -INFINITY, l = 0.0f;
     size_t base = kvh * a.hd;
-    for (size_t c = c0 + warp; c < c1; c += ATT_WARPS) {
-        int32_t cp = a.cell_pos[c];
-        if (a.cell_seq[c] != ts || cp < 0 || cp > tp) continue;
+    att_visible_cells(a, c0, c1, warp, lane, tp, ts, [&](size_t c) {
         const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.row_bytes;
         float s = 0.0f;
 #pragma unroll
@@ -93,7 +116,7 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
             if (dim < a.hd) acc[j] = acc[j] * corr + p * cuda_load<KT>(vr, base + dim);
         }
         m = m_new;
-    }
+    });
     /* merge the warps */
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][ATT_MAX_HD];
     if (lane == 0) sm[warp] = m, sl[warp] = l;
@@ -110,6 +133,7 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
  * E contiguous dimensions, so a row is one coalesced read by the warp.
  * Partial results land in the same [pair][split] layout k_attn uses. */
 #define GQA_MAX_G 8
+#define ATT_MULTI_CHUNK 256
 template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) {
     size_t t = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, split = blockIdx.y;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -132,9 +156,7 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
     size_t c0, c1;
     att_cells(a, split, &c0, &c1);
     size_t base = kvh * hd + d0;
-    for (size_t c = c0 + warp; c < c1; c += ATT_WARPS) {
-        int32_t cp = a.cell_pos[c];
-        if (a.cell_seq[c] != ts || cp < 0 || cp > tp) continue;
+    att_visible_cells(a, c0, c1, warp, lane, tp, ts, [&](size_t c) {
         const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.row_bytes;
         float kk[E], vv[E];
 #pragma unroll
@@ -155,7 +177,7 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
             for (int e = 0; e < E; e++) acc[g][e] = acc[g][e] * corr + p * vv[e];
             m[g] = m_new;
         }
-    }
+    });
     /* merge the warps, one query head at a time */
     __shared__ float sm[ATT_WARPS], sl[ATT_WARPS], sacc[ATT_WARPS][32 * E];
 #pragma unroll
@@ -328,13 +350,10 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 2) k_attn_tiled(att_args a, si
 template <int KT> static cleave_status launch_tiled(cuda_device *d, const att_args &a, size_t group,
                                                     size_t n_tokens) {
     size_t smem = (TILE_Q * a.hd + 2 * TILE_K * (a.hd + 4)) * sizeof(float);
-    static bool raised = false; /* per instantiation: allow > 48 KB of shared memory */
-    if (!raised) {
-        CUDA_TRY(cudaFuncSetAttribute(k_attn_tiled<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)(TILE_Q * TILE_MAX_HD + 2 * TILE_K * (TILE_MAX_HD + 4)) *
-                                          (int)sizeof(float)));
-        raised = true;
-    }
+    static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
+    CUDA_TRY(cuda_allow_smem(d, (const void *)k_attn_tiled<KT>,
+                             (TILE_Q * TILE_MAX_HD + 2 * TILE_K * (TILE_MAX_HD + 4)) * sizeof(float),
+                             raised));
     size_t tok_per_block = TILE_Q / group;
     dim3 grid((unsigned)((n_tokens + tok_per_block - 1) / tok_per_block), (unsigned)a.n_head_kv);
     k_attn_tiled<KT><<<grid, ATT_WARPS * 32, smem, d->stream>>>(a, group, n_tokens);
@@ -373,8 +392,14 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
      * cells (a decode step over 128 cells in 8 unsplit blocks was one
      * dependent chain of 32 cells per warp, ~5 us a layer). */
     size_t want = (size_t)d->n_sm * 4, blocks = gqa ? x->n_tokens * x->n_head_kv : pairs;
-    if (blocks < want && x->n_kv > 64) {
+    /* several tokens: also at most ATT_MULTI_CHUNK cells a block, since
+     * their sequences' cells are often a fraction of the cache, crowded
+     * into a few splits (8 sequences of 2k tokens each: one split in 9 did
+     * all of a token's work) */
+    size_t min_split = x->n_tokens > 1 ? (x->n_kv + ATT_MULTI_CHUNK - 1) / ATT_MULTI_CHUNK : 1;
+    if ((blocks < want || min_split > 1) && x->n_kv > 64) {
         size_t split = (want + blocks - 1) / blocks, max_split = (x->n_kv + 31) / 32;
+        if (split < min_split) split = min_split;
         a.n_split = split < max_split ? split : max_split;
         a.chunk = (x->n_kv + a.n_split - 1) / a.n_split;
         void *part;

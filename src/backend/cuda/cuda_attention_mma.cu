@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     uint16_t *qs = (uint16_t *)(fa_raw + L::q), *ks = (uint16_t *)(fa_raw + L::k),
              *vs = (uint16_t *)(fa_raw + L::v);
     int32_t *cps = (int32_t *)(fa_raw + L::pos), *css = (int32_t *)(fa_raw + L::seq);
-    __shared__ int32_t s_maxpos, s_lo, s_hi;
+    __shared__ int32_t s_maxpos, s_lo, s_hi, s_seq;
+    __shared__ bool s_mixed;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
     /* causal work grows with the token index: the heaviest blocks go first */
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     /* log2(e) folded into the scale: exp2 below instead of exp */
     const float qscale = a.scale * 1.4426950408889634f;
 
-    if (tid == 0) s_maxpos = -1, s_lo = INT32_MAX, s_hi = 0;
+    if (tid == 0) s_maxpos = -1, s_lo = INT32_MAX, s_hi = 0, s_seq = a.tok_seq[t0], s_mixed = false;
     for (int i = tid; i < FA_ROWS * HD / 2; i += FA_THREADS) {
         int r = i / (HD / 2), d2 = (i % (HD / 2)) * 2;
         size_t t = t0 + r / group, h = kvh * group + r % group;
@@ -120,14 +121,21 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
         rseq[j] = valid ? a.tok_seq[t] : INT32_MIN;
     }
     __syncthreads();
-    if (tid < tok_per_block && t0 + tid < n_tokens) atomicMax(&s_maxpos, a.tok_pos[t0 + tid]);
+    if (tid < tok_per_block && t0 + tid < n_tokens) {
+        atomicMax(&s_maxpos, a.tok_pos[t0 + tid]);
+        if (a.tok_seq[t0 + tid] != s_seq) s_mixed = true;
+    }
     __syncthreads();
-    /* the cells any row of the block can see lie in [lo, hi) */
+    /* the cells any row of the block can see lie in [lo, hi): positions up
+     * to the block's last, and when its tokens share a sequence, cells of
+     * that sequence only (a batch of several sequences' prompts would
+     * otherwise scan every other sequence's cells, masked) */
     {
-        int32_t maxpos = s_maxpos, lo = INT32_MAX, hi = 0;
+        int32_t maxpos = s_maxpos, lo = INT32_MAX, hi = 0, seq = s_seq;
+        bool any_seq = s_mixed;
         for (size_t c = tid; c < a.n_kv; c += FA_THREADS) {
             int32_t cp = a.cell_pos[c];
-            if (cp >= 0 && cp <= maxpos) {
+            if (cp >= 0 && cp <= maxpos && (any_seq || a.cell_seq[c] == seq)) {
                 lo = min(lo, (int32_t)c);
                 hi = (int32_t)c + 1;
             }
@@ -289,12 +297,8 @@ bool cuda_attn_mma_eligible(const be_attn *x) {
 
 template <int KT, int HD>
 static cleave_status launch_fa2(cuda_device *d, const att_args &a, size_t n_tokens) {
-    static bool raised = false; /* per instantiation: allow > 48 KB of shared memory */
-    if (!raised) {
-        CUDA_TRY(cudaFuncSetAttribute(k_attn_fa2<KT, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)fa_layout<HD>::total));
-        raised = true;
-    }
+    static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
+    CUDA_TRY(cuda_allow_smem(d, (const void *)k_attn_fa2<KT, HD>, fa_layout<HD>::total, raised));
     int group = (int)(a.n_head / a.n_head_kv), tok_per_block = FA_ROWS / group;
     dim3 grid((unsigned)((n_tokens + tok_per_block - 1) / tok_per_block), (unsigned)a.n_head_kv);
     k_attn_fa2<KT, HD><<<grid, FA_THREADS, fa_layout<HD>::total, d->stream>>>(a, n_tokens, group,

@@ -5,7 +5,7 @@
 #ifndef CLEAVE_CUDA_COMMON_CUH
 #define CLEAVE_CUDA_COMMON_CUH
 
-#define GEMV_MAX_N 8 /* batches up to this size take the GEMV kernels */
+#define GEMV_MAX_N 8 /* batches up to this size may take the GEMV kernels */
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -16,6 +16,8 @@
 #include "backend/backend.h"
 #include "error.h"
 #include "quant.h"
+
+#define CUDA_MAX_ORDINALS 64 /* GPUs one process addresses */
 
 struct cuda_device {
     be_device base;
@@ -35,7 +37,27 @@ struct cuda_device {
      * synchronized (everything staged before then has been consumed). */
     char *staging;
     size_t staging_used, staging_cap;
+    /* Copies between devices (cuda_peer.cu), all created on first use.
+     * peer[o]: 0 not yet asked, 1 peer access to ordinal o, 2 none.
+     * mark: an event for "everything issued so far". As a source of
+     * copies staged through host memory: copy_stream and its xfer_done
+     * ring; as a destination: the pinned xfer_host slots and xfer_free,
+     * recorded when a slot's upload has run. */
+    unsigned char peer[CUDA_MAX_ORDINALS];
+    cudaEvent_t mark;
+    pthread_mutex_t xfer_lock;
+    cudaStream_t copy_stream;
+    cudaEvent_t xfer_done[4], xfer_free[4];
+    char *xfer_host[4];
+    size_t xfer_cap;
+    unsigned xfer_next, done_next;
 };
+
+/* Whether device a reads and writes b's memory directly (peer access,
+ * enabled both ways on first ask; always for two handles of one GPU).
+ * CLEAVE_NO_P2P=1 says no, to measure what a box without P2P sees. */
+bool cuda_peer_access(cuda_device *a, cuda_device *b);
+void cuda_peer_free(cuda_device *d);
 
 /* ATTN_GRAPH serves recorded graphs only: its pointer is baked into them,
  * so nothing else may grow (and move) it. */
@@ -58,6 +80,18 @@ static inline cuda_device *cuda_dev(be_device *d) {
     cuda_device *c = (cuda_device *)d->impl;
     cudaSetDevice(c->ordinal);
     return c;
+}
+
+/* Lets kernel `func` take `bytes` of dynamic shared memory on d's GPU. The
+ * attribute belongs to a kernel on one device, so each launch site keeps
+ * raised[CUDA_MAX_ORDINALS] (static, zero: 48 KB, the default). */
+static inline cudaError_t cuda_allow_smem(cuda_device *d, const void *func, size_t bytes,
+                                          size_t *raised) {
+    size_t *r = &raised[d->ordinal];
+    if (bytes <= (48u << 10) || bytes <= *r) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) *r = bytes;
+    return e;
 }
 
 cleave_status cuda_fail(cudaError_t e, const char *call, const char *file, int line);
@@ -152,6 +186,10 @@ __device__ __forceinline__ void cuda_pdl_trigger() {
 }
 __device__ __forceinline__ void cuda_pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
+/* Batches up to this size take the GEMV kernels, larger ones cuBLAS: 2,
+ * or CLEAVE_GEMV_MAX_N (1..GEMV_MAX_N) to compare. */
+size_t cuda_gemv_max_n(void);
+
 /* Whether kernels are launched as programmatic dependents (CLEAVE_NO_PDL=1
  * turns it off, for comparison). */
 bool cuda_pdl_enabled(void);
@@ -219,6 +257,10 @@ cleave_status cuda_op_matmul_multi(be_device *d, const be_mat *const *w, const f
                                    float *const *y, size_t count, const float *x, size_t n);
 cleave_status cuda_op_ffn(be_device *d, const be_mat *gate, const be_mat *up, const be_mat *down,
                           const float *x, size_t n, float *tmp, float *y);
+cleave_status cuda_event_record(be_device *d, void **ev);
+void cuda_event_free(be_device *d, void *ev);
+cleave_status cuda_copy_from(be_device *d, void *dst, be_device *from, const void *src, size_t n,
+                             void *ready);
 /* The cuBLAS path in two steps, so one converted input can serve several
  * matrices: x to the weights' GEMM operand type in scratch `slot`, then
  * y = xs . w^T (+ bias) for f16, bf16 and q8_0 weights. */

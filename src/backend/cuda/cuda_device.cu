@@ -91,6 +91,11 @@ static void cuda_mem_stats(be_device *dev, be_mem_stats *out) {
     out->peak = d->peak;
     out->budget = d->budget;
     pthread_mutex_unlock(&d->lock);
+    /* the whole GPU as nvidia-smi sees it: every process, contexts included */
+    size_t free_b = 0, total_b = 0;
+    cudaSetDevice(d->ordinal);
+    out->device_used = cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? total_b - free_b : 0;
+    cudaGetLastError();
 }
 
 static cleave_status cuda_write(be_device *dev, void *dst, const void *src, size_t n) {
@@ -137,6 +142,9 @@ cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out) {
         if (d->scratch[slot]) {
             CUDA_TRY(cudaStreamSynchronize(d->stream));
             CUDA_TRY(cudaFree(d->scratch[slot]));
+            pthread_mutex_lock(&d->lock);
+            d->used -= d->scratch_bytes[slot];
+            pthread_mutex_unlock(&d->lock);
             d->scratch[slot] = NULL;
             d->scratch_bytes[slot] = 0;
         }
@@ -147,6 +155,12 @@ cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out) {
                            want);
         }
         d->scratch_bytes[slot] = want;
+        /* counted (the report's peak is what the process holds), not
+         * refused: the plan's compute bytes already budget for it */
+        pthread_mutex_lock(&d->lock);
+        d->used += want;
+        if (d->used > d->peak) d->peak = d->used;
+        pthread_mutex_unlock(&d->lock);
     }
     *out = d->scratch[slot];
     return CLEAVE_OK;
@@ -161,8 +175,11 @@ static void cuda_destroy(be_device *dev) {
         if (d->scratch[i]) cudaFree(d->scratch[i]);
     if (d->blas) cublasDestroy(d->blas);
     if (d->staging) cudaFreeHost(d->staging);
+    cuda_peer_free(d);
+    cudaSetDevice(d->ordinal);
     if (d->stream) cudaStreamDestroy(d->stream);
     pthread_mutex_destroy(&d->lock);
+    pthread_mutex_destroy(&d->xfer_lock);
     free(d);
 }
 
@@ -203,7 +220,10 @@ static const be_ops cuda_ops = {
     NULL, /* matmul_swiglu: ffn covers it */
     cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free,
     cuda_op_matmul_multi, cuda_op_ffn,
+    cuda_event_record, cuda_event_free, cuda_copy_from,
 };
+
+bool be_is_cuda(const be_device *d) { return d && d->ops == &cuda_ops; }
 
 extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out) {
     *out = NULL;
@@ -214,7 +234,7 @@ extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_dev
         return err_set(CLEAVE_ERR_DEVICE, "no CUDA device available (%s)",
                        e != cudaSuccess ? cudaGetErrorString(e) : "count is 0");
     }
-    if (ordinal < 0 || ordinal >= count)
+    if (ordinal < 0 || ordinal >= count || ordinal >= CUDA_MAX_ORDINALS)
         return err_set(CLEAVE_ERR_INVALID_ARG, "cuda:%d does not exist (%d device%s)", ordinal,
                        count, count == 1 ? "" : "s");
     cuda_device *d = (cuda_device *)mem_calloc(1, sizeof *d, "CUDA device");
@@ -222,6 +242,7 @@ extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_dev
     d->ordinal = ordinal;
     d->budget = budget_bytes;
     pthread_mutex_init(&d->lock, NULL);
+    pthread_mutex_init(&d->xfer_lock, NULL);
     d->base.ops = &cuda_ops;
     d->base.impl = d;
     cudaDeviceProp prop;

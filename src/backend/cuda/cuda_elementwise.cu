@@ -8,20 +8,31 @@
 template <int T>
 __global__ void k_get_rows(const char *table, size_t nb1, size_t ne0, const int32_t *ids,
                            float *out) {
-    const char *row = table + (size_t)ids[blockIdx.x] * nb1;
+    int32_t id = ids[blockIdx.x];
     float *o = out + (size_t)blockIdx.x * ne0;
+    if (id < 0) { /* a token outside this device's vocabulary slice */
+        for (size_t i = threadIdx.x; i < ne0; i += blockDim.x) o[i] = 0.0f;
+        return;
+    }
+    const char *row = table + (size_t)id * nb1;
     for (size_t i = threadIdx.x; i < ne0; i += blockDim.x) o[i] = cuda_load<T>(row, i);
 }
 
 /* The ids were validated on the host before upload (cleave_decode rejects
- * ids outside the vocabulary), so the kernel trusts them. */
+ * ids outside the vocabulary, the tensor split maps others' tokens to -1),
+ * so the kernel trusts them. */
 /* rows of a split-layout q8_0 table (cuda_weights.cu) */
 __global__ void k_get_rows_q8s(const int8_t *qs, const __half *scales, size_t ne0,
                                const int32_t *ids, float *out) {
-    size_t r = (size_t)ids[blockIdx.x];
+    int32_t id = ids[blockIdx.x];
+    float *o = out + (size_t)blockIdx.x * ne0;
+    if (id < 0) {
+        for (size_t i = threadIdx.x; i < ne0; i += blockDim.x) o[i] = 0.0f;
+        return;
+    }
+    size_t r = (size_t)id;
     const int8_t *q = qs + r * ne0;
     const __half *sc = scales + r * (ne0 / QK8_0);
-    float *o = out + (size_t)blockIdx.x * ne0;
     for (size_t i = threadIdx.x; i < ne0; i += blockDim.x)
         o[i] = __half2float(sc[i / QK8_0]) * (float)q[i];
 }

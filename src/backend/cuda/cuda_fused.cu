@@ -154,7 +154,7 @@ cleave_status cuda_op_ffn(be_device *dev, const be_mat *gate, const be_mat *up, 
     if (!n) return CLEAVE_OK;
     cleave_status st;
     size_t ff = up->ne1;
-    bool batch = n > GEMV_MAX_N && gate->type != CLEAVE_TYPE_F32 && gate->type == up->type &&
+    bool batch = n > cuda_gemv_max_n() && gate->type != CLEAVE_TYPE_F32 && gate->type == up->type &&
                  gate->ne0 == up->ne0 && gate->ne1 == up->ne1 && down->type != CLEAVE_TYPE_F32 &&
                  down->ne0 == ff && (n * ff) % 4 == 0 && (uintptr_t)tmp % 16 == 0;
     if (batch) {

@@ -303,6 +303,19 @@ __global__ void __launch_bounds__(gv_grid<W>::warps * 32, gv_grid<W>::per_sm) k_
 
 /* ---- launch ------------------------------------------------------------- */
 
+size_t cuda_gemv_max_n(void) {
+    static size_t max_n; /* read once; every thread computes the same value */
+    if (!max_n) {
+        const char *e = getenv("CLEAVE_GEMV_MAX_N");
+        long v = e ? atol(e) : 0;
+        /* 2 by default: batched decode of 8B bf16 on one H200 (8 sequences
+         * at 2k tokens each) ran 4 sequences at 323 tok/s through the GEMV
+         * and 395 through cuBLAS; 2 were even (285 / 284) */
+        max_n = v >= 1 && v <= GEMV_MAX_N ? (size_t)v : 2;
+    }
+    return max_n;
+}
+
 static bool g_pdl_checked, g_pdl_on;
 bool cuda_pdl_enabled(void) {
     if (!g_pdl_checked) {
@@ -318,13 +331,9 @@ static cudaError_t launch_pf(cuda_device *d, gemv_job j) {
     size_t smem = gv_smem_bytes<W>(N, j.ne0);
     if (W != GV_Q8S && (smem > GV_SMEM_MAX || j.ne0 % 4)) smem = 0;
     j.x_in_smem = smem > 0;
-    static size_t raised = 48 << 10; /* per instantiation */
-    if (smem > raised) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemv_pf<W, N, DUAL>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        raised = smem;
-    }
+    static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
+    cudaError_t e = cuda_allow_smem(d, (const void *)k_gemv_pf<W, N, DUAL>, smem, raised);
+    if (e != cudaSuccess) return e;
     size_t units = DUAL ? j.rows[0] : (j.total + gv_shape<W, DUAL>::rows - 1) / gv_shape<W, DUAL>::rows;
     /* as many warps as the units need, in even rounds: 3072 units on 2112
      * warps would run two rounds with half the warps idle in the second */
@@ -386,7 +395,7 @@ static int gv_format(const be_mat *w) {
 
 static bool gv_fill(gemv_job *j, const be_mat *const *w, const float *const *bias, float *const *y,
                     int count, const float *x, size_t n, int *fmt) {
-    if (count < 1 || count > GEMV_MAX_SEG || n == 0 || n > GEMV_MAX_N || (uintptr_t)x % 16)
+    if (count < 1 || count > GEMV_MAX_SEG || n == 0 || n > cuda_gemv_max_n() || (uintptr_t)x % 16)
         return false;
     *j = gemv_job{};
     *fmt = gv_format(w[0]);

@@ -226,7 +226,7 @@ cleave_status cuda_op_matmul(be_device *dev, const be_mat *w, const float *x, si
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: q8_0 rows of %zu", w->ne0);
     if (w->scales && w->type != CLEAVE_TYPE_Q8_0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: split layout is for q8_0 only");
-    if (n <= GEMV_MAX_N) {
+    if (n <= cuda_gemv_max_n()) {
         cleave_status st;
         if (cuda_gemv(d, &w, &bias, &y, 1, x, n, &st)) return st;
         if (w->scales)
@@ -255,7 +255,7 @@ cleave_status cuda_op_matmul_multi(be_device *dev, const be_mat *const *w, const
     if (!n) return CLEAVE_OK;
     if (cuda_gemv(d, w, bias, y, (int)count, x, n, &st)) return st;
     /* batches: x converted once for every matrix of one operand type */
-    bool shared = n > GEMV_MAX_N && w[0]->type != CLEAVE_TYPE_F32;
+    bool shared = n > cuda_gemv_max_n() && w[0]->type != CLEAVE_TYPE_F32;
     for (size_t i = 1; i < count; i++)
         shared = shared && gemm_bf16(w[i]->type) == gemm_bf16(w[0]->type) &&
                  w[i]->type != CLEAVE_TYPE_F32 && w[i]->ne0 == w[0]->ne0;

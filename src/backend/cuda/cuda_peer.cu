@@ -1,0 +1,163 @@
+/* Activations moving between two GPUs without host syncs: a peer copy
+ * where the devices have peer access, else a copy staged through pinned
+ * host memory (device to host on the source's copy stream, host to device
+ * on the destination's stream). Order comes from events, so a pipeline
+ * stage hands a micro-batch on while both devices keep computing. */
+#include <stdlib.h>
+
+#include "cuda_common.cuh"
+
+#define XFER_SLOTS 4
+
+static bool p2p_disabled(void) {
+    const char *e = getenv("CLEAVE_NO_P2P");
+    return e && *e && *e != '0';
+}
+
+bool cuda_peer_access(cuda_device *a, cuda_device *b) {
+    if (a->ordinal == b->ordinal) return true;
+    if (p2p_disabled()) return false;
+    if (!a->peer[b->ordinal]) {
+        int ab = 0, ba = 0;
+        cudaDeviceCanAccessPeer(&ab, a->ordinal, b->ordinal);
+        cudaDeviceCanAccessPeer(&ba, b->ordinal, a->ordinal);
+        bool ok = ab && ba;
+        if (ok) {
+            cudaSetDevice(a->ordinal);
+            cudaError_t e = cudaDeviceEnablePeerAccess(b->ordinal, 0);
+            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) ok = false;
+            cudaSetDevice(b->ordinal);
+            e = cudaDeviceEnablePeerAccess(a->ordinal, 0);
+            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) ok = false;
+            cudaGetLastError(); /* "already enabled" is not an error here */
+        }
+        a->peer[b->ordinal] = ok ? 1 : 2;
+        b->peer[a->ordinal] = ok ? 1 : 2;
+    }
+    return a->peer[b->ordinal] == 1;
+}
+
+static cleave_status new_event(cuda_device *d, cudaEvent_t *ev) {
+    if (*ev) return CLEAVE_OK;
+    cudaSetDevice(d->ordinal);
+    CUDA_TRY(cudaEventCreateWithFlags(ev, cudaEventDisableTiming));
+    return CLEAVE_OK;
+}
+
+cleave_status cuda_event_record(be_device *dev, void **ev) {
+    cuda_device *d = cuda_dev(dev);
+    cudaEvent_t e = (cudaEvent_t)*ev;
+    if (!e) {
+        cleave_status st = new_event(d, &e);
+        if (st) return st;
+        *ev = e;
+    }
+    CUDA_TRY(cudaEventRecord(e, d->stream));
+    return CLEAVE_OK;
+}
+
+void cuda_event_free(be_device *dev, void *ev) {
+    if (!ev) return;
+    cuda_dev(dev);
+    cudaEventDestroy((cudaEvent_t)ev);
+}
+
+/* The event the copy waits for on the source: the caller's, or one
+ * recorded now. */
+static cleave_status source_ready(cuda_device *f, void *ready, cudaEvent_t *out) {
+    if (ready) {
+        *out = (cudaEvent_t)ready;
+        return CLEAVE_OK;
+    }
+    cleave_status st = new_event(f, &f->mark);
+    if (st) return st;
+    cudaSetDevice(f->ordinal);
+    CUDA_TRY(cudaEventRecord(f->mark, f->stream));
+    *out = f->mark;
+    return CLEAVE_OK;
+}
+
+/* Pinned slots on the destination big enough for n bytes: growing waits
+ * for every upload from the old ones. */
+static cleave_status host_slots(cuda_device *d, size_t n) {
+    if (d->xfer_cap >= n) return CLEAVE_OK;
+    cudaSetDevice(d->ordinal);
+    CUDA_TRY(cudaStreamSynchronize(d->stream));
+    for (int i = 0; i < XFER_SLOTS; i++) {
+        if (d->xfer_host[i]) cudaFreeHost(d->xfer_host[i]);
+        d->xfer_host[i] = NULL;
+    }
+    d->xfer_cap = 0;
+    for (int i = 0; i < XFER_SLOTS; i++) {
+        if (cudaMallocHost((void **)&d->xfer_host[i], n) != cudaSuccess) {
+            cudaGetLastError();
+            return err_set(CLEAVE_ERR_OOM, "%s: no pinned host memory for a %zu-byte transfer",
+                           d->name, n);
+        }
+        cleave_status st = new_event(d, &d->xfer_free[i]);
+        if (st) return st;
+    }
+    d->xfer_cap = n;
+    return CLEAVE_OK;
+}
+
+static cleave_status staged_copy(cuda_device *d, void *dst, cuda_device *f, const void *src,
+                                 size_t n, cudaEvent_t ready) {
+    cleave_status st = host_slots(d, n);
+    if (st) return st;
+    unsigned i = d->xfer_next++ % XFER_SLOTS;
+    if (!f->copy_stream) {
+        cudaSetDevice(f->ordinal);
+        CUDA_TRY(cudaStreamCreateWithFlags(&f->copy_stream, cudaStreamNonBlocking));
+    }
+    unsigned k = f->done_next++ % XFER_SLOTS;
+    if ((st = new_event(f, &f->xfer_done[k]))) return st;
+    cudaSetDevice(f->ordinal);
+    /* the slot is free once its last upload ran (an event never recorded
+     * counts as done) */
+    CUDA_TRY(cudaStreamWaitEvent(f->copy_stream, d->xfer_free[i], 0));
+    CUDA_TRY(cudaStreamWaitEvent(f->copy_stream, ready, 0));
+    CUDA_TRY(cudaMemcpyAsync(d->xfer_host[i], src, n, cudaMemcpyDeviceToHost, f->copy_stream));
+    CUDA_TRY(cudaEventRecord(f->xfer_done[k], f->copy_stream));
+    cudaSetDevice(d->ordinal);
+    CUDA_TRY(cudaStreamWaitEvent(d->stream, f->xfer_done[k], 0));
+    CUDA_TRY(cudaMemcpyAsync(dst, d->xfer_host[i], n, cudaMemcpyHostToDevice, d->stream));
+    CUDA_TRY(cudaEventRecord(d->xfer_free[i], d->stream));
+    return CLEAVE_OK;
+}
+
+cleave_status cuda_copy_from(be_device *dev, void *dst, be_device *from_dev,
+                                        const void *src, size_t n, void *ready) {
+    if (!n) return CLEAVE_OK;
+    if (!be_is_cuda(from_dev))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "copy_from: the source is not a CUDA device");
+    cuda_device *d = cuda_dev(dev), *f = (cuda_device *)from_dev->impl;
+    /* one source may feed several destinations from several threads */
+    pthread_mutex_lock(&f->xfer_lock);
+    cudaEvent_t r = NULL;
+    cleave_status st = source_ready(f, ready, &r);
+    if (!st && cuda_peer_access(d, f)) {
+        cudaSetDevice(d->ordinal);
+        cudaError_t e = cudaStreamWaitEvent(d->stream, r, 0);
+        if (e == cudaSuccess)
+            e = cudaMemcpyPeerAsync(dst, d->ordinal, src, f->ordinal, n, d->stream);
+        if (e != cudaSuccess) st = cuda_fail(e, "peer copy", __FILE__, __LINE__);
+    } else if (!st) {
+        st = staged_copy(d, dst, f, src, n, r);
+    }
+    pthread_mutex_unlock(&f->xfer_lock);
+    cudaSetDevice(d->ordinal);
+    return st;
+}
+
+void cuda_peer_free(cuda_device *d) {
+    cudaSetDevice(d->ordinal);
+    if (d->copy_stream) cudaStreamSynchronize(d->copy_stream);
+    for (int i = 0; i < XFER_SLOTS; i++) {
+        if (d->xfer_host[i]) cudaFreeHost(d->xfer_host[i]);
+        if (d->xfer_free[i]) cudaEventDestroy(d->xfer_free[i]);
+        if (d->xfer_done[i]) cudaEventDestroy(d->xfer_done[i]);
+    }
+    if (d->mark) cudaEventDestroy(d->mark);
+    if (d->copy_stream) cudaStreamDestroy(d->copy_stream);
+}

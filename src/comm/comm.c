@@ -1,0 +1,45 @@
+/* Picks the collectives' implementation for a set of devices and routes
+ * calls to it. */
+#include "comm/comm.h"
+#include "error.h"
+
+struct comm {
+    const comm_ops *ops;
+};
+
+cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, comm **out) {
+    *out = NULL;
+    if (n == 0 || n > COMM_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..%d devices, not %zu", COMM_MAX_DEVICES, n);
+    bool all_cuda = true;
+    for (size_t d = 0; d < n; d++) all_cuda &= be_is_cuda(devs[d]);
+#ifdef CLEAVE_WITH_CUDA
+    if (all_cuda) return comm_cuda_create(devs, n, max_floats, out);
+#endif
+    return comm_host_create(devs, n, max_floats, out);
+}
+
+void comm_free(comm *c) {
+    if (c) c->ops->free(c);
+}
+
+cleave_status comm_all_reduce_sum(comm *c, float *const *bufs, const bool *contributes,
+                                  size_t n_floats) {
+    return c->ops->all_reduce_sum(c, bufs, contributes, n_floats);
+}
+
+bool comm_graph_safe(const comm *c) { return c && c->ops->graph_safe; }
+
+const char *comm_kind(const comm *c) { return c ? c->ops->kind(c) : "none"; }
+
+bool comm_can_fuse(const comm *c, size_t rows, size_t width) {
+    return c && c->ops->can_fuse && c->ops->can_fuse(c, rows, width);
+}
+
+cleave_status comm_all_reduce_add_norm(comm *c, float *const *bufs, const bool *contributes,
+                                       float *const *x, const float *const *w, float *const *h,
+                                       size_t rows, size_t width, float eps) {
+    if (!c->ops->all_reduce_add_norm)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "this communicator has no fused all-reduce");
+    return c->ops->all_reduce_add_norm(c, bufs, contributes, x, w, h, rows, width, eps);
+}
