@@ -2,8 +2,10 @@
  * communicator (src/comm): the cost a tensor split pays per layer. Times
  * the fused decode form (one 4096-float row summed, added and normed) and
  * plain sums of 16 KB to 64 MB, issued op by op and replayed from graphs
- * (as a decode step runs them). CLEAVE_NO_P2P=1 measures the path through
- * pinned host memory.
+ * (as a decode step runs them; sums NCCL carries are not recorded).
+ * CLEAVE_NO_P2P=1 measures the path through pinned host memory;
+ * CLEAVE_NCCL=0 leaves NCCL out, CLEAVE_NCCL_MIN_KB=0 sends every sum
+ * through it.
  * usage: cleave-allreduce [cuda:0,cuda:1 as ordinals: 0 1] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,16 +116,20 @@ int main(int argc, char **argv) {
     }
     if (comm_create(r.dev, r.n, max_floats, &r.c)) return fail("communicator");
     printf("all-reduce over %zu devices (%s)\n\n", r.n, comm_kind(r.c));
-    printf("| message | op by op, us/call | in a graph, us/call | GB/s per device (graph) |\n");
+    printf("| message | op by op, us/call | in a graph, us/call | GB/s per device |\n");
     printf("| --- | ---: | ---: | ---: |\n");
     const size_t sizes[] = {0, 4096, 65536, 1 << 20, 16 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        double a = per_call(&r, sizes[i], false), b = per_call(&r, sizes[i], true);
+        double a = per_call(&r, sizes[i], false);
+        bool graph = comm_graph_safe(r.c, sizes[i] ? sizes[i] : 4096);
+        double b = graph ? per_call(&r, sizes[i], true) : a;
         if (a < 0 || b < 0) return fail("all-reduce");
         char label[64];
         if (!sizes[i]) snprintf(label, sizeof label, "4096 floats + add + norm (decode)");
         else snprintf(label, sizeof label, "%zu floats (%.0f KB)", sizes[i], sizes[i] * 4 / 1024.0);
-        printf("| %s | %.1f | %.1f | %.1f |\n", label, a * 1e6, b * 1e6,
+        char in_graph[32] = "not recorded";
+        if (graph) snprintf(in_graph, sizeof in_graph, "%.1f", b * 1e6);
+        printf("| %s | %.1f | %s | %.1f |\n", label, a * 1e6, in_graph,
                (sizes[i] ? sizes[i] : 4096) * 4.0 / b / 1e9);
     }
     comm_free(r.c);

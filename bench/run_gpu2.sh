@@ -32,15 +32,19 @@ bench() { $B bench -m "$M" -r 3 -b 4096 "$@" 2>&1 | grep -E '^\| llama|rror'; }
 echo "### one GPU"; bench --device cuda:0 -p $PP -n 128 "$@"
 echo "### layer"; bench $D -sm layer -ub 512 -p $PP -n 128 "$@"
 echo "### tensor"; bench $D -sm tensor -p $PP -n 128 "$@"
-echo "### layer, no P2P"; CLEAVE_NO_P2P=1 bench $D -sm layer -ub 512 -p 4096,16384 -n 128 "$@"
-echo "### tensor, no P2P"; CLEAVE_NO_P2P=1 bench $D -sm tensor -p 4096,16384 -n 128 "$@"
+# no P2P: cleave's copies and all-reduce through host memory, NCCL too
+export_nop2p() { CLEAVE_NO_P2P=1 NCCL_P2P_DISABLE=1 "$@"; }
+echo "### layer, no P2P"; export_nop2p bench $D -sm layer -ub 512 -p 4096,16384 -n 128 "$@"
+echo "### tensor, no P2P"; export_nop2p bench $D -sm tensor -p 4096,16384 -n 128 "$@"
 for place in "--device cuda:0" "$D -sm layer -ub 512" "$D -sm tensor"; do
   echo "### batched-bench, $place"
   $B batched-bench -m "$M" $place -npp 2048 -ntg 128 -npl 1,2,4,8 2>&1 | grep -E '^\|  |rror'
 done
 echo "### all-reduce"
 build-gpu/cleave-allreduce 0 1
-CLEAVE_NO_P2P=1 build-gpu/cleave-allreduce 0 1
+CLEAVE_NO_P2P=1 NCCL_P2P_DISABLE=1 build-gpu/cleave-allreduce 0 1
+echo "#### without NCCL"; CLEAVE_NCCL=0 build-gpu/cleave-allreduce 0 1
+echo "#### every sum through NCCL"; CLEAVE_NCCL_MIN_KB=0 build-gpu/cleave-allreduce 0 1
 echo "### memory"
 for mode in layer tensor; do
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 50 > /tmp/cleave-smi.txt &

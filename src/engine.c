@@ -288,7 +288,7 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     /* graphs where the step never needs the host between its kernels: one
      * device, or a tensor split whose all-reduce runs on the devices (a
      * layer split's hand-off from device to device is not recorded) */
-    bool graphs = tensor ? comm_graph_safe(c->comm) : n_active == 1;
+    bool graphs = tensor ? comm_graph_safe(c->comm, model->hp.n_embd) : n_active == 1;
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && !c->devs[d].dev->ops->graph_begin) graphs = false;
     c->decode_graphs = graphs;

@@ -145,10 +145,11 @@ static cleave_status run_micro(stage *S, size_t u) {
 }
 
 /* Micro-batch boundaries: ub-token micro-batches, the last one shorter.
- * (Measured on 2x H200, 8B bf16, pp4096: uniform 512-token micro-batches
- * 51.7k tok/s; a quarter-size first and last micro-batch with equal
- * pieces between, to shorten the fill and drain bubbles, 47.7k: the
- * uneven GEMM shapes cost more than the bubble they save.) */
+ * Measured on 2x H200 (8B bf16, 4096-token passes, 512-token
+ * micro-batches): uniform 51.3k tok/s at pp4096; a half-size first
+ * micro-batch, to fill the pipeline sooner, 50.1k; quarter-size ends with
+ * equal 480-token pieces between 47.7k. The GEMMs lose more on odd shapes
+ * than the shorter fill and drain win. */
 size_t engine_micro_batches(size_t n, size_t ub, size_t *start) {
     size_t k = 0;
     for (size_t at = 0; at < n; at += ub) start[k++] = at;

@@ -28,7 +28,9 @@ cleave_status comm_all_reduce_sum(comm *c, float *const *bufs, const bool *contr
     return c->ops->all_reduce_sum(c, bufs, contributes, n_floats);
 }
 
-bool comm_graph_safe(const comm *c) { return c && c->ops->graph_safe; }
+bool comm_graph_safe(const comm *c, size_t n_floats) {
+    return c && c->ops->graph_safe(c, n_floats);
+}
 
 const char *comm_kind(const comm *c) { return c ? c->ops->kind(c) : "none"; }
 

@@ -46,8 +46,9 @@ cleave_status comm_all_reduce_add_norm(comm *c, float *const *bufs, const bool *
                                        float *const *x, const float *const *w, float *const *h,
                                        size_t rows, size_t width, float eps);
 
-/* Whether the all-reduce can be recorded into the devices' graphs. */
-bool comm_graph_safe(const comm *c);
+/* Whether an all-reduce of n_floats can be recorded into the devices'
+ * graphs (a decode step records its all-reduces of one row). */
+bool comm_graph_safe(const comm *c, size_t n_floats);
 /* What carries it, for logs and benchmarks ("host", "cuda-p2p", ...). */
 const char *comm_kind(const comm *c);
 
@@ -60,7 +61,7 @@ typedef struct comm_ops {
     cleave_status (*all_reduce_sum)(comm *c, float *const *bufs, const bool *contributes,
                                     size_t n_floats);
     void (*free)(comm *c);
-    bool graph_safe;
+    bool (*graph_safe)(const comm *c, size_t n_floats);
     const char *(*kind)(const comm *c);
     /* optional (NULL: no fused form) */
     bool (*can_fuse)(const comm *c, size_t rows, size_t width);

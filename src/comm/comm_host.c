@@ -67,4 +67,7 @@ static cleave_status host_all_reduce_sum(comm *c, float *const *bufs, const bool
 
 static const char *host_kind(const comm *c) { return "host"; }
 
-static const comm_ops host_ops = {host_all_reduce_sum, host_free, false, host_kind, NULL, NULL};
+static bool host_graph_safe(const comm *c, size_t n_floats) { return false; }
+
+static const comm_ops host_ops = {host_all_reduce_sum, host_free, host_graph_safe, host_kind,
+                                  NULL, NULL};
