@@ -30,6 +30,13 @@ size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_
     return floats * sizeof(float) + 4 * n * sizeof(int32_t) + 2 * (size_t)n_ctx * sizeof(int32_t);
 }
 
+size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n_active) {
+    size_t row = (size_t)n_batch * hp->n_embd * sizeof(float);
+    /* the partial sums [n][e]; with company, the all-reduce's inbox: a
+     * slot per device and call parity (src/comm/comm_cuda.cu) */
+    return row + (n_active > 1 ? 2 * n_active * row : 0);
+}
+
 size_t plan_total_bytes(const plan *p, size_t d) {
     return p->bytes[d].weights + p->bytes[d].kv + p->bytes[d].compute;
 }
@@ -167,6 +174,8 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
     size_t kv_head_token = model_kv_bytes_per_token(hp, req->kv_type) / hp->n_head_kv;
     for (uint32_t l = 0; l < hp->n_layer; l++) out->layer_device[l] = -1;
     out->embd_device = w[req->main_device] > 0 ? req->main_device : -1;
+    size_t n_active = 0;
+    for (size_t d = 0; d < n; d++) n_active += w[d] > 0;
     for (size_t d = 0; d < n; d++) {
         if (!(w[d] > 0)) continue;
         if (out->embd_device < 0) out->embd_device = (int)d;
@@ -182,7 +191,8 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
         /* the embedding and the lm head are both split by vocab rows */
         b->weights += (req->head_bytes + req->embd_bytes) * range_len(out->vocab_rows[d]) / hp->n_vocab;
         b->kv = kv_head_token * heads * req->n_ctx;
-        b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx);
+        b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx) +
+                     plan_collective_bytes(hp, req->n_batch, n_active);
     }
     out->head_device = out->embd_device; /* where the vocab slices' logits are gathered */
     return CLEAVE_OK;

@@ -81,6 +81,9 @@ void plan_free(plan *p);
  * When nothing fits, the error names each device's shortfall and what
  * would fit instead (a quantized KV cache, another split mode). */
 cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out);
+/* Tensor split, per device: the partial sums and, across n_active > 1
+ * devices, the all-reduce's buffers. */
+size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n_active);
 size_t plan_total_bytes(const plan *p, size_t device);
 /* Activation scratch for a batch of n_batch tokens (bytes), per device. */
 size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx);

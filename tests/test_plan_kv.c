@@ -190,6 +190,10 @@ static void test_plan_tensor(void) {
     /* weights: heads share of attention, rows share of FFN, the rest (norms)
      * everywhere, vocab rows' share of the lm head and the embedding */
     CHECK(p.bytes[2].weights == 4 * (0 + 160 + 88) + 600 * 333 / 1000);
+    /* compute: the activations plus the partial sums and the all-reduce's
+     * inbox (a slot per device and call parity) */
+    CHECK(p.bytes[1].compute == plan_compute_bytes(&hp, req.n_batch, req.n_ctx) +
+                                    (size_t)req.n_batch * hp.n_embd * 4 * (1 + 2 * 3));
     CHECK(p.bytes[0].weights == 4 * (200 + 192 + 88) + 600 * 334 / 1000);
     plan_free(&p);
 
