@@ -264,19 +264,21 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
     if ((st = init_kv(c, n_ctx, p.kv_type))) goto fail;
-    if (n_active > 1 || tensor) {
-        /* the hidden state, handed from device to device (layer) or sent to
-         * all (tensor, which also needs its collectives on one device) */
-        size_t floats = (size_t)n_batch * model->hp.n_embd;
+    size_t floats = (size_t)n_batch * model->hp.n_embd;
+    if (n_active > 1 && !tensor) {
+        /* layer split: the hidden state handed from device to device where
+         * the devices cannot copy between themselves */
         c->bounce = mem_alloc(floats * sizeof(float), "device handoff");
         if (!c->bounce) {
             st = CLEAVE_ERR_OOM;
             goto fail;
         }
+    }
+    if (tensor) {
         be_device *devs[PLAN_MAX_DEVICES];
         for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
-        if (tensor && (st = comm_create(devs, c->n_dev, floats, &c->comm))) goto fail;
-        for (size_t d = 0; tensor && d < c->n_dev; d++)
+        if ((st = comm_create(devs, c->n_dev, floats, &c->comm))) goto fail;
+        for (size_t d = 0; d < c->n_dev; d++)
             if (c->devs[d].active &&
                 !(c->devs[d].ids_host = mem_alloc(n_batch * sizeof(int32_t), "token ids"))) {
                 st = CLEAVE_ERR_OOM;
@@ -291,7 +293,6 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     bool graphs = tensor ? comm_graph_safe(c->comm, model->hp.n_embd) : n_active == 1;
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && !c->devs[d].dev->ops->graph_begin) graphs = false;
-    c->decode_graphs = graphs;
     c->graphs_off = !graphs || (no_graph && *no_graph && *no_graph != '0');
     if (c->n_dev == 1) {
         snprintf(c->name, sizeof c->name, "%s", c->devs[0].dev->ops->name(c->devs[0].dev));
@@ -522,13 +523,14 @@ static cleave_status forward_graph(struct cleave_context *c) {
     if (record) {
         bool tensor = c->plan.mode == SPLIT_TENSOR;
         cleave_status st = CLEAVE_OK;
-        size_t begun = 0;
-        for (; !st && begun < c->n_dev; begun++)
-            if (c->devs[begun].active) st = c->devs[begun].dev->ops->graph_begin(c->devs[begun].dev);
+        bool begun[PLAN_MAX_DEVICES] = {false};
+        for (size_t d = 0; !st && d < c->n_dev; d++)
+            if (c->devs[d].active && !(st = c->devs[d].dev->ops->graph_begin(c->devs[d].dev)))
+                begun[d] = true;
         if (!st) st = tensor ? engine_tensor_body(c, 1, 0, true) : forward_body(c, 1, 0, true);
-        for (size_t d = 0; d < begun; d++) {
+        for (size_t d = 0; d < c->n_dev; d++) {
             engine_device *D = &c->devs[d];
-            if (!D->active) continue;
+            if (!begun[d]) continue; /* every recording begun is ended */
             void *g = NULL;
             cleave_status end = D->dev->ops->graph_end(D->dev, &g);
             if (!st && end) st = end;

@@ -43,7 +43,7 @@ typedef struct engine_device {
      * rows (no transfer before the first block, and graphs per device) */
     be_mat tok_embd;
     int32_t *ids_host; /* its token ids, -1 for tokens outside the slice */
-    /* the recorded one-token step of this device (see decode_graphs) */
+    /* the recorded one-token step of this device (see graphs_off) */
     void *graph;
 } engine_device;
 
@@ -82,9 +82,9 @@ struct cleave_context {
     /* One-token decode step recorded once per device (engine_device.graph)
      * and replayed, where every active device records graphs and nothing
      * in the step needs the host: one device, or a tensor split whose
-     * all-reduce runs on the devices. graphs_off after a failed recording
-     * or with CLEAVE_NO_GRAPH=1. */
-    bool decode_graphs, graphs_off;
+     * all-reduce runs on the devices. graphs_off where not, after a failed
+     * recording, or with CLEAVE_NO_GRAPH=1. */
+    bool graphs_off;
     /* weight placement progress */
     cleave_progress_fn progress;
     void *progress_user;

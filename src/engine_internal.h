@@ -34,10 +34,6 @@ cleave_status engine_forward_layer(struct cleave_context *c, const engine_scratc
  * a pipeline of micro-batches (engine_pipeline.c); logits of rows
  * [first_out, n) are left in the head device's s.logits. */
 cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t first_out);
-/* The pipeline's micro-batch boundaries for n rows and micro-batch size ub:
- * start[0] = 0 < start[1] < ... < start[k] = n (start has room for
- * n / ub + 2 entries); returns k. */
-size_t engine_micro_batches(size_t n, size_t ub, size_t *start);
 /* Room for rows x n_vocab host logits. */
 cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
 /* Tensor split: the pass for n tokens whose inputs are uploaded, up to

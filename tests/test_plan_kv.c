@@ -3,7 +3,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine_internal.h"
 #include "kv.h"
 #include "plan.h"
 #include "testutil.h"
@@ -327,21 +326,7 @@ static void test_kv(void) {
     dev->ops->destroy(dev);
 }
 
-/* The layer pipeline's micro-batches tile [0, n) in pieces of ub, the
- * last one shorter. */
-static void test_micro_batches(void) {
-    size_t start[64];
-    for (size_t ub = 1; ub <= 9; ub++)
-        for (size_t n = 1; n <= 40; n++) {
-            size_t k = engine_micro_batches(n, ub, start);
-            CHECK(k == (n + ub - 1) / ub && start[0] == 0 && start[k] == n);
-            for (size_t u = 0; u < k; u++)
-                CHECK(start[u + 1] - start[u] == (u + 1 < k ? ub : n - (k - 1) * ub));
-        }
-}
-
 int main(void) {
-    test_micro_batches();
     test_plan();
     test_apportion();
     test_plan_layer();
