@@ -2,8 +2,9 @@
 # Two-GPU benchmark in one run (cuda:0 and cuda:1): build cleave, generate
 # the 8B-shape bf16 model, then
 #  - cleave bench per split mode (one GPU, layer, tensor) over prompt
-#    lengths 512..16384 and tg128; prompts run as 4096-token passes, the
-#    layer split pipelines them in 512-token micro-batches;
+#    lengths 512..16384, tg128, and tg128 after 4096 tokens of context;
+#    prompts run as 4096-token passes, the layer split pipelines them in
+#    512-token micro-batches;
 #  - the same with peer access disabled (CLEAVE_NO_P2P=1: hand-offs staged
 #    through pinned host memory, the all-reduce through mapped host memory,
 #    as on a PCIe box without P2P);
@@ -30,8 +31,11 @@ D="--devices cuda:0,cuda:1"
 PP=512,1024,2048,4096,8192,16384
 bench() { $B bench -m "$M" -r 3 -b 4096 "$@" 2>&1 | grep -E '^\| llama|rror'; }
 echo "### one GPU"; bench --device cuda:0 -p $PP -n 128 "$@"
+bench --device cuda:0 -p 0 -n 128 -d 4096 "$@"
 echo "### layer"; bench $D -sm layer -ub 512 -p $PP -n 128 "$@"
+bench $D -sm layer -p 0 -n 128 -d 4096 "$@"
 echo "### tensor"; bench $D -sm tensor -p $PP -n 128 "$@"
+bench $D -sm tensor -p 0 -n 128 -d 4096 "$@"
 # no P2P: cleave's copies and all-reduce through host memory, NCCL too
 export_nop2p() { CLEAVE_NO_P2P=1 NCCL_P2P_DISABLE=1 "$@"; }
 echo "### layer, no P2P"; export_nop2p bench $D -sm layer -ub 512 -p 4096,16384 -n 128 "$@"

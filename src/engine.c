@@ -314,7 +314,8 @@ fail:
 void cleave_context_free(cleave_context *c) {
     if (!c) return;
     for (size_t d = 0; d < c->n_dev; d++)
-        if (c->devs[d].graph) c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graph);
+        for (size_t b = 0; b < ENGINE_GRAPH_BUCKETS; b++)
+            if (c->devs[d].graphs[b]) c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
     comm_free(c->comm); /* before the devices it lives on */
     c->comm = NULL;
     kv_free(&c->kv);
@@ -423,7 +424,7 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
     TRY(rope_and_store(c, E->dev, s, l, n, n_head, n_head_kv));
     be_attn a = {
         .q = s->q, .k = c->kv.k[E->dev][l], .v = c->kv.v[E->dev][l], .kv_type = c->kv.type,
-        .n_tokens = n, .n_kv = graph ? c->kv.n_ctx : c->kv.hi,
+        .n_tokens = n, .n_kv = graph ? c->graph_cells : c->kv.hi,
         .n_kv_live = graph ? s->n_kv_live : NULL, .n_head = n_head, .n_head_kv = n_head_kv,
         .head_dim = hd, .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],
         .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
@@ -507,23 +508,38 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
     return CLEAVE_OK;
 }
 
+/* The bucket of decode graphs for a cache whose live cells end at hi, and
+ * the cells its attention is sized for. */
+static size_t graph_bucket(const struct cleave_context *c, uint32_t hi, uint32_t *cells) {
+    size_t b = 0;
+    while (b + 1 < ENGINE_GRAPH_BUCKETS && (uint64_t)ENGINE_GRAPH_MIN_CELLS << b < hi &&
+           (uint64_t)ENGINE_GRAPH_MIN_CELLS << b < c->kv.n_ctx)
+        b++;
+    uint64_t n = (uint64_t)ENGINE_GRAPH_MIN_CELLS << b;
+    *cells = b + 1 == ENGINE_GRAPH_BUCKETS || n > c->kv.n_ctx ? c->kv.n_ctx : (uint32_t)n;
+    return b;
+}
+
 /* A one-token step, recorded as one graph per active device the first
- * time and replayed after: the inputs live at fixed device addresses, so
- * only they change. Under a tensor split the devices' graphs meet in
- * their all-reduce kernels. */
+ * time the cache reaches a bucket of cells and replayed after: the inputs
+ * live at fixed device addresses, so only they change. Under a tensor
+ * split the devices' graphs meet in their all-reduce kernels. */
 static cleave_status forward_graph(struct cleave_context *c) {
     int32_t live = (int32_t)c->kv.hi;
+    uint32_t cells;
+    size_t b = graph_bucket(c, c->kv.hi, &cells);
     bool record = false;
     for (size_t d = 0; d < c->n_dev; d++) {
         engine_device *D = &c->devs[d];
         if (!D->active) continue;
         TRY(D->dev->ops->write(D->dev, D->s.n_kv_live, &live, sizeof live));
-        record |= !D->graph;
+        record |= !D->graphs[b];
     }
     if (record) {
         bool tensor = c->plan.mode == SPLIT_TENSOR;
         cleave_status st = CLEAVE_OK;
         bool begun[PLAN_MAX_DEVICES] = {false};
+        c->graph_cells = cells;
         for (size_t d = 0; !st && d < c->n_dev; d++)
             if (c->devs[d].active && !(st = c->devs[d].dev->ops->graph_begin(c->devs[d].dev)))
                 begun[d] = true;
@@ -534,19 +550,20 @@ static cleave_status forward_graph(struct cleave_context *c) {
             void *g = NULL;
             cleave_status end = D->dev->ops->graph_end(D->dev, &g);
             if (!st && end) st = end;
-            D->graph = g;
+            D->graphs[b] = g;
         }
         if (st) {
             for (size_t d = 0; d < c->n_dev; d++)
-                if (c->devs[d].graph) {
-                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graph);
-                    c->devs[d].graph = NULL;
+                if (c->devs[d].graphs[b]) {
+                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
+                    c->devs[d].graphs[b] = NULL;
                 }
             return st;
         }
     }
     for (size_t d = 0; d < c->n_dev; d++)
-        if (c->devs[d].active) TRY(c->devs[d].dev->ops->graph_launch(c->devs[d].dev, c->devs[d].graph));
+        if (c->devs[d].active)
+            TRY(c->devs[d].dev->ops->graph_launch(c->devs[d].dev, c->devs[d].graphs[b]));
     return CLEAVE_OK;
 }
 

@@ -19,6 +19,14 @@ typedef struct engine_layer {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *next_norm;
 } engine_layer;
 
+/* Decode graphs are recorded per bucket of cache cells: the attention
+ * of bucket b is sized for ENGINE_GRAPH_MIN_CELLS << b cells (the whole
+ * context in the last one), so a step over a short cache does not launch
+ * attention blocks for the whole context. 2^24 cells of context at most
+ * in distinct buckets; larger contexts share the last. */
+#define ENGINE_GRAPH_MIN_CELLS 256u
+#define ENGINE_GRAPH_BUCKETS 17
+
 /* Activation scratch for one batch of up to n_batch tokens. */
 typedef struct engine_scratch {
     float *x, *h, *q, *k, *v, *att, *gate, *up, *logits;
@@ -43,8 +51,9 @@ typedef struct engine_device {
      * rows (no transfer before the first block, and graphs per device) */
     be_mat tok_embd;
     int32_t *ids_host; /* its token ids, -1 for tokens outside the slice */
-    /* the recorded one-token step of this device (see graphs_off) */
-    void *graph;
+    /* the recorded one-token steps of this device, one per bucket of
+     * live cells (see graphs_off) */
+    void *graphs[ENGINE_GRAPH_BUCKETS];
 } engine_device;
 
 /* A device allocation to free at the end. */
@@ -79,12 +88,13 @@ struct cleave_context {
     int32_t *row_of;
     size_t row_of_cap;
     bool logits_mapped;
-    /* One-token decode step recorded once per device (engine_device.graph)
-     * and replayed, where every active device records graphs and nothing
+    /* One-token decode step recorded once per device and cell bucket
+     * (engine_device.graphs) and replayed, where every active device records graphs and nothing
      * in the step needs the host: one device, or a tensor split whose
      * all-reduce runs on the devices. graphs_off where not, after a failed
      * recording, or with CLEAVE_NO_GRAPH=1. */
     bool graphs_off;
+    uint32_t graph_cells; /* the cells the step being recorded is sized for */
     /* weight placement progress */
     cleave_progress_fn progress;
     void *progress_user;

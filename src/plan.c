@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "error.h"
 #include "mem.h"
 
@@ -32,9 +33,11 @@ size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_
 
 size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n_active) {
     size_t row = (size_t)n_batch * hp->n_embd * sizeof(float);
-    /* the partial sums [n][e]; with company, the all-reduce's inbox: a
-     * slot per device and call parity (src/comm/comm_cuda.cu) */
-    return row + (n_active > 1 ? 2 * n_active * row : 0);
+    /* the partial sums [n][e]; with company, the all-reduce's inboxes: a
+     * slot per device and call parity, and the fused decode form's slots
+     * of two words per float (src/comm/comm_cuda.cu) */
+    size_t fused = (size_t)COMM_FUSED_MAX_FLOATS * 2 * sizeof(float);
+    return row + (n_active > 1 ? 2 * n_active * (row + fused) : 0);
 }
 
 size_t plan_total_bytes(const plan *p, size_t d) {

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "kv.h"
 #include "plan.h"
 #include "testutil.h"
@@ -190,9 +191,11 @@ static void test_plan_tensor(void) {
      * everywhere, vocab rows' share of the lm head and the embedding */
     CHECK(p.bytes[2].weights == 4 * (0 + 160 + 88) + 600 * 333 / 1000);
     /* compute: the activations plus the partial sums and the all-reduce's
-     * inbox (a slot per device and call parity) */
+     * inboxes (a slot per device and call parity, and the fused decode
+     * form's slots of two words per float) */
     CHECK(p.bytes[1].compute == plan_compute_bytes(&hp, req.n_batch, req.n_ctx) +
-                                    (size_t)req.n_batch * hp.n_embd * 4 * (1 + 2 * 3));
+                                    (size_t)req.n_batch * hp.n_embd * 4 * (1 + 2 * 3) +
+                                    2 * 3 * (size_t)COMM_FUSED_MAX_FLOATS * 8);
     CHECK(p.bytes[0].weights == 4 * (200 + 192 + 88) + 600 * 334 / 1000);
     plan_free(&p);
 

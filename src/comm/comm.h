@@ -19,6 +19,10 @@ extern "C" {
 #endif
 
 #define COMM_MAX_DEVICES 16
+/* The CUDA communicator keeps separate slots for the fused decode
+ * all-reduce, of at most this many floats per sender and call parity (8
+ * bytes each: a value beside the call number), counted by the plan. */
+#define COMM_FUSED_MAX_FLOATS 65536
 
 typedef struct comm comm;
 

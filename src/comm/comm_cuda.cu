@@ -15,6 +15,9 @@
  * Slots alternate by call parity because a device may start call k + 1
  * while a slower one still reads call k; it cannot reach call k + 2 before
  * every device has finished call k (call k + 1's flags wait for them).
+ * The fused decode form (all-reduce + residual add + norm) exchanges
+ * through its own slots instead, with the flag inside each 8-byte word
+ * (see k_all_reduce_add_norm).
  * Transport: inboxes and flags in each GPU's memory, written by the others
  * over peer access (NVLink), or all in pinned host memory mapped into
  * every GPU where there is no peer access. A device that never arrives (a
@@ -35,6 +38,10 @@
 #define AR_BLOCK_FLOATS 1024 /* a block per this many floats, up to AR_MAX_BLOCKS */
 #define AR_FUSED_THREADS 1024
 #define AR_FUSED_MAX_ROWS 8 /* decode and small batches; more rows: all-reduce, then the norm */
+/* The fused kernel's slots hold each float beside the call number in one
+ * 8-byte word (see k_all_reduce_add_norm): room for this many floats per
+ * sender and call parity. */
+#define AR_LL_MAX_FLOATS COMM_FUSED_MAX_FLOATS
 /* Sums from this size go through NCCL where it is loaded. Measured on 2x
  * H200 (NVLink): the kernel 21.8 us for 4 MB, 331 us for 64 MB; NCCL 33 us
  * and 247 us: they cross near 11 MB. */
@@ -47,6 +54,7 @@ struct comm {
     bool host;           /* transport through pinned host memory */
     float *inbox[COMM_MAX_DEVICES];     /* [2][n][cap] per device: what each sent it */
     unsigned *flags[COMM_MAX_DEVICES];  /* [AR_MAX_BLOCKS][COMM_MAX_DEVICES] per device */
+    uint4 *ll[COMM_MAX_DEVICES];        /* [2][n][AR_LL_MAX_FLOATS / 2] per device: fused calls */
     unsigned *state[COMM_MAX_DEVICES];  /* per device, its own memory: calls made, blocks done */
     void *host_mem;                     /* host transport: inboxes and flags of all */
     /* NCCL for sums of at least nccl_min floats over every device (a
@@ -59,6 +67,7 @@ struct comm {
 struct ar_args {
     float *inbox[COMM_MAX_DEVICES];
     unsigned *flags[COMM_MAX_DEVICES];
+    uint4 *ll[COMM_MAX_DEVICES];
     unsigned *state;
     float *buf;
     size_t n, cap;
@@ -229,21 +238,110 @@ __global__ void __launch_bounds__(AR_THREADS) k_all_reduce(ar_args a) {
     call_done(a, e);
 }
 
+/* The fused kernel's slot for contributions from `src` to `dst` in call
+ * parity `set`: two 16-byte words per float4 of data. */
+__device__ static inline uint4 *ll_slot(const ar_args &a, int dst, int src, size_t set) {
+    return a.ll[dst] + (set * (size_t)a.n_dev + (size_t)src) * (AR_LL_MAX_FLOATS / 2);
+}
+
+__device__ static inline void st_ll(uint4 *p, uint4 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+__device__ static inline uint4 ld_ll(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+/* Waits until both halves of float4 k from `src` carry call number e (a
+ * trap after 20 s, as in arrive_and_wait) and returns the data. */
+__device__ static float4 ll_wait(const ar_args &a, int src, size_t set, size_t k, unsigned e) {
+    const uint4 *p = ll_slot(a, a.rank, src, set) + 2 * k;
+    uint4 lo = ld_ll(p), hi = ld_ll(p + 1);
+    if (lo.y != e || lo.w != e || hi.y != e || hi.w != e) {
+        unsigned long long t0 = now_ns();
+        do {
+            if (now_ns() - t0 > 20000000000ull) __trap();
+            lo = ld_ll(p), hi = ld_ll(p + 1);
+        } while (lo.y != e || lo.w != e || hi.y != e || hi.w != e);
+    }
+    return make_float4(__uint_as_float(lo.x), __uint_as_float(lo.z), __uint_as_float(hi.x),
+                       __uint_as_float(hi.z));
+}
+
 /* Decode-sized batches: the all-reduce, the residual add and the norm
  * that follows it in one kernel, a block per row, so a tensor-split step
- * pays one launch per all-reduce. */
+ * pays one launch per all-reduce. The exchange is a "low-latency" one
+ * (NCCL's LL protocol has the idea): every float travels beside the call
+ * number in one 8-byte word, which a store writes whole, so a receiver
+ * that reads the call number in a word has its value. A thread pushes its
+ * float4s to the other devices and then waits for exactly the float4s it
+ * sums: no fence, no flag, one crossing of the link. Stale words of call
+ * k - 2 (same parity) carry another number. */
 __global__ void __launch_bounds__(AR_FUSED_THREADS)
     k_all_reduce_add_norm(ar_args a, float *x, const float *w, float *h, size_t width, float eps) {
     cuda_pdl_wait();
     size_t i0 = (size_t)blockIdx.x * width, i1 = i0 + width;
     unsigned e = call_number(a);
     size_t set = (e & 1);
+    if (a.contrib >> a.rank & 1) {
+        for (size_t v = i0 / 4 + threadIdx.x; v < i1 / 4; v += AR_FUSED_THREADS) {
+            float4 r = ((const float4 *)a.buf)[v];
+            uint4 lo = make_uint4(__float_as_uint(r.x), e, __float_as_uint(r.y), e);
+            uint4 hi = make_uint4(__float_as_uint(r.z), e, __float_as_uint(r.w), e);
+            for (int p = 0; p < a.n_dev; p++) {
+                if (p == a.rank || !(a.members >> p & 1)) continue;
+                uint4 *dst = ll_slot(a, p, a.rank, set) + 2 * v;
+                st_ll(dst, lo);
+                st_ll(dst + 1, hi);
+            }
+        }
+    }
+    float ss = 0.0f;
+    for (size_t v = i0 / 4 + threadIdx.x; v < i1 / 4; v += AR_FUSED_THREADS) {
+        /* the sum over contributors in device order: the same bits everywhere */
+        float4 r = make_float4(0, 0, 0, 0);
+        bool first = true;
+        for (int p = 0; p < a.n_dev; p++) {
+            if (!(a.contrib >> p & 1)) continue;
+            float4 c = p == a.rank ? ((const float4 *)a.buf)[v] : ll_wait(a, p, set, v, e);
+            r = first ? c : add4(r, c);
+            first = false;
+        }
+        float4 xv = add4(((float4 *)x)[v], r);
+        ((float4 *)x)[v] = xv;
+        ss += xv.x * xv.x + xv.y * xv.y + xv.z * xv.z + xv.w * xv.w;
+    }
+    /* the GEMV after this may start streaming its weights (it reads h
+     * only once this grid has finished) */
+    cuda_pdl_trigger();
+    float inv = rsqrtf(cuda_block_sum(ss) / (float)width + eps);
+    for (size_t v = i0 / 4 + threadIdx.x; v < i1 / 4; v += AR_FUSED_THREADS) {
+        float4 xv = ((const float4 *)x)[v], wv = ((const float4 *)w)[v - i0 / 4];
+        ((float4 *)h)[v] = make_float4(xv.x * inv * wv.x, xv.y * inv * wv.y, xv.z * inv * wv.z,
+                                       xv.w * inv * wv.w);
+    }
+    call_done(a, e);
+}
+
+/* The same through the flag handshake, for the host-memory transport:
+ * there every poll of a word is a read across PCIe, and waiting on each
+ * float4 measured 24 us per call against 10 us for one flag per block. */
+__global__ void __launch_bounds__(AR_FUSED_THREADS)
+    k_all_reduce_add_norm_flags(ar_args a, float *x, const float *w, float *h, size_t width, float eps) {
+    cuda_pdl_wait();
+    size_t i0 = (size_t)blockIdx.x * width, i1 = i0 + width;
+    unsigned e = call_number(a);
+    size_t set = (e & 1);
     publish(a, set, i0, i1);
     arrive_and_wait(a, e);
-    /* the GEMV after this may start streaming its weights (it reads h
-     * only once this grid has finished; triggering before the wait for
-     * the other devices measured no faster: 314.8 vs 318.7 tok/s) */
-    cuda_pdl_trigger();
+    cuda_pdl_trigger(); /* as in k_all_reduce_add_norm */
     float ss = 0.0f;
     for (size_t v = i0 / 4 + threadIdx.x; v < i1 / 4; v += AR_FUSED_THREADS) {
         float4 r = sum4(a, set, v), xv = ((float4 *)x)[v];
@@ -268,6 +366,7 @@ static void cuda_comm_free(comm *c) {
         if (!c->host) {
             dev->ops->free(dev, c->inbox[d]);
             dev->ops->free(dev, c->flags[d]);
+            dev->ops->free(dev, c->ll[d]);
         }
         dev->ops->free(dev, c->state[d]);
     }
@@ -301,6 +400,7 @@ static bool prepare(comm *c, float *const *bufs, const bool *contributes, size_t
         }
         a->inbox[d] = c->inbox[d];
         a->flags[d] = c->flags[d];
+        a->ll[d] = c->ll[d];
         if (bufs[d]) a->members |= 1u << d;
         if (bufs[d] && contributes[d]) a->contrib |= 1u << d;
     }
@@ -340,7 +440,7 @@ static cleave_status cuda_all_reduce_sum(comm *c, float *const *bufs, const bool
 
 static bool cuda_can_fuse(const comm *c, size_t rows, size_t width) {
     return rows >= 1 && rows <= AR_FUSED_MAX_ROWS && width % 4 == 0 && width >= 4 &&
-           rows * width <= c->cap;
+           rows * width <= c->cap && rows * width <= AR_LL_MAX_FLOATS;
 }
 
 static cleave_status cuda_all_reduce_add_norm(comm *c, float *const *bufs, const bool *contributes,
@@ -360,8 +460,12 @@ static cleave_status cuda_all_reduce_add_norm(comm *c, float *const *bufs, const
         if (!bufs[d]) continue;
         cuda_device *dev = cuda_dev(c->devs[d]);
         a.rank = (int)d, a.buf = bufs[d], a.state = c->state[d];
-        CUDA_LAUNCH(dev, k_all_reduce_add_norm, (unsigned)rows, AR_FUSED_THREADS, 0, a, x[d], w[d],
-                    h[d], width, eps);
+        if (c->host)
+            CUDA_LAUNCH(dev, k_all_reduce_add_norm_flags, (unsigned)rows, AR_FUSED_THREADS, 0, a,
+                        x[d], w[d], h[d], width, eps);
+        else
+            CUDA_LAUNCH(dev, k_all_reduce_add_norm, (unsigned)rows, AR_FUSED_THREADS, 0, a, x[d],
+                        w[d], h[d], width, eps);
     }
     return CLEAVE_OK;
 }
@@ -405,9 +509,12 @@ cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floa
                 c->host = true;
     size_t slot_bytes = 2 * n * c->cap * sizeof(float); /* an inbox */
     size_t flag_bytes = AR_MAX_BLOCKS * COMM_MAX_DEVICES * sizeof(unsigned);
+    /* the fused kernel's own slots: peer transport only (the host
+     * transport's fused kernel uses the flags) */
+    size_t ll_bytes = c->host ? 0 : 2 * n * (size_t)AR_LL_MAX_FLOATS * 2 * sizeof(float);
     cleave_status st = CLEAVE_OK;
     if (c->host) {
-        size_t per = slot_bytes + flag_bytes;
+        size_t per = slot_bytes + flag_bytes + ll_bytes;
         if (cudaHostAlloc(&c->host_mem, n * per, cudaHostAllocPortable | cudaHostAllocMapped) !=
             cudaSuccess) {
             cudaGetLastError();
@@ -427,8 +534,9 @@ cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floa
         if (!c->host) {
             c->inbox[d] = (float *)dev->ops->alloc(dev, slot_bytes, "all-reduce inbox");
             c->flags[d] = (unsigned *)dev->ops->alloc(dev, flag_bytes, "all-reduce flags");
-            if (!c->inbox[d] || !c->flags[d]) st = CLEAVE_ERR_OOM;
-            else st = zero(dev, c->flags[d], flag_bytes);
+            c->ll[d] = (uint4 *)dev->ops->alloc(dev, ll_bytes, "all-reduce slots (fused)");
+            if (!c->inbox[d] || !c->flags[d] || !c->ll[d]) st = CLEAVE_ERR_OOM;
+            else if (!(st = zero(dev, c->flags[d], flag_bytes))) st = zero(dev, c->ll[d], ll_bytes);
         }
         if (!st) {
             c->state[d] = (unsigned *)dev->ops->alloc(dev, 2 * sizeof(unsigned), "all-reduce state");

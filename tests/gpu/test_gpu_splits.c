@@ -2,12 +2,13 @@
  * micro-batches) and tensor (decode replayed from graphs), with peer
  * access and without it (CLEAVE_NO_P2P=1: copies staged through pinned
  * host memory, the all-reduce through mapped host memory). A 40-token
- * prompt in batches of 16, then 64 greedy steps, every step continuing
+ * prompt in batches of 16, then 240 greedy steps (across the 256-cell
+ * decode graph bucket into the 512-cell one), every step continuing
  * from the one-GPU token so one flip does not cascade. Uses cuda:0 and
  * cuda:1, or two handles of cuda:0 on a one-GPU machine. f32 weights must
  * match to 5e-4 (the tensor split adds the o and down projections' partial
- * sums in another order: 1.1e-4 measured on the small model), others to
- * the GEMM path's rounding. */
+ * sums in another order: 1.1e-4 measured on the small model; 1e-3 for
+ * stories260K, see main), others to the GEMM path's rounding. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include "testutil.h"
 
 #define N_PROMPT 40
-#define N_STEPS 64
+#define N_STEPS 240
 
 typedef struct {
     const char *label;
@@ -33,7 +34,7 @@ static int argmax(const float *v, size_t n) {
 
 static cleave_context *open_ctx(cleave_model *m, const char *devs, const split_case *sc) {
     cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = 256;
+    cp.n_ctx = 512;
     cp.n_batch = 16;
     cp.kv_type = CLEAVE_TYPE_F16;
     cp.devices = devs;
@@ -139,7 +140,11 @@ int main(void) {
         cleave_model_free(probe);
     }
     fprintf(stderr, "devices: %s\n", devs);
-    if (stories) compare("stories260K f32", stories, devs, 5e-4);
+    /* f32 weights, f16 cache: the splits' keys differ from one GPU's in
+     * the last bits (attention and the partial sums add in other orders),
+     * and a key that rounds to the neighbouring f16 moves logits by up to
+     * ~2^-11 relative: 6.2e-4 over 280 positions of stories260K */
+    if (stories) compare("stories260K f32", stories, devs, 1e-3);
     const char *q3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F32);
     if (q3) compare("tiny qwen3 f32", q3, devs, 5e-4);
     const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16, CLEAVE_TYPE_Q8_0};

@@ -1,7 +1,9 @@
 /* GPU logits against the CPU backend (the reference), on stories260K and
  * tiny generated models of every architecture and weight type: a 40-token
- * prompt in one batch (the GEMM path), then 64 greedy steps one token at a
- * time (the GEMV path), comparing every row of logits and every token.
+ * prompt in one batch (the GEMM path), then 280 greedy steps one token at a
+ * time (the GEMV path, replayed from graphs: the steps cross from the
+ * 256-cell graph bucket into the 512-cell one), comparing every row of
+ * logits and every token.
  * Needs a CUDA device; run on the GPU machine (not part of CI). */
 #include <math.h>
 #include <stdlib.h>
@@ -10,7 +12,7 @@
 #include "testutil.h"
 
 #define N_PROMPT 40
-#define N_STEPS 64
+#define N_STEPS 280
 
 static int argmax(const float *v, size_t n) {
     size_t best = 0;
@@ -21,7 +23,7 @@ static int argmax(const float *v, size_t n) {
 
 static cleave_context *ctx_on(cleave_model *m, const char *dev, cleave_type kv) {
     cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = 256;
+    cp.n_ctx = 512;
     cp.kv_type = kv;
     cp.devices = dev;
     cleave_context *c = NULL;
@@ -98,7 +100,10 @@ int main(void) {
     const char *stories = tu_stories_model();
     if (stories) {
         compare("stories260K f32", stories, CLEAVE_TYPE_F32, 1e-4);
-        compare("stories260K f32", stories, CLEAVE_TYPE_F16, 1e-3);
+        /* f16 cache: GPU and CPU keys differ by ~1e-6, so now and then one
+         * rounds to the neighbouring f16 (2^-11 relative), and more cells
+         * mean more such flips: 5.4e-4 after 104 positions, 1.3e-3 after 320 */
+        compare("stories260K f32", stories, CLEAVE_TYPE_F16, 2e-3);
         compare("stories260K f32", stories, CLEAVE_TYPE_BF16, 1e-2); /* 8-bit mantissa cache */
     }
     /* q8_0 caches need kv heads x head size in whole 32-blocks per head on

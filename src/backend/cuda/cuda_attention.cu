@@ -193,10 +193,19 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
 }
 
 /* Merges the splits of each (token, head) pair (with a live count, only
- * the splits that held cells). */
-__global__ void k_attn_merge(const float *part, size_t n_split, size_t hd, size_t n_head,
-                             size_t qw, float *out, const int32_t *n_kv_live) {
+ * the splits that held cells), a block per pair: each warp takes every
+ * ATT_WARPS-th split and its lanes pairs of dimensions, so the loads of
+ * many splits are in flight at once (a thread per dimension walking all
+ * splits in turn was one long chain of dependent loads: at 4k cells, 132
+ * splits, most of a tensor-split step's attention time); the warps' rows
+ * then meet in shared memory. Rows are hd + 2 floats apart: 8-byte
+ * aligned, so float2 loads. */
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+    k_attn_merge(const float *part, size_t n_split, size_t hd, size_t n_head, size_t qw, float *out,
+                 const int32_t *n_kv_live) {
+    __shared__ float sacc[ATT_WARPS][ATT_MAX_HD], sl[ATT_WARPS], s_max[ATT_WARPS];
     size_t pair = blockIdx.x, t = pair / n_head, h = pair % n_head;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     cuda_pdl_wait();
     cuda_pdl_trigger(); /* the o projection's GEMV may start loading weights */
     const float *p = part + pair * n_split * (hd + 2);
@@ -206,18 +215,43 @@ __global__ void k_attn_merge(const float *part, size_t n_split, size_t hd, size_
         n_split = used < n_split ? used : n_split;
     }
     float M = -INFINITY;
-    for (size_t s = 0; s < n_split; s++) M = fmaxf(M, p[s * (hd + 2) + hd]);
-    float L = 0.0f;
-    for (size_t s = 0; s < n_split; s++) {
-        float ms = p[s * (hd + 2) + hd];
-        if (ms != -INFINITY) L += p[s * (hd + 2) + hd + 1] * __expf(ms - M);
+    for (size_t s = threadIdx.x; s < n_split; s += blockDim.x) M = fmaxf(M, p[s * (hd + 2) + hd]);
+    M = cuda_warp_max(M);
+    if (lane == 0) s_max[warp] = M;
+    __syncthreads();
+    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, s_max[w]);
+    constexpr int J = ATT_MAX_HD / 64; /* float2s per lane */
+    float2 acc[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) acc[j] = make_float2(0.0f, 0.0f);
+    float l = 0.0f;
+#pragma unroll 4
+    for (size_t s = warp; s < n_split; s += ATT_WARPS) {
+        const float *r = p + s * (hd + 2);
+        float ms = r[hd];
+        float wgt = ms == -INFINITY ? 0.0f : __expf(ms - M);
+        l += wgt * r[hd + 1];
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            size_t dim = 2 * (size_t)lane + 64 * j;
+            if (dim < hd) {
+                float2 v = *(const float2 *)(r + dim);
+                acc[j].x += wgt * v.x, acc[j].y += wgt * v.y;
+            }
+        }
     }
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+        size_t dim = 2 * (size_t)lane + 64 * j;
+        if (dim < hd) sacc[warp][dim] = acc[j].x, sacc[warp][dim + 1] = acc[j].y;
+    }
+    if (lane == 0) sl[warp] = l;
+    __syncthreads();
+    float L = 0.0f;
+    for (int w = 0; w < ATT_WARPS; w++) L += sl[w];
     for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
         float v = 0.0f;
-        for (size_t s = 0; s < n_split; s++) {
-            float ms = p[s * (hd + 2) + hd];
-            if (ms != -INFINITY) v += p[s * (hd + 2) + dim] * __expf(ms - M);
-        }
+        for (int w = 0; w < ATT_WARPS; w++) v += sacc[w][dim];
         out[t * qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
     }
 }
@@ -402,10 +436,14 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
         if (split < min_split) split = min_split;
         a.n_split = split < max_split ? split : max_split;
         a.chunk = (x->n_kv + a.n_split - 1) / a.n_split;
+        /* recorded steps: room for the most splits any cache size takes,
+         * so graphs recorded for longer caches never regrow (and move) the
+         * partials that earlier graphs point at */
+        size_t room = x->n_kv_live && split > a.n_split ? split : a.n_split;
         void *part;
         cleave_status st =
             cuda_scratch(d, x->n_kv_live ? CUDA_SCRATCH_ATTN_GRAPH : CUDA_SCRATCH_ATTN,
-                         pairs * a.n_split * (x->head_dim + 2) * 4, &part);
+                         pairs * room * (x->head_dim + 2) * 4, &part);
         if (st) return st;
         a.part = (float *)part;
     }
