@@ -11,8 +11,8 @@
  *         their query heads) per device, FFN rows in blocks of ff_align,
  *         lm head by vocab rows; o and down projections split by input
  *         columns (the same ranges) and summed by an all-reduce. The KV
- *         cache is split by kv head like the weights. The token embedding
- *         stays on the main device.
+ *         cache is split by kv head like the weights, and the token
+ *         embedding by vocab rows like the lm head.
  * Ranges are apportioned by largest remainder: a device's count differs
  * from its exact share by less than one unit, and a share of 0 gets none. */
 #ifndef CLEAVE_PLAN_H

@@ -1,0 +1,115 @@
+/* The phase-switch cost model (see policy.h). */
+#include "policy.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "error.h"
+
+static const char *const mode_names[POLICY_MODES] = {"layer", "tensor"};
+
+/* what: the curve's name in messages ("prefill rate of layer mode") */
+static cleave_status check_curve(const policy_curve *c, const char *what) {
+    if (c->n < 1 || c->n > POLICY_MAX_POINTS)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "policy: the %s has %zu points (1..%d)", what, c->n,
+                       POLICY_MAX_POINTS);
+    for (size_t i = 0; i < c->n; i++) {
+        if (!(c->tokens[i] > 0) || !isfinite(c->tokens[i]) || (i && !(c->tokens[i] > c->tokens[i - 1])))
+            return err_set(CLEAVE_ERR_INVALID_ARG,
+                           "policy: the %s: token counts must be positive and increasing (point %zu: %g)",
+                           what, i, c->tokens[i]);
+        if (!(c->rate[i] > 0) || !isfinite(c->rate[i]))
+            return err_set(CLEAVE_ERR_INVALID_ARG, "policy: the %s at %g tokens is %g tok/s (must be > 0)",
+                           what, c->tokens[i], c->rate[i]);
+    }
+    return CLEAVE_OK;
+}
+
+/* Linear in log(tokens) between points, flat beyond them. */
+static double rate_at(const policy_curve *c, double tokens) {
+    if (tokens <= c->tokens[0]) return c->rate[0];
+    if (tokens >= c->tokens[c->n - 1]) return c->rate[c->n - 1];
+    size_t i = 1;
+    while (c->tokens[i] < tokens) i++;
+    double a = log(c->tokens[i - 1]), b = log(c->tokens[i]), t = (log(tokens) - a) / (b - a);
+    return c->rate[i - 1] + t * (c->rate[i] - c->rate[i - 1]);
+}
+
+cleave_status policy_rate_at(const policy_curve *c, double tokens, double *rate) {
+    if (!c || !rate || !(tokens >= 0) || !isfinite(tokens))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "policy: bad rate query");
+    cleave_status st = check_curve(c, "rate curve");
+    if (st) return st;
+    *rate = rate_at(c, tokens);
+    return CLEAVE_OK;
+}
+
+cleave_status policy_check(const policy_rates *r) {
+    if (!r) return err_set(CLEAVE_ERR_INVALID_ARG, "policy: no rates");
+    for (int m = 0; m < POLICY_MODES; m++) {
+        char what[64];
+        snprintf(what, sizeof what, "prefill rate of %s mode", mode_names[m]);
+        cleave_status st = check_curve(&r->pp[m], what);
+        if (!st) {
+            snprintf(what, sizeof what, "generation rate of %s mode", mode_names[m]);
+            st = check_curve(&r->tg[m], what);
+        }
+        if (st) return st;
+        if (!(r->switch_fixed_s[m] >= 0) || !(r->switch_per_token_s[m] >= 0) ||
+            !isfinite(r->switch_fixed_s[m]) || !isfinite(r->switch_per_token_s[m]))
+            return err_set(CLEAVE_ERR_INVALID_ARG,
+                           "policy: the switch from %s mode costs %g s + %g s per token (must be >= 0)",
+                           mode_names[m], r->switch_fixed_s[m], r->switch_per_token_s[m]);
+    }
+    return CLEAVE_OK;
+}
+
+int policy_prefill_mode(policy_plan p) {
+    return p == POLICY_TENSOR || p == POLICY_TENSOR_THEN_LAYER ? POLICY_MODE_TENSOR : POLICY_MODE_LAYER;
+}
+
+int policy_generate_mode(policy_plan p) {
+    return p == POLICY_TENSOR || p == POLICY_LAYER_THEN_TENSOR ? POLICY_MODE_TENSOR : POLICY_MODE_LAYER;
+}
+
+const char *policy_plan_name(policy_plan p) {
+    switch (p) {
+    case POLICY_LAYER: return "layer";
+    case POLICY_TENSOR: return "tensor";
+    case POLICY_LAYER_THEN_TENSOR: return "layer, then tensor";
+    case POLICY_TENSOR_THEN_LAYER: return "tensor, then layer";
+    default: return "?";
+    }
+}
+
+cleave_status policy_predict(const policy_rates *r, uint32_t prompt, uint32_t n_gen,
+                             double seconds[POLICY_PLANS]) {
+    if (!seconds) return err_set(CLEAVE_ERR_INVALID_ARG, "policy: nowhere to put the prediction");
+    cleave_status st = policy_check(r);
+    if (st) return st;
+    double p = prompt, depth = p + n_gen / 2.0;
+    for (int plan = 0; plan < POLICY_PLANS; plan++) {
+        int a = policy_prefill_mode((policy_plan)plan), b = policy_generate_mode((policy_plan)plan);
+        double t = prompt ? p / rate_at(&r->pp[a], p) : 0.0;
+        if (a != b) t += r->switch_fixed_s[a] + r->switch_per_token_s[a] * p;
+        if (n_gen) t += n_gen / rate_at(&r->tg[b], depth);
+        seconds[plan] = t;
+    }
+    return CLEAVE_OK;
+}
+
+cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_gen, double margin,
+                            policy_decision *out) {
+    if (!out || !(margin >= 0 && margin < 1))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "policy: margin %g outside [0, 1)", margin);
+    cleave_status st = policy_predict(r, prompt, n_gen, out->seconds);
+    if (st) return st;
+    const double *s = out->seconds;
+    policy_plan best = s[POLICY_TENSOR] < s[POLICY_LAYER] ? POLICY_TENSOR : POLICY_LAYER;
+    double bar = s[best] * (1.0 - margin);
+    for (int p = POLICY_LAYER_THEN_TENSOR; p <= POLICY_TENSOR_THEN_LAYER; p++)
+        if (s[p] < bar && (best < POLICY_LAYER_THEN_TENSOR || s[p] < s[best])) best = (policy_plan)p;
+    out->plan = best;
+    return CLEAVE_OK;
+}
