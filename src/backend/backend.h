@@ -163,6 +163,14 @@ typedef struct be_ops {
     void (*event_free)(be_device *d, void *ev);
     cleave_status (*copy_from)(be_device *d, void *dst, be_device *from, const void *src, size_t n,
                                void *ready);
+    /* Optional, with copy_from: `height` rows of `width` bytes from src on
+     * `from`, its rows spitch bytes apart, to dst on d, rows dpitch apart
+     * (pitches >= width), ordered as copy_from. What a split-mode switch
+     * moves is mostly such blocks: a range of columns of every row (the o
+     * and down projections, a range of kv heads of every cache cell). */
+    cleave_status (*copy2d_from)(be_device *d, void *dst, size_t dpitch, be_device *from,
+                                 const void *src, size_t spitch, size_t width, size_t height,
+                                 void *ready);
 } be_ops;
 
 struct be_device {

@@ -154,6 +154,20 @@ static cleave_status cpu_copy_from(be_device *d, void *dst, be_device *from, con
     return st;
 }
 
+static cleave_status cpu_copy2d_from(be_device *d, void *dst, size_t dpitch, be_device *from,
+                                     const void *src, size_t spitch, size_t width, size_t height,
+                                     void *ready) {
+    if (!width || !height) return CLEAVE_OK;
+    if (dpitch < width || spitch < width)
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "device '%s': 2-D copy of %zu-byte rows with pitches %zu and %zu",
+                       cpu_dev(d)->name, width, spitch, dpitch);
+    cleave_status st = cpu_check_copy(d, "copy2d_from", dst, src, width);
+    for (size_t r = 0; st == CLEAVE_OK && r < height; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return st;
+}
+
 static void cpu_destroy(be_device *d) {
     if (!d) return;
     cpu_device *c = cpu_dev(d);
@@ -207,6 +221,7 @@ static const be_ops cpu_ops = {
     .event_record = cpu_event_record,
     .event_free = cpu_event_free,
     .copy_from = cpu_copy_from,
+    .copy2d_from = cpu_copy2d_from,
 };
 
 /* CLEAVE_NO_SIMD set to anything but "" or "0" forces the C kernels. */

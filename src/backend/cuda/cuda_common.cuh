@@ -55,7 +55,8 @@ struct cuda_device {
 
 /* Whether device a reads and writes b's memory directly (peer access,
  * enabled both ways on first ask; always for two handles of one GPU).
- * CLEAVE_NO_P2P=1 says no, to measure what a box without P2P sees. */
+ * CLEAVE_NO_P2P=1 says no, also for two handles of one GPU, to measure
+ * what a box without P2P sees and to test those paths on one GPU. */
 bool cuda_peer_access(cuda_device *a, cuda_device *b);
 void cuda_peer_free(cuda_device *d);
 
@@ -259,6 +260,9 @@ cleave_status cuda_op_ffn(be_device *d, const be_mat *gate, const be_mat *up, co
                           const float *x, size_t n, float *tmp, float *y);
 cleave_status cuda_event_record(be_device *d, void **ev);
 void cuda_event_free(be_device *d, void *ev);
+cleave_status cuda_copy2d_from(be_device *d, void *dst, size_t dpitch, be_device *from,
+                               const void *src, size_t spitch, size_t width, size_t height,
+                               void *ready);
 cleave_status cuda_copy_from(be_device *d, void *dst, be_device *from, const void *src, size_t n,
                              void *ready);
 /* The cuBLAS path in two steps, so one converted input can serve several

@@ -220,7 +220,7 @@ static const be_ops cuda_ops = {
     NULL, /* matmul_swiglu: ffn covers it */
     cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free,
     cuda_op_matmul_multi, cuda_op_ffn,
-    cuda_event_record, cuda_event_free, cuda_copy_from,
+    cuda_event_record, cuda_event_free, cuda_copy_from, cuda_copy2d_from,
 };
 
 bool be_is_cuda(const be_device *d) { return d && d->ops == &cuda_ops; }

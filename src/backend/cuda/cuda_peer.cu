@@ -15,8 +15,10 @@ static bool p2p_disabled(void) {
 }
 
 bool cuda_peer_access(cuda_device *a, cuda_device *b) {
-    if (a->ordinal == b->ordinal) return true;
+    /* CLEAVE_NO_P2P holds for two handles of one GPU too, so a one-GPU
+     * machine tests the staged paths */
     if (p2p_disabled()) return false;
+    if (a->ordinal == b->ordinal) return true;
     if (!a->peer[b->ordinal]) {
         int ab = 0, ba = 0;
         cudaDeviceCanAccessPeer(&ab, a->ordinal, b->ordinal);
@@ -101,9 +103,13 @@ static cleave_status host_slots(cuda_device *d, size_t n) {
     return CLEAVE_OK;
 }
 
-static cleave_status staged_copy(cuda_device *d, void *dst, cuda_device *f, const void *src,
-                                 size_t n, cudaEvent_t ready) {
-    cleave_status st = host_slots(d, n);
+/* height rows of width bytes through a pinned slot of the destination
+ * (rows packed there): device to host on the source's copy stream, host
+ * to device on the destination's stream. */
+static cleave_status staged_copy(cuda_device *d, void *dst, size_t dpitch, cuda_device *f,
+                                 const void *src, size_t spitch, size_t width, size_t height,
+                                 cudaEvent_t ready) {
+    cleave_status st = host_slots(d, width * height);
     if (st) return st;
     unsigned i = d->xfer_next++ % XFER_SLOTS;
     if (!f->copy_stream) {
@@ -117,20 +123,43 @@ static cleave_status staged_copy(cuda_device *d, void *dst, cuda_device *f, cons
      * counts as done) */
     CUDA_TRY(cudaStreamWaitEvent(f->copy_stream, d->xfer_free[i], 0));
     CUDA_TRY(cudaStreamWaitEvent(f->copy_stream, ready, 0));
-    CUDA_TRY(cudaMemcpyAsync(d->xfer_host[i], src, n, cudaMemcpyDeviceToHost, f->copy_stream));
+    CUDA_TRY(cudaMemcpy2DAsync(d->xfer_host[i], width, src, spitch, width, height,
+                               cudaMemcpyDeviceToHost, f->copy_stream));
     CUDA_TRY(cudaEventRecord(f->xfer_done[k], f->copy_stream));
     cudaSetDevice(d->ordinal);
     CUDA_TRY(cudaStreamWaitEvent(d->stream, f->xfer_done[k], 0));
-    CUDA_TRY(cudaMemcpyAsync(dst, d->xfer_host[i], n, cudaMemcpyHostToDevice, d->stream));
+    CUDA_TRY(cudaMemcpy2DAsync(dst, dpitch, d->xfer_host[i], width, width, height,
+                               cudaMemcpyHostToDevice, d->stream));
     CUDA_TRY(cudaEventRecord(d->xfer_free[i], d->stream));
     return CLEAVE_OK;
 }
 
-cleave_status cuda_copy_from(be_device *dev, void *dst, be_device *from_dev,
-                                        const void *src, size_t n, void *ready) {
-    if (!n) return CLEAVE_OK;
+/* A peer copy on the destination's stream: one call for one row, a 3-D
+ * peer copy of one layer for several. */
+static cudaError_t peer_copy(cuda_device *d, void *dst, size_t dpitch, cuda_device *f,
+                             const void *src, size_t spitch, size_t width, size_t height) {
+    if (height == 1) return cudaMemcpyPeerAsync(dst, d->ordinal, src, f->ordinal, width, d->stream);
+    if (d->ordinal == f->ordinal)
+        return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice,
+                                 d->stream);
+    cudaMemcpy3DPeerParms p = {};
+    p.srcPtr = make_cudaPitchedPtr((void *)src, spitch, width, height);
+    p.srcDevice = f->ordinal;
+    p.dstPtr = make_cudaPitchedPtr(dst, dpitch, width, height);
+    p.dstDevice = d->ordinal;
+    p.extent = make_cudaExtent(width, height, 1);
+    return cudaMemcpy3DPeerAsync(&p, d->stream);
+}
+
+cleave_status cuda_copy2d_from(be_device *dev, void *dst, size_t dpitch, be_device *from_dev,
+                               const void *src, size_t spitch, size_t width, size_t height,
+                               void *ready) {
+    if (!width || !height) return CLEAVE_OK;
     if (!be_is_cuda(from_dev))
         return err_set(CLEAVE_ERR_INVALID_ARG, "copy_from: the source is not a CUDA device");
+    if (!dst || !src || (height > 1 && (dpitch < width || spitch < width)))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "copy_from: %zu rows of %zu bytes, pitches %zu and %zu",
+                       height, width, spitch, dpitch);
     cuda_device *d = cuda_dev(dev), *f = (cuda_device *)from_dev->impl;
     /* one source may feed several destinations from several threads */
     pthread_mutex_lock(&f->xfer_lock);
@@ -139,15 +168,19 @@ cleave_status cuda_copy_from(be_device *dev, void *dst, be_device *from_dev,
     if (!st && cuda_peer_access(d, f)) {
         cudaSetDevice(d->ordinal);
         cudaError_t e = cudaStreamWaitEvent(d->stream, r, 0);
-        if (e == cudaSuccess)
-            e = cudaMemcpyPeerAsync(dst, d->ordinal, src, f->ordinal, n, d->stream);
+        if (e == cudaSuccess) e = peer_copy(d, dst, dpitch, f, src, spitch, width, height);
         if (e != cudaSuccess) st = cuda_fail(e, "peer copy", __FILE__, __LINE__);
     } else if (!st) {
-        st = staged_copy(d, dst, f, src, n, r);
+        st = staged_copy(d, dst, dpitch, f, src, spitch, width, height, r);
     }
     pthread_mutex_unlock(&f->xfer_lock);
     cudaSetDevice(d->ordinal);
     return st;
+}
+
+cleave_status cuda_copy_from(be_device *dev, void *dst, be_device *from_dev, const void *src,
+                             size_t n, void *ready) {
+    return cuda_copy2d_from(dev, dst, n, from_dev, src, n, n, 1, ready);
 }
 
 void cuda_peer_free(cuda_device *d) {
