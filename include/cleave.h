@@ -140,6 +140,14 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
                                  cleave_context **out);
 void cleave_context_free(cleave_context *ctx);
 uint32_t cleave_context_n_ctx(const cleave_context *ctx);
+/* Moves a live context to another split mode on the same devices
+ * (shares: n_shares, one per device, NULL = equal), keeping its sequences,
+ * positions and logits, so generation continues where prefill left off.
+ * On failure (the devices cannot hold the new placement, say) the context
+ * is left as it was and stays usable in its old mode; the error says why. */
+cleave_status cleave_context_set_split_mode(cleave_context *ctx, cleave_split_mode mode,
+                                            const float *shares, size_t n_shares);
+cleave_split_mode cleave_context_split_mode(const cleave_context *ctx);
 /* The device(s) the context runs on, e.g. "cpu", "cuda:0 (NVIDIA H200)" or
  * "cpu:0+cpu:1 (layer)". */
 const char *cleave_context_device(const cleave_context *ctx);

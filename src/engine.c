@@ -220,8 +220,46 @@ cleave_context_params cleave_context_default_params(void) {
     return p;
 }
 
+/* The parameters c was made with, its pointer fields pointing into c. */
+void engine_saved_params(const struct cleave_context *c, cleave_context_params *p) {
+    *p = c->params;
+    p->devices = c->devices_spec[0] ? c->devices_spec : NULL;
+    p->shares = c->has_shares ? c->shares : NULL;
+    p->n_shares = c->has_shares ? c->n_dev : 0;
+    p->budgets = c->has_budgets ? c->budgets : NULL;
+    p->n_budgets = c->has_budgets ? c->n_dev : 0;
+}
+
+static void save_params(struct cleave_context *c, const cleave_context_params *p) {
+    c->params = *p;
+    c->params.devices = NULL, c->params.shares = NULL, c->params.budgets = NULL;
+    snprintf(c->devices_spec, sizeof c->devices_spec, "%s", p->devices ? p->devices : "");
+    c->has_shares = p->shares && p->n_shares == c->n_dev;
+    c->has_budgets = p->budgets && p->n_budgets == c->n_dev;
+    for (size_t d = 0; d < c->n_dev; d++) {
+        if (c->has_shares) c->shares[d] = p->shares[d];
+        if (c->has_budgets) c->budgets[d] = p->budgets[d];
+    }
+}
+
+static cleave_status build(cleave_model *model, const cleave_context_params *params,
+                           be_device *const *borrow, size_t n_borrow, cleave_context **out);
+
 cleave_status cleave_context_new(cleave_model *model, const cleave_context_params *params,
                                  cleave_context **out) {
+    return build(model, params, NULL, 0, out);
+}
+
+cleave_status engine_context_on(cleave_model *model, const cleave_context_params *params,
+                                be_device *const *devs, size_t n, cleave_context **out) {
+    if (!devs || n == 0 || n > PLAN_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "context: 1..%d devices to build on", PLAN_MAX_DEVICES);
+    return build(model, params, devs, n, out);
+}
+
+/* A context on devices of its own, or (borrow) on n_borrow open ones. */
+static cleave_status build(cleave_model *model, const cleave_context_params *params,
+                           be_device *const *borrow, size_t n_borrow, cleave_context **out) {
     if (!model || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "context: model and out required");
     *out = NULL;
     cleave_context_params p = params ? *params : cleave_context_default_params();
@@ -244,8 +282,18 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     struct cleave_context *c = mem_calloc(1, sizeof *c, "context");
     if (!c) return CLEAVE_ERR_OOM;
     c->model = model;
-    cleave_status st = open_devices(c, &p);
+    cleave_status st = CLEAVE_OK;
+    if (borrow) {
+        c->borrowed_devices = true;
+        for (size_t d = 0; d < n_borrow; d++) c->devs[d].dev = borrow[d];
+        c->n_dev = n_borrow;
+        if (p.shares && p.n_shares != n_borrow)
+            st = err_set(CLEAVE_ERR_INVALID_ARG, "%zu split shares for %zu devices", p.n_shares, n_borrow);
+    } else {
+        st = open_devices(c, &p);
+    }
     if (st) goto fail;
+    save_params(c, &p);
     if ((st = make_plan(c, &p, n_ctx, n_batch))) goto fail;
     n_ctx = c->plan.n_ctx; /* fit may have taken a smaller context */
     if (n_batch > n_ctx) n_batch = c->plan.n_batch = n_ctx;
@@ -323,7 +371,8 @@ void cleave_context_free(cleave_context *c) {
         be_device *d = c->devs[c->owned[i].dev].dev;
         d->ops->free(d, c->owned[i].p);
     }
-    for (size_t d = 0; d < c->n_dev; d++) c->devs[d].dev->ops->destroy(c->devs[d].dev);
+    for (size_t d = 0; d < c->n_dev && !c->borrowed_devices; d++)
+        c->devs[d].dev->ops->destroy(c->devs[d].dev);
     plan_free(&c->plan);
     free(c->owned);
     free(c->layers);
@@ -567,7 +616,7 @@ static cleave_status forward_graph(struct cleave_context *c) {
     return CLEAVE_OK;
 }
 
-static cleave_status sync_all(struct cleave_context *c) {
+cleave_status engine_sync_all(struct cleave_context *c) {
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active) TRY(c->devs[d].dev->ops->sync(c->devs[d].dev));
     return CLEAVE_OK;
@@ -617,7 +666,7 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
             fprintf(stderr, "cleave: decode graph unavailable (%s); running op by op\n",
                     cleave_last_error());
             c->graphs_off = true;
-            TRY(sync_all(c));
+            TRY(engine_sync_all(c));
             TRY(tensor ? engine_tensor_body(c, n, first_out, false)
                        : forward_body(c, n, first_out, false));
         }
@@ -626,12 +675,12 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
     }
     if (tensor) {
         TRY(engine_tensor_logits(c, n - first_out, logits_host));
-        return sync_all(c);
+        return engine_sync_all(c);
     }
     engine_device *H = &c->devs[c->plan.head_device];
     TRY(H->dev->ops->read(H->dev, logits_host, H->s.logits,
                           (n - first_out) * hp->n_vocab * sizeof(float)));
-    return sync_all(c);
+    return engine_sync_all(c);
 }
 
 /* ---- decode API --------------------------------------------------------- */

@@ -95,6 +95,17 @@ struct cleave_context {
      * recording, or with CLEAVE_NO_GRAPH=1. */
     bool graphs_off;
     uint32_t graph_cells; /* the cells the step being recorded is sized for */
+    /* What the context was made with (pointer fields cleared; the arrays
+     * they pointed to are copied beside), so a split-mode switch can build
+     * the other placement with the same devices, context and budgets. */
+    cleave_context_params params;
+    char devices_spec[256];
+    float shares[PLAN_MAX_DEVICES];
+    size_t budgets[PLAN_MAX_DEVICES];
+    bool has_shares, has_budgets;
+    /* a placement built on another context's devices (a switch in
+     * progress): freeing it leaves them open */
+    bool borrowed_devices;
     /* weight placement progress */
     cleave_progress_fn progress;
     void *progress_user;

@@ -42,6 +42,15 @@ cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
  * slices of `rows` rows into logits_host. */
 cleave_status engine_tensor_body(struct cleave_context *c, size_t n, size_t first_out, bool graph);
 cleave_status engine_tensor_logits(struct cleave_context *c, size_t rows, float *logits_host);
+
+/* Waits for every active device of c. */
+cleave_status engine_sync_all(struct cleave_context *c);
+/* The parameters c was made with (pointers into c). */
+void engine_saved_params(const struct cleave_context *c, cleave_context_params *p);
+/* A context (a placement) on n devices already open, e.g. another
+ * context's: freeing it leaves them open. */
+cleave_status engine_context_on(cleave_model *model, const cleave_context_params *params,
+                                be_device *const *devs, size_t n, struct cleave_context **out);
 /* bytes from src on device `from` to dst on device `to`, by the devices'
  * copy_from where they share a backend that has it (ordered after the work
  * `ready` marks on `from`, NULL: all issued there), else through host

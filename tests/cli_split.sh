@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The split modes through the command line on virtual CPU devices: the
 # greedy story is the same on one device, under the layer split and under
-# the tensor split (one device left out); bad split flags exit 2 and plans
+# the tensor split (one device left out), and with the prompt under one
+# mode and generation under another (-psm); bad split flags exit 2 and plans
 # that cannot fit exit 1, each with a message; --mem-report and
 # batched-bench print what they promise.
 set -u
@@ -22,6 +23,19 @@ for args in "--devices cpu:2 -sm layer" "--devices cpu:3 -sm layer -ts 1,2,1" \
   got=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 $args 2>"$tmp/err")
   if [ "$got" != "$one" ]; then echo "FAIL: $args: the story differs"; cat "$tmp/err"; fail=1; fi
 done
+
+# -psm: the prompt under one split mode, generation under the other, the
+# same story; a switch the budgets cannot hold warns and goes on
+for args in "-psm layer -sm tensor" "-psm tensor -sm layer" "-psm none -sm tensor"; do
+  got=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 --devices cpu:2 $args 2>"$tmp/err")
+  if [ "$got" != "$one" ]; then echo "FAIL: $args: the story differs"; cat "$tmp/err"; fail=1; fi
+  if ! grep -q "switched from" "$tmp/err"; then echo "FAIL: $args: no switch reported"; cat "$tmp/err"; fail=1; fi
+done
+got=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 --devices cpu:2 -psm layer -sm tensor \
+      --vram-budget 3.5,3.5 --fit off 2>"$tmp/err")
+if [ "$got" != "$one" ] || ! grep -q "warning: split-mode switch from layer to tensor failed" "$tmp/err"; then
+  echo "FAIL: a switch past the budgets should warn and finish in layer mode"; cat "$tmp/err"; fail=1
+fi
 
 expect() { # expect CODE PATTERN ARGS...: exit code and a message on stderr
   local code=$1 pat=$2; shift 2

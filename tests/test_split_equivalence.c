@@ -46,13 +46,6 @@ static cleave_context *open_ctx(cleave_model *m, const placement *p) {
     return c;
 }
 
-static int argmax(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (int)best;
-}
-
 /* Prompt logits (all rows) and then greedy tokens. */
 static void run(cleave_context *c, cleave_model *m, float *logits, int32_t *gen) {
     cleave_model_desc desc;
@@ -66,11 +59,11 @@ static void run(cleave_context *c, cleave_model *m, float *logits, int32_t *gen)
         const float *l = cleave_get_logits(c, i);
         if (l) memcpy(logits + (size_t)i * nv, l, nv * sizeof(float));
     }
-    int32_t t = argmax(cleave_get_logits(c, -1), nv);
+    int32_t t = tu_argmax(cleave_get_logits(c, -1), nv);
     for (int s = 0; s < N_GEN; s++) {
         gen[s] = t;
         CHECK_OK(cleave_decode(c, &t, 1, N_PROMPT + s, 0, false));
-        t = argmax(cleave_get_logits(c, -1), nv);
+        t = tu_argmax(cleave_get_logits(c, -1), nv);
     }
 }
 

@@ -95,6 +95,13 @@ double tu_rel_err(const float *a, const float *b, size_t n) {
     return den > 0 ? num / den : num;
 }
 
+int tu_argmax(const float *v, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int)best;
+}
+
 unsigned char *tu_slurp(const char *path, size_t *n) {
     *n = 0;
     FILE *f = fopen(path, "rb");

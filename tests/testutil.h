@@ -62,6 +62,8 @@ unsigned char *tu_slurp(const char *path, size_t *n);
 void tu_spit(const char *path, const unsigned char *data, size_t n);
 /* max |a-b| / max |b| */
 double tu_rel_err(const float *a, const float *b, size_t n);
+/* The index of the largest of v[0..n) (the first of equals). */
+int tu_argmax(const float *v, size_t n);
 /* Loads a model (a failed load is a failed check; NULL) and its vocabulary size. */
 cleave_model *tu_load(const char *path, size_t *n_vocab);
 #endif

@@ -85,6 +85,17 @@ static bool number_list(const char *flag, const char *v, double *out, size_t cap
     return *n > 0;
 }
 
+int cli_split_mode(const char *flag, const char *v, cleave_split_mode *out) {
+    if (!strcmp(v, "none")) *out = CLEAVE_SPLIT_NONE;
+    else if (!strcmp(v, "layer")) *out = CLEAVE_SPLIT_LAYER;
+    else if (!strcmp(v, "tensor") || !strcmp(v, "row")) *out = CLEAVE_SPLIT_TENSOR;
+    else {
+        fprintf(stderr, "cleave: %s: expected none, layer or tensor, got '%s'\n", flag, v);
+        return -1;
+    }
+    return 0;
+}
+
 int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
 #define IS(s) (!strcmp(flag, s))
     if (!(IS("--device") || IS("--devices") || IS("-ngl") || IS("--n-gpu-layers") || IS("-sm") ||
@@ -106,13 +117,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
     } else if (IS("--device") || IS("--devices")) {
         p->devices = v;
     } else if (IS("-sm") || IS("--split-mode")) {
-        if (!strcmp(v, "none")) p->mode = CLEAVE_SPLIT_NONE;
-        else if (!strcmp(v, "layer")) p->mode = CLEAVE_SPLIT_LAYER;
-        else if (!strcmp(v, "tensor") || !strcmp(v, "row")) p->mode = CLEAVE_SPLIT_TENSOR;
-        else {
-            fprintf(stderr, "cleave: %s: expected none, layer or tensor, got '%s'\n", flag, v);
-            return -1;
-        }
+        if (cli_split_mode(flag, v, &p->mode)) return -1;
     } else if (IS("-ts") || IS("--tensor-split")) {
         if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
         for (size_t i = 0; i < n; i++) p->shares[i] = (float)xs[i];

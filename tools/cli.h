@@ -38,6 +38,9 @@ typedef struct cli_context_opts {
 } cli_context_opts;
 int cli_context_flag(const char *flag, const char *v, cli_context_opts *o);
 
+/* A split mode by name (none, layer, tensor; "row" is tensor): 0, or -1
+ * after a message naming the flag. */
+int cli_split_mode(const char *flag, const char *value, cleave_split_mode *out);
 /* Initial placement: CPU, no split, fit by default. */
 cli_placement cli_placement_default(void);
 /* If flag is a placement flag (--device/--devices D, -ngl N, -sm MODE,

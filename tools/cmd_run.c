@@ -12,6 +12,8 @@ typedef struct {
     long long n_predict, n_ctx, n_batch, n_ubatch, threads;
     cleave_type kv_type;
     bool no_bos, verbose_prompt, mem_report;
+    bool has_psm;            /* -psm given: prefill under psm, then switch to -sm */
+    cleave_split_mode psm;
     cleave_sampler_params sp;
 } run_opts;
 
@@ -27,6 +29,10 @@ static void run_usage(FILE *out) {
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             CLI_PLACEMENT_HELP
+            "  -psm, --prefill-split-mode M\n"
+            "                          process the prompt under split mode M (none, layer, tensor),\n"
+            "                          then switch the live context to -sm for generation; if the\n"
+            "                          devices cannot hold -sm's placement, generation stays in M\n"
             "  -ctk, --cache-type T    KV cache type: f16 (default), f32, bf16, q8_0 (-ctv: same flag)\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k N               (default 40; 0 = off)\n"
@@ -82,6 +88,11 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--frequency-penalty", NULL)) { if (!cli_float(a, v, &o->sp.frequency_penalty)) return false; i++; }
         else if (IS("--presence-penalty", NULL)) { if (!cli_float(a, v, &o->sp.presence_penalty)) return false; i++; }
         else if (IS("-s", "--seed")) { if (!cli_int(a, v, 0, INT64_MAX, &x)) return false; o->sp.seed = (uint64_t)x; i++; }
+        else if (IS("-psm", "--prefill-split-mode")) {
+            if (!v || cli_split_mode(a, v, &o->psm)) return false;
+            o->has_psm = true;
+            i++;
+        }
         else if ((pr = cli_placement_flag(a, v, &o->place)) != 0) {
             if (pr < 0) return false;
             i++;
@@ -130,6 +141,28 @@ static void emit(cleave_model *m, int32_t prev, int32_t tok) {
     }
 }
 
+static const char *mode_name(cleave_split_mode m) {
+    return m == CLEAVE_SPLIT_TENSOR ? "tensor" : m == CLEAVE_SPLIT_LAYER ? "layer" : "none";
+}
+
+/* -psm: the prompt is in; the live context moves to -sm for generation,
+ * or, when it cannot, generation goes on where it is. */
+static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
+    double t0 = cli_now();
+    const float *shares = o->place.n_shares ? o->place.shares : NULL;
+    /* GPUs take their slices of the weights anew: show it (CPUs map them) */
+    if (strncmp(cleave_context_device(ctx), "cpu", 3) != 0)
+        cleave_context_set_progress(ctx, cli_progress, (void *)"switching split mode");
+    cleave_status st = cleave_context_set_split_mode(ctx, o->place.mode, shares, o->place.n_shares);
+    if (st) {
+        fprintf(stderr, "\ncleave: warning: %s\n", cleave_last_error());
+        return;
+    }
+    fprintf(stderr, "\ncleave: switched from %s to %s split in %.1f ms, now on %s\n",
+            mode_name(o->psm), mode_name(o->place.mode), (cli_now() - t0) * 1e3,
+            cleave_context_device(ctx));
+}
+
 static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, const run_opts *o,
                     const char *text, size_t text_len, const int32_t *prompt, size_t n_prompt) {
     double t0 = cli_now();
@@ -139,6 +172,7 @@ static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, c
     fwrite(text, 1, text_len, stdout);
     fflush(stdout);
     for (size_t i = 0; i < n_prompt; i++) cleave_sampler_accept(smp, prompt[i]);
+    if (o->has_psm && o->psm != o->place.mode) switch_for_generation(ctx, o);
 
     uint32_t n_ctx = cleave_context_n_ctx(ctx);
     int32_t pos = (int32_t)n_prompt, prev = prompt[n_prompt - 1];
@@ -197,6 +231,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
     cli_placement_apply(&o.place, &cp);
+    if (o.has_psm) cp.split_mode = o.psm;
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) goto out;
     rc = 1;
     cleave_status st;

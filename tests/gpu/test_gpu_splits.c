@@ -3,7 +3,9 @@
  * access and without it (CLEAVE_NO_P2P=1: copies staged through pinned
  * host memory, the all-reduce through mapped host memory). A 40-token
  * prompt in batches of 16, then 240 greedy steps (across the 256-cell
- * decode graph bucket into the 512-cell one), every step continuing
+ * decode graph bucket into the 512-cell one), also with the prompt under
+ * one split and the steps under the other (a switch of the live context),
+ * every step continuing
  * from the one-GPU token so one flip does not cascade. Uses cuda:0 and
  * cuda:1, or two handles of cuda:0 on a one-GPU machine. f32 weights must
  * match to 5e-4 (the tensor split adds the o and down projections' partial
@@ -23,14 +25,8 @@ typedef struct {
     cleave_split_mode mode;
     uint32_t n_batch, n_ubatch;
     bool no_p2p;
+    cleave_split_mode then; /* != mode: switch to it after the prompt */
 } split_case;
-
-static int argmax(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (int)best;
-}
 
 static cleave_context *open_ctx(cleave_model *m, const char *devs, const split_case *sc) {
     cleave_context_params cp = cleave_context_default_params();
@@ -42,29 +38,29 @@ static cleave_context *open_ctx(cleave_model *m, const char *devs, const split_c
         cp.split_mode = sc->mode;
         cp.n_batch = sc->n_batch;
         cp.n_ubatch = sc->n_ubatch;
-        if (sc->no_p2p) setenv("CLEAVE_NO_P2P", "1", 1);
     }
     cleave_context *c = NULL;
     CHECK_OK(cleave_context_new(m, &cp, &c));
-    unsetenv("CLEAVE_NO_P2P");
     return c;
 }
 
-/* logits of every prompt row, then of each step fed the reference's token */
-static bool run(cleave_context *c, const int32_t *toks, const int32_t *ref_steps, size_t nv,
-                float *logits, int32_t *steps) {
+/* logits of every prompt row, then of each step fed the reference's token
+ * (after a switch of split mode when sc asks for one) */
+static bool run(cleave_context *c, const split_case *sc, const int32_t *toks,
+                const int32_t *ref_steps, size_t nv, float *logits, int32_t *steps) {
     /* passes of n_batch tokens: 16, 16, 8 (one GPU), or 32 as two 16-token
      * micro-batches and 8 (pipeline): the same kernel shapes either way */
     if (cleave_decode(c, toks, N_PROMPT, 0, 0, true)) return false;
     for (int r = 0; r < N_PROMPT; r++) memcpy(logits + (size_t)r * nv, cleave_get_logits(c, r), nv * 4);
-    int32_t t = argmax(logits + (size_t)(N_PROMPT - 1) * nv, nv);
+    if (sc && sc->then != sc->mode && cleave_context_set_split_mode(c, sc->then, NULL, 0)) return false;
+    int32_t t = tu_argmax(logits + (size_t)(N_PROMPT - 1) * nv, nv);
     for (int s = 0; s < N_STEPS; s++) {
         steps[s] = t;
         int32_t feed = ref_steps ? ref_steps[s] : t;
         if (cleave_decode(c, &feed, 1, N_PROMPT + s, 0, false)) return false;
         const float *l = cleave_get_logits(c, -1);
         memcpy(logits + (size_t)(N_PROMPT + s) * nv, l, nv * 4);
-        t = argmax(l, nv);
+        t = tu_argmax(l, nv);
     }
     return true;
 }
@@ -81,21 +77,30 @@ static void compare(const char *label, const char *path, const char *devs, doubl
     toks[0] = cleave_token_bos(m) >= 0 ? cleave_token_bos(m) : 1;
     for (int i = 1; i < N_PROMPT; i++) toks[i] = (int32_t)((i * 7919 + 11) % nv);
     cleave_context *c = open_ctx(m, "cuda:0", NULL);
-    bool ok = c && ref && got && run(c, toks, NULL, nv, ref, ref_steps);
+    bool ok = c && ref && got && run(c, NULL, toks, NULL, nv, ref, ref_steps);
     CHECK_MSG(ok, "%s: one-GPU run failed: %s", label, cleave_last_error());
     cleave_context_free(c);
-    static const split_case cases[] = {
-        {"layer", CLEAVE_SPLIT_LAYER, 16, 0, false},
-        {"layer, pipeline ub 16", CLEAVE_SPLIT_LAYER, 32, 16, false},
-        {"tensor", CLEAVE_SPLIT_TENSOR, 16, 0, false},
-        {"layer, no P2P", CLEAVE_SPLIT_LAYER, 16, 0, true},
-        {"layer, pipeline, no P2P", CLEAVE_SPLIT_LAYER, 32, 16, true},
-        {"tensor, no P2P", CLEAVE_SPLIT_TENSOR, 16, 0, true},
+    const cleave_split_mode L = CLEAVE_SPLIT_LAYER, T = CLEAVE_SPLIT_TENSOR;
+    const split_case cases[] = {
+        {"layer", L, 16, 0, false, L},
+        {"layer, pipeline ub 16", L, 32, 16, false, L},
+        {"tensor", T, 16, 0, false, T},
+        {"layer, no P2P", L, 16, 0, true, L},
+        {"layer, pipeline, no P2P", L, 32, 16, true, L},
+        {"tensor, no P2P", T, 16, 0, true, T},
+        {"layer, then tensor", L, 32, 16, false, T},
+        {"tensor, then layer", T, 16, 0, false, L},
+        {"layer, then tensor, no P2P", L, 16, 0, true, T},
     };
     for (size_t k = 0; ok && k < sizeof cases / sizeof cases[0]; k++) {
+        /* without P2P for the whole run: creation, hand-offs, switch */
+        if (cases[k].no_p2p) setenv("CLEAVE_NO_P2P", "1", 1);
         c = open_ctx(m, devs, &cases[k]);
-        if (!c) continue;
-        bool ran = run(c, toks, ref_steps, nv, got, got_steps);
+        bool ran = c && run(c, &cases[k], toks, ref_steps, nv, got, got_steps);
+        if (!c) {
+            unsetenv("CLEAVE_NO_P2P");
+            continue;
+        }
         CHECK_MSG(ran, "%s %s: %s", label, cases[k].label, cleave_last_error());
         double worst = 0;
         int flips = 0, ties = 0;
@@ -119,6 +124,7 @@ static void compare(const char *label, const char *path, const char *devs, doubl
         CHECK_MSG(worst < tol, "%s %s: logits differ by %g", label, cases[k].label, worst);
         CHECK_MSG(flips == 0, "%s %s: %d greedy tokens differ", label, cases[k].label, flips);
         cleave_context_free(c);
+        unsetenv("CLEAVE_NO_P2P");
     }
     free(ref);
     free(got);

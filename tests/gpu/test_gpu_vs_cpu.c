@@ -14,13 +14,6 @@
 #define N_PROMPT 40
 #define N_STEPS 280
 
-static int argmax(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++)
-        if (v[i] > v[best]) best = i;
-    return (int)best;
-}
-
 static cleave_context *ctx_on(cleave_model *m, const char *dev, cleave_type kv) {
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = 512;
@@ -61,7 +54,7 @@ static double compare(const char *label, const char *path, cleave_type gpu_kv, d
      * rounding difference can break); those are counted apart. */
     int flips = 0, ties = 0, first_flip = -1;
     const float *lc = cleave_get_logits(cpu, -1);
-    int32_t tc = argmax(lc, nv), tg = argmax(cleave_get_logits(gpu, -1), nv);
+    int32_t tc = tu_argmax(lc, nv), tg = tu_argmax(cleave_get_logits(gpu, -1), nv);
     double scale = 0;
     for (size_t i = 0; i < nv; i++) scale = fabs(lc[i]) > scale ? fabs(lc[i]) : scale;
     for (int s = 0; s < N_STEPS; s++) {
@@ -82,8 +75,8 @@ static double compare(const char *label, const char *path, cleave_type gpu_kv, d
         lc = b;
         scale = 0;
         for (size_t i = 0; i < nv; i++) scale = fabs(b[i]) > scale ? fabs(b[i]) : scale;
-        tc = argmax(b, nv);
-        tg = argmax(a, nv);
+        tc = tu_argmax(b, nv);
+        tg = tu_argmax(a, nv);
     }
     fprintf(stderr, "%-22s KV %-5s prompt %.2e  decode %.2e  greedy flips %d/%d (near ties %d)%s\n",
             label, cleave_type_name(gpu_kv), worst_prompt, worst_step, flips, N_STEPS, ties,

@@ -1,0 +1,262 @@
+/* A live context switching split mode (cleave_context_set_split_mode) on
+ * virtual CPU devices: prefill under one mode and generate under the
+ * other, both ways, and switching back and forth every few tokens, give
+ * the greedy tokens of a pure mode (200 tokens; logits within 1e-4
+ * relative, f32 weights and cache) on stories260K and tiny generated
+ * models (llama, qwen3) on cpu:2 and cpu:3 with uneven shares. A switch
+ * the devices cannot hold fails with a message, and the context goes on in
+ * its old mode with the same output. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "testutil.h"
+
+#define N_PROMPT 40
+#define N_GEN 200
+
+typedef struct {
+    const char *label;
+    const char *devices;
+    cleave_split_mode first, then; /* prefill mode, generation mode */
+    int every;                    /* > 0: switch between them every this many tokens */
+    const float *shares;
+    size_t n_shares;
+} scenario;
+
+static cleave_context *open_ctx(cleave_model *m, const char *devices, cleave_split_mode mode,
+                                const float *shares, size_t n_shares, const size_t *budgets) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = N_PROMPT + N_GEN + 8;
+    cp.n_batch = 16;
+    cp.n_threads = 1;
+    cp.kv_type = CLEAVE_TYPE_F32;
+    cp.devices = devices;
+    cp.split_mode = mode;
+    cp.shares = shares, cp.n_shares = shares ? n_shares : 0;
+    if (budgets) cp.budgets = budgets, cp.n_budgets = n_shares;
+    cleave_context *c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    return c;
+}
+
+/* The model at path, its vocabulary size and a prompt of N_PROMPT tokens
+ * (BOS first where it has one); NULL when it does not load. */
+static cleave_model *load(const char *path, size_t *nv, int32_t *prompt) {
+    cleave_model *m = NULL;
+    CHECK_OK(cleave_model_load(path, NULL, &m));
+    if (!m) return NULL;
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    *nv = d.n_vocab;
+    prompt[0] = cleave_token_bos(m) >= 0 ? cleave_token_bos(m) : 1;
+    for (int i = 1; i < N_PROMPT; i++) prompt[i] = (int32_t)((i * 7919 + 11) % *nv);
+    return m;
+}
+
+/* The prompt, then N_GEN greedy tokens; after the prompt the context
+ * switches to sc->then, and with sc->every > 0 back and forth from there.
+ * logits: every generation step's row. Returns false when a decode failed. */
+static bool run(cleave_context *c, const scenario *sc, const int32_t *prompt, size_t nv,
+                float *logits, int32_t *gen, int *switches) {
+    if (cleave_decode(c, prompt, N_PROMPT, 0, 0, false)) return false;
+    *switches = 0;
+    if (sc && sc->then != sc->first) {
+        CHECK_OK(cleave_context_set_split_mode(c, sc->then, sc->shares, sc->n_shares));
+        CHECK(cleave_context_split_mode(c) == sc->then);
+        ++*switches;
+    }
+    for (int i = 0; i < N_GEN; i++) {
+        const float *l = cleave_get_logits(c, -1);
+        memcpy(logits + (size_t)i * nv, l, nv * sizeof(float));
+        gen[i] = tu_argmax(l, nv);
+        if (sc && sc->every > 0 && i % sc->every == sc->every - 1) {
+            cleave_split_mode next = cleave_context_split_mode(c) == sc->first ? sc->then : sc->first;
+            CHECK_OK(cleave_context_set_split_mode(c, next, sc->shares, sc->n_shares));
+            ++*switches;
+        }
+        if (cleave_decode(c, &gen[i], 1, N_PROMPT + i, 0, false)) return false;
+    }
+    return true;
+}
+
+static void check_model(const char *label, const char *path, const char *devices,
+                        const float *shares, size_t n_shares) {
+    size_t nv;
+    int32_t prompt[N_PROMPT];
+    cleave_model *m = load(path, &nv, prompt);
+    if (!m) return;
+    float *ref = malloc((size_t)N_GEN * nv * 4), *got = malloc((size_t)N_GEN * nv * 4);
+    int32_t ref_gen[N_GEN], got_gen[N_GEN];
+    int sw = 0;
+    /* the reference: a pure layer split */
+    cleave_context *c = open_ctx(m, devices, CLEAVE_SPLIT_LAYER, shares, n_shares, NULL);
+    bool ok = c && ref && got && run(c, NULL, prompt, nv, ref, ref_gen, &sw);
+    CHECK_MSG(ok, "%s: the reference run failed: %s", label, cleave_last_error());
+    cleave_context_free(c);
+    const scenario cases[] = {
+        {"pure tensor", devices, CLEAVE_SPLIT_TENSOR, CLEAVE_SPLIT_TENSOR, 0, shares, n_shares},
+        {"-psm layer -sm tensor", devices, CLEAVE_SPLIT_LAYER, CLEAVE_SPLIT_TENSOR, 0, shares, n_shares},
+        {"-psm tensor -sm layer", devices, CLEAVE_SPLIT_TENSOR, CLEAVE_SPLIT_LAYER, 0, shares, n_shares},
+        {"back and forth every 7", devices, CLEAVE_SPLIT_LAYER, CLEAVE_SPLIT_TENSOR, 7, shares, n_shares},
+        {"none, then tensor", devices, CLEAVE_SPLIT_NONE, CLEAVE_SPLIT_TENSOR, 0, shares, n_shares},
+    };
+    for (size_t k = 0; ok && k < sizeof cases / sizeof *cases; k++) {
+        const scenario *sc = &cases[k];
+        c = open_ctx(m, devices, sc->first, shares, n_shares, NULL);
+        bool ran = c && run(c, sc, prompt, nv, got, got_gen, &sw);
+        CHECK_MSG(ran, "%s %s: %s", label, sc->label, cleave_last_error());
+        double worst = 0;
+        int diff = 0;
+        for (int i = 0; ran && i < N_GEN; i++) {
+            worst = fmax(worst, tu_rel_err(got + (size_t)i * nv, ref + (size_t)i * nv, nv));
+            diff += got_gen[i] != ref_gen[i];
+        }
+        fprintf(stderr, "%-18s %-8s %-26s switches %3d  logits %.2e  tokens differ %d/%d\n", label,
+                devices, sc->label, sw, worst, diff, N_GEN);
+        CHECK_MSG(ran && worst < 1e-4, "%s %s: logits differ by %g", label, sc->label, worst);
+        CHECK_MSG(ran && diff == 0, "%s %s: %d tokens differ", label, sc->label, diff);
+        cleave_context_free(c);
+    }
+    free(ref);
+    free(got);
+    cleave_model_free(m);
+}
+
+/* Budgets that hold the layer split but not the tensor split (its
+ * all-reduce buffers need more than a tenth over the layer plan): the
+ * switch fails, says why, and the context goes on in layer mode with the
+ * output it would have had. */
+static void refused_switch(const char *path) {
+    size_t nv;
+    int32_t prompt[N_PROMPT];
+    cleave_model *m = load(path, &nv, prompt);
+    if (!m) return;
+    cleave_context *c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, NULL);
+    if (!c) {
+        cleave_model_free(m);
+        return;
+    }
+    cleave_device_memory mem[2];
+    size_t budgets[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(cleave_context_memory(c, (size_t)i, &mem[i]));
+        size_t planned = mem[i].planned_weights + mem[i].planned_kv + mem[i].planned_compute;
+        budgets[i] = planned + planned / 10; /* the layer plan and a tenth more */
+    }
+    float *ref = malloc((size_t)N_GEN * nv * 4), *got = malloc((size_t)N_GEN * nv * 4);
+    int32_t ref_gen[N_GEN], got_gen[N_GEN];
+    int sw;
+    bool ok = ref && got && run(c, NULL, prompt, nv, ref, ref_gen, &sw);
+    cleave_context_free(c);
+    c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, budgets);
+    ok = ok && c && cleave_decode(c, prompt, N_PROMPT, 0, 0, false) == CLEAVE_OK;
+    CHECK(ok);
+    if (ok) {
+        cleave_status st = cleave_context_set_split_mode(c, CLEAVE_SPLIT_TENSOR, NULL, 0);
+        CHECK_MSG(st == CLEAVE_ERR_OOM, "a switch past the budgets: status %d", (int)st);
+        CHECK_MSG(strstr(cleave_last_error(), "stays in layer mode") != NULL, "message: %s",
+                  cleave_last_error());
+        CHECK(cleave_context_split_mode(c) == CLEAVE_SPLIT_LAYER);
+        int diff = 0;
+        for (int i = 0; i < N_GEN; i++) {
+            const float *l = cleave_get_logits(c, -1);
+            got_gen[i] = tu_argmax(l, nv);
+            diff += got_gen[i] != ref_gen[i];
+            if (cleave_decode(c, &got_gen[i], 1, N_PROMPT + i, 0, false)) {
+                CHECK_MSG(false, "decode after a refused switch: %s", cleave_last_error());
+                break;
+            }
+        }
+        CHECK_MSG(diff == 0, "after a refused switch: %d tokens differ", diff);
+        fprintf(stderr, "refused switch: \"%s\"; the run went on, tokens differ %d/%d\n",
+                cleave_last_error(), diff, N_GEN);
+    }
+    cleave_context_free(c);
+    free(ref);
+    free(got);
+    cleave_model_free(m);
+}
+
+/* Every allocation of a switch failing in turn: each failure comes back
+ * as out of memory, the context stays in layer mode with its logits, and
+ * once nothing fails the switched context generates the reference tokens
+ * (leaks: the sanitizer build). */
+static void alloc_failures(const char *path) {
+    size_t nv;
+    int32_t prompt[N_PROMPT], ref_gen[N_GEN], gen;
+    cleave_model *m = load(path, &nv, prompt);
+    if (!m) return;
+    float *ref = malloc((size_t)N_GEN * nv * 4), *last = malloc(nv * 4);
+    int sw;
+    cleave_context *c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, NULL);
+    bool ok = c && ref && last && run(c, NULL, prompt, nv, ref, ref_gen, &sw);
+    cleave_context_free(c);
+    c = ok ? open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, NULL) : NULL;
+    ok = c && cleave_decode(c, prompt, N_PROMPT, 0, 0, false) == CLEAVE_OK;
+    CHECK(ok);
+    int failed = 0;
+    if (ok) memcpy(last, cleave_get_logits(c, -1), nv * 4);
+    for (long k = 1; ok && k < 100000; k++) {
+        err_clear();
+        err_fail_alloc_countdown = k;
+        cleave_status st = cleave_context_set_split_mode(c, CLEAVE_SPLIT_TENSOR, NULL, 0);
+        bool injected = err_fail_alloc_countdown == 0;
+        err_fail_alloc_countdown = 0;
+        if (!injected) {
+            CHECK_OK(st);
+            break;
+        }
+        failed++;
+        CHECK_MSG(st == CLEAVE_ERR_OOM, "allocation %ld of the switch: %s", k, cleave_last_error());
+        CHECK(cleave_context_split_mode(c) == CLEAVE_SPLIT_LAYER);
+        CHECK(memcmp(last, cleave_get_logits(c, -1), nv * 4) == 0);
+    }
+    CHECK(ok && cleave_context_split_mode(c) == CLEAVE_SPLIT_TENSOR && failed > 10);
+    int diff = 0;
+    for (int i = 0; ok && i < N_GEN; i++) {
+        gen = tu_argmax(cleave_get_logits(c, -1), nv);
+        diff += gen != ref_gen[i];
+        if (cleave_decode(c, &gen, 1, N_PROMPT + i, 0, false)) break;
+    }
+    fprintf(stderr, "switch with allocations failing: %d failed cleanly, then tokens differ %d/%d\n",
+            failed, diff, N_GEN);
+    CHECK(diff == 0);
+    cleave_context_free(c);
+    free(ref);
+    free(last);
+    cleave_model_free(m);
+}
+
+static void bad_input(const char *path) {
+    cleave_model *m = NULL;
+    CHECK_OK(cleave_model_load(path, NULL, &m));
+    if (!m) return;
+    cleave_context *c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, NULL);
+    const float three[3] = {1, 1, 1};
+    CHECK(cleave_context_set_split_mode(NULL, CLEAVE_SPLIT_TENSOR, NULL, 0) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_context_set_split_mode(c, (cleave_split_mode)42, NULL, 0) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_context_set_split_mode(c, CLEAVE_SPLIT_TENSOR, three, 3) == CLEAVE_ERR_INVALID_ARG);
+    CHECK_OK(cleave_context_set_split_mode(c, CLEAVE_SPLIT_LAYER, NULL, 0)); /* already there */
+    CHECK(cleave_context_split_mode(c) == CLEAVE_SPLIT_LAYER);
+    cleave_context_free(c);
+    cleave_model_free(m);
+}
+
+int main(void) {
+    const float uneven3[3] = {3, 1, 2}, uneven2[2] = {1, 2};
+    const char *stories = tu_stories_model();
+    if (stories) {
+        check_model("stories260K", stories, "cpu:2", NULL, 2);
+        check_model("stories260K", stories, "cpu:3", uneven3, 3);
+        refused_switch(stories);
+        alloc_failures(stories);
+        bad_input(stories);
+    }
+    const char *llama = tu_tiny_model("llama", CLEAVE_TYPE_F32);
+    if (llama) check_model("tiny llama f32", llama, "cpu:2", uneven2, 2);
+    const char *qwen3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F32);
+    if (qwen3) check_model("tiny qwen3 f32", qwen3, "cpu:3", NULL, 3);
+    return tu_finish("test_split_switch");
+}
