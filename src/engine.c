@@ -243,23 +243,26 @@ static void save_params(struct cleave_context *c, const cleave_context_params *p
 }
 
 static cleave_status build(cleave_model *model, const cleave_context_params *params,
-                           be_device *const *borrow, size_t n_borrow, cleave_context **out);
+                           be_device *const *borrow, size_t n_borrow,
+                           const struct cleave_context *src, cleave_context **out);
 
 cleave_status cleave_context_new(cleave_model *model, const cleave_context_params *params,
                                  cleave_context **out) {
-    return build(model, params, NULL, 0, out);
+    return build(model, params, NULL, 0, NULL, out);
 }
 
 cleave_status engine_context_on(cleave_model *model, const cleave_context_params *params,
-                                be_device *const *devs, size_t n, cleave_context **out) {
+                                be_device *const *devs, size_t n, const struct cleave_context *src,
+                                cleave_context **out) {
     if (!devs || n == 0 || n > PLAN_MAX_DEVICES)
         return err_set(CLEAVE_ERR_INVALID_ARG, "context: 1..%d devices to build on", PLAN_MAX_DEVICES);
-    return build(model, params, devs, n, out);
+    return build(model, params, devs, n, src, out);
 }
 
 /* A context on devices of its own, or (borrow) on n_borrow open ones. */
 static cleave_status build(cleave_model *model, const cleave_context_params *params,
-                           be_device *const *borrow, size_t n_borrow, cleave_context **out) {
+                           be_device *const *borrow, size_t n_borrow,
+                           const struct cleave_context *src, cleave_context **out) {
     if (!model || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "context: model and out required");
     *out = NULL;
     cleave_context_params p = params ? *params : cleave_context_default_params();
@@ -307,7 +310,10 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     c->progress_user = p.progress_user;
     c->n_ubatch = p.n_ubatch;
     for (size_t d = 0; d < c->n_dev; d++) c->total_bytes += c->plan.bytes[d].weights;
-    if ((st = engine_place_weights(c))) goto fail;
+    c->copy_src = src;
+    st = engine_place_weights(c);
+    c->copy_src = NULL;
+    if (st) goto fail;
     if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;

@@ -106,6 +106,9 @@ struct cleave_context {
     /* a placement built on another context's devices (a switch in
      * progress): freeing it leaves them open */
     bool borrowed_devices;
+    /* while a switch builds this placement: the one it replaces, which
+     * the weights are copied from (engine_place_copy.c) */
+    const struct cleave_context *copy_src;
     /* weight placement progress */
     cleave_progress_fn progress;
     void *progress_user;

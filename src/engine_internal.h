@@ -48,9 +48,23 @@ cleave_status engine_sync_all(struct cleave_context *c);
 /* The parameters c was made with (pointers into c). */
 void engine_saved_params(const struct cleave_context *c, cleave_context_params *p);
 /* A context (a placement) on n devices already open, e.g. another
- * context's: freeing it leaves them open. */
+ * context's: freeing it leaves them open. With src, a placement of the
+ * same model on those devices, the weights are copied from src's devices
+ * instead of placed from the model. */
 cleave_status engine_context_on(cleave_model *model, const cleave_context_params *params,
-                                be_device *const *devs, size_t n, struct cleave_context **out);
+                                be_device *const *devs, size_t n, const struct cleave_context *src,
+                                struct cleave_context **out);
+/* height rows of width bytes from src (rows spitch apart) on device s to
+ * dst (rows dpitch apart) on device d: device to device where the backend
+ * copies between its devices, else through host memory. */
+cleave_status engine_copy_block(be_device *d, void *dst, size_t dpitch, be_device *s,
+                                const void *src, size_t spitch, size_t width, size_t height);
+/* Placement from c->copy_src: rows [lo, hi) (or columns, by_cols) of
+ * tensor t, or elements [i0, i0 + n) of a vector, onto device d. */
+cleave_status engine_copy_mat(struct cleave_context *c, int d, const gguf_tensor *t, bool by_cols,
+                              size_t lo, size_t hi, be_mat *m);
+cleave_status engine_copy_vec(struct cleave_context *c, int d, const gguf_tensor *t, size_t i0,
+                              size_t n, float **out);
 /* bytes from src on device `from` to dst on device `to`, by the devices'
  * copy_from where they share a backend that has it (ordered after the work
  * `ready` marks on `from`, NULL: all issued there), else through host

@@ -1,6 +1,7 @@
 /* Weights onto the devices the plan names: whole tensors (mapped where
  * the device can read host memory, else uploaded), and for the tensor
- * split their row or column slices. */
+ * split their row or column slices; during a split-mode switch, copied
+ * from the placement being replaced instead (engine_place_copy.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +82,7 @@ static cleave_status place_host(struct cleave_context *c, int d, const be_mat *h
  * nothing and leaves m with no rows). */
 static cleave_status place_rows(struct cleave_context *c, int d, const gguf_tensor *t, size_t r0,
                                 size_t r1, be_mat *m) {
+    if (c->copy_src) return engine_copy_mat(c, d, t, false, r0, r1, m);
     memset(m, 0, sizeof *m);
     be_mat host = {.type = (cleave_type)t->type, .ne0 = (size_t)t->ne[0]};
     host.nb1 = quant_row_bytes(t->type, host.ne0);
@@ -101,6 +103,7 @@ static cleave_status place_mat(struct cleave_context *c, int d, const gguf_tenso
  * first; quantized types need whole blocks. */
 static cleave_status place_cols(struct cleave_context *c, int d, const gguf_tensor *t, size_t c0,
                                 size_t c1, be_mat *m) {
+    if (c->copy_src) return engine_copy_mat(c, d, t, true, c0, c1, m);
     memset(m, 0, sizeof *m);
     size_t be, bb, ne0 = (size_t)t->ne[0], rows = (size_t)(t->n_elems / t->ne[0]);
     if (!quant_type_info(t->type, NULL, &be, &bb)) return err_set(CLEAVE_ERR_UNSUPPORTED, "%s: type", t->name);
@@ -131,6 +134,7 @@ static cleave_status place_vec_range(struct cleave_context *c, int d, const gguf
                                      size_t i0, size_t n, float **out) {
     *out = NULL;
     if (!t || !n) return CLEAVE_OK;
+    if (c->copy_src) return engine_copy_vec(c, d, t, i0, n, out);
     be_device *dev = c->devs[d].dev;
     size_t all = (size_t)t->n_elems;
     float *host = mem_alloc(all * sizeof(float), t->name);

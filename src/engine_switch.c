@@ -1,10 +1,11 @@
 /* cleave_context_set_split_mode: a live context moves to another split
  * mode on the same devices, keeping its sequences, positions and logits.
  *
- * This first form builds the new placement whole beside the old one (the
- * weights placed as at load, the KV cache copied over device to device
- * and re-split by kv head, the cell table carried over), then hands the
- * new placement to the context and frees the old. Both placements are
+ * This first form builds the new placement whole beside the old one (each
+ * weight slice and the KV cache copied from the devices that hold them
+ * now, device to device, the KV re-split by kv head; nothing is read from
+ * the model file), carries the cell table over, then hands the new
+ * placement to the context and frees the old. Both placements are
  * resident for a moment, so the switch needs room for both; any failure
  * frees what the new one took and leaves the context as it was, usable in
  * its old mode. (reshard.h plans the in-place form, piece by piece within
@@ -19,23 +20,6 @@
 #include "mem.h"
 #include "quant.h"
 #include "reshard.h"
-
-/* height rows of width bytes from (src on device s) to (dst on device d):
- * device to device where the backend copies between its devices, else
- * through host memory. */
-static cleave_status copy_block(be_device *d, void *dst, size_t dpitch, be_device *s,
-                                const void *src, size_t spitch, size_t width, size_t height) {
-    if (!width || !height) return CLEAVE_OK;
-    if (d->ops == s->ops && d->ops->copy2d_from)
-        return d->ops->copy2d_from(d, dst, dpitch, s, src, spitch, width, height, NULL);
-    char *buf = mem_alloc(spitch * height, "KV staging");
-    if (!buf) return CLEAVE_ERR_OOM;
-    cleave_status st = s->ops->read(s, buf, src, spitch * (height - 1) + width);
-    for (size_t r = 0; !st && r < height; r++)
-        st = d->ops->write(d, (char *)dst + r * dpitch, buf + r * spitch, width);
-    free(buf);
-    return st;
-}
 
 /* The used cells of every layer's K and V, from the old placement's
  * devices to the new one's, by kv head; then the cell table. */
@@ -58,10 +42,10 @@ static cleave_status copy_kv(const struct cleave_context *from, struct cleave_co
                 if (lo >= hi) continue;
                 size_t so = (lo - have.lo) * hb, doff = (lo - want.lo) * hb, w = (hi - lo) * hb;
                 be_device *dv = to->devs[dd].dev, *sv = from->devs[sd].dev;
-                st = copy_block(dv, (char *)b->k[dd][l] + doff, b->row_bytes[dd], sv,
+                st = engine_copy_block(dv, (char *)b->k[dd][l] + doff, b->row_bytes[dd], sv,
                                 (const char *)a->k[sd][l] + so, a->row_bytes[sd], w, cells);
                 if (!st)
-                    st = copy_block(dv, (char *)b->v[dd][l] + doff, b->row_bytes[dd], sv,
+                    st = engine_copy_block(dv, (char *)b->v[dd][l] + doff, b->row_bytes[dd], sv,
                                     (const char *)a->v[sd][l] + so, a->row_bytes[sd], w, cells);
             }
         }
@@ -124,7 +108,7 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
 
     cleave_status st = engine_sync_all(c);
     struct cleave_context *next = NULL;
-    if (!st) st = engine_context_on(c->model, &p, devs, c->n_dev, &next);
+    if (!st) st = engine_context_on(c->model, &p, devs, c->n_dev, c, &next);
     if (!st) st = copy_kv(c, next);
     if (!st) st = engine_sync_all(next);
     if (st) {

@@ -158,7 +158,7 @@ static cleave_status cpu_copy2d_from(be_device *d, void *dst, size_t dpitch, be_
                                      const void *src, size_t spitch, size_t width, size_t height,
                                      void *ready) {
     if (!width || !height) return CLEAVE_OK;
-    if (dpitch < width || spitch < width)
+    if (height > 1 && (dpitch < width || spitch < width))
         return err_set(CLEAVE_ERR_INVALID_ARG,
                        "device '%s': 2-D copy of %zu-byte rows with pitches %zu and %zu",
                        cpu_dev(d)->name, width, spitch, dpitch);
