@@ -148,6 +148,18 @@ uint32_t cleave_context_n_ctx(const cleave_context *ctx);
 cleave_status cleave_context_set_split_mode(cleave_context *ctx, cleave_split_mode mode,
                                             const float *shares, size_t n_shares);
 cleave_split_mode cleave_context_split_mode(const cleave_context *ctx);
+/* What the context's last split-mode switch moved: the bytes that reached
+ * and left each device (weights and KV cache; a copy within a device
+ * counts on both sides), the KV cache's share, and how long it took.
+ * Zeros before any switch. */
+#define CLEAVE_MAX_DEVICES 16
+typedef struct cleave_switch_report {
+    size_t n_devices;
+    size_t bytes_in[CLEAVE_MAX_DEVICES], bytes_out[CLEAVE_MAX_DEVICES];
+    size_t kv_bytes;
+    double seconds;
+} cleave_switch_report;
+cleave_status cleave_context_switch_report(const cleave_context *ctx, cleave_switch_report *out);
 /* The device(s) the context runs on, e.g. "cpu", "cuda:0 (NVIDIA H200)" or
  * "cpu:0+cpu:1 (layer)". */
 const char *cleave_context_device(const cleave_context *ctx);

@@ -109,6 +109,7 @@ struct cleave_context {
     /* while a switch builds this placement: the one it replaces, which
      * the weights are copied from (engine_place_copy.c) */
     const struct cleave_context *copy_src;
+    cleave_switch_report last_switch; /* what the switch that built this placement moved */
     /* weight placement progress */
     cleave_progress_fn progress;
     void *progress_user;

@@ -59,6 +59,8 @@ cleave_status engine_context_on(cleave_model *model, const cleave_context_params
  * copies between its devices, else through host memory. */
 cleave_status engine_copy_block(be_device *d, void *dst, size_t dpitch, be_device *s,
                                 const void *src, size_t spitch, size_t width, size_t height);
+/* Counts bytes a switch copies from device `from` to `to` (last_switch). */
+void engine_count_move(struct cleave_context *c, int from, int to, size_t bytes);
 /* Placement from c->copy_src: rows [lo, hi) (or columns, by_cols) of
  * tensor t, or elements [i0, i0 + n) of a vector, onto device d. */
 cleave_status engine_copy_mat(struct cleave_context *c, int d, const gguf_tensor *t, bool by_cols,

@@ -126,6 +126,11 @@ static size_t parts_of(const struct cleave_context *o, const gguf_tensor *t, par
     return n;
 }
 
+void engine_count_move(struct cleave_context *c, int from, int to, size_t bytes) {
+    c->last_switch.bytes_out[from] += bytes;
+    c->last_switch.bytes_in[to] += bytes;
+}
+
 cleave_status engine_copy_block(be_device *d, void *dst, size_t dpitch, be_device *s,
                                 const void *src, size_t spitch, size_t width, size_t height) {
     if (!width || !height) return CLEAVE_OK;
@@ -194,9 +199,10 @@ cleave_status engine_copy_mat(struct cleave_context *c, int d, const gguf_tensor
             const char *sb = scp ? (const char *)s->scales : (const char *)s->data;
             char *db = scp ? (char *)sc : (char *)data;
             size_t sp = plane_pitch(s, scp), dp = plane_pitch(m, scp);
+            size_t w = col_bytes(m, cb - ca, scp);
             st = engine_copy_block(dv, db + (ra - r0) * dp + col_bytes(m, ca - c0, scp), dp, sv,
-                                   sb + (ra - pr0) * sp + col_bytes(s, ca - pc0, scp), sp,
-                                   col_bytes(m, cb - ca, scp), rb - ra);
+                                   sb + (ra - pr0) * sp + col_bytes(s, ca - pc0, scp), sp, w, rb - ra);
+            engine_count_move(c, parts[i].dev, d, w * (rb - ra));
         }
     }
     return st;
@@ -220,6 +226,7 @@ cleave_status engine_copy_vec(struct cleave_context *c, int d, const gguf_tensor
         if (a >= b || !parts[i].vec) continue;
         st = engine_copy_block(c->devs[d].dev, p + (a - i0), 0, o->devs[parts[i].dev].dev,
                                parts[i].vec + (a - parts[i].lo), 0, (b - a) * sizeof(float), 1);
+        engine_count_move(c, parts[i].dev, d, (b - a) * sizeof(float));
         got += b - a;
     }
     if (!st && got != n_el)

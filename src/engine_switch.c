@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine_internal.h"
 #include "error.h"
@@ -47,6 +48,8 @@ static cleave_status copy_kv(const struct cleave_context *from, struct cleave_co
                 if (!st)
                     st = engine_copy_block(dv, (char *)b->v[dd][l] + doff, b->row_bytes[dd], sv,
                                     (const char *)a->v[sd][l] + so, a->row_bytes[sd], w, cells);
+                engine_count_move(to, (int)sd, (int)dd, 2 * w * cells);
+                to->last_switch.kv_bytes += 2 * w * cells;
             }
         }
     if (st) return st;
@@ -106,6 +109,8 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     be_device *devs[PLAN_MAX_DEVICES];
     for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
 
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     cleave_status st = engine_sync_all(c);
     struct cleave_context *next = NULL;
     if (!st) st = engine_context_on(c->model, &p, devs, c->n_dev, c, &next);
@@ -121,5 +126,15 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     }
     hand_over(c, next);
     cleave_context_free(next);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    c->last_switch.n_devices = c->n_dev;
+    c->last_switch.seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return CLEAVE_OK;
+}
+
+cleave_status cleave_context_switch_report(const cleave_context *c, cleave_switch_report *out) {
+    if (!c || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "switch report: context and out required");
+    *out = c->last_switch;
+    out->n_devices = c->n_dev;
     return CLEAVE_OK;
 }

@@ -229,6 +229,36 @@ static void alloc_failures(const char *path) {
     cleave_model_free(m);
 }
 
+/* The switch report: every byte that reached a device left one, the KV
+ * cache of the used cells moved in full (f32), the weights too. */
+static void report(const char *path) {
+    size_t nv;
+    int32_t prompt[N_PROMPT];
+    cleave_model *m = load(path, &nv, prompt);
+    if (!m) return;
+    cleave_context *c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, NULL);
+    cleave_switch_report r;
+    CHECK_OK(cleave_context_switch_report(c, &r));
+    CHECK(r.kv_bytes == 0 && r.bytes_in[0] == 0 && r.seconds == 0);
+    CHECK_OK(cleave_decode(c, prompt, N_PROMPT, 0, 0, false));
+    CHECK_OK(cleave_context_set_split_mode(c, CLEAVE_SPLIT_TENSOR, NULL, 0));
+    CHECK_OK(cleave_context_switch_report(c, &r));
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    size_t kv = (size_t)d.n_layer * N_PROMPT * 2 * d.n_head_kv * d.head_dim * sizeof(float);
+    CHECK_MSG(r.kv_bytes == kv, "KV moved: %zu bytes, expected %zu", r.kv_bytes, kv);
+    CHECK(r.n_devices == 2 && r.seconds > 0);
+    CHECK(r.bytes_in[0] + r.bytes_in[1] == r.bytes_out[0] + r.bytes_out[1]);
+    /* every weight byte of the model lands somewhere (more: norms go to both) */
+    CHECK(r.bytes_in[0] + r.bytes_in[1] >= d.weight_bytes - d.weight_bytes / 100 + kv ||
+          d.weight_type != CLEAVE_TYPE_F32);
+    fprintf(stderr, "switch report: in %zu + %zu bytes, out %zu + %zu, KV %zu, %.2f ms\n",
+            r.bytes_in[0], r.bytes_in[1], r.bytes_out[0], r.bytes_out[1], r.kv_bytes, r.seconds * 1e3);
+    CHECK(cleave_context_switch_report(NULL, &r) == CLEAVE_ERR_INVALID_ARG);
+    cleave_context_free(c);
+    cleave_model_free(m);
+}
+
 static void bad_input(const char *path) {
     cleave_model *m = NULL;
     CHECK_OK(cleave_model_load(path, NULL, &m));
@@ -252,6 +282,7 @@ int main(void) {
         check_model("stories260K", stories, "cpu:3", uneven3, 3);
         refused_switch(stories);
         alloc_failures(stories);
+        report(stories);
         bad_input(stories);
     }
     const char *llama = tu_tiny_model("llama", CLEAVE_TYPE_F32);

@@ -161,6 +161,16 @@ static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
     fprintf(stderr, "\ncleave: switched from %s to %s split in %.1f ms, now on %s\n",
             mode_name(o->psm), mode_name(o->place.mode), (cli_now() - t0) * 1e3,
             cleave_context_device(ctx));
+    cleave_switch_report r;
+    if (cleave_context_switch_report(ctx, &r) == CLEAVE_OK) {
+        for (size_t d = 0; d < r.n_devices; d++) {
+            cleave_device_memory mem;
+            if (cleave_context_memory(ctx, d, &mem)) continue;
+            fprintf(stderr, "cleave:   %-28s in %9.1f MiB, out %9.1f MiB, peak %9.1f MiB\n", mem.name,
+                    r.bytes_in[d] / 1048576.0, r.bytes_out[d] / 1048576.0, mem.peak / 1048576.0);
+        }
+        fprintf(stderr, "cleave:   of which KV cache %.1f MiB\n", r.kv_bytes / 1048576.0);
+    }
 }
 
 static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, const run_opts *o,
