@@ -160,6 +160,27 @@ typedef struct cleave_switch_report {
     double seconds;
 } cleave_switch_report;
 cleave_status cleave_context_switch_report(const cleave_context *ctx, cleave_switch_report *out);
+/* Prefill under one split mode and generation under another: what pays.
+ * cleave_psm_calibrate measures, on a context of two or more devices, the
+ * prefill rate of prompts of pp[i] tokens and the generation rate at
+ * context depths depths[i] under the layer and the tensor split, and the
+ * cost of switching between them (fixed, and per cached token), and
+ * writes them to a small text file; the context ends in layer mode with
+ * an empty cache. progress (may be NULL) gets the fraction done.
+ * cleave_psm_decide reads such a file and picks, for a request of `prompt`
+ * tokens and n_gen generated, the modes of the two phases: the fastest
+ * predicted plan, where a plan with a switch must beat staying in one
+ * mode by `margin` (a fraction, e.g. 0.02). */
+cleave_status cleave_psm_calibrate(cleave_context *ctx, const uint32_t *pp, size_t n_pp,
+                                   const uint32_t *depths, size_t n_depths, const char *path,
+                                   cleave_progress_fn progress, void *user);
+typedef struct cleave_psm_decision {
+    cleave_split_mode prefill, generate;
+    /* predicted seconds: layer, tensor, layer then tensor, tensor then layer */
+    double seconds[4];
+} cleave_psm_decision;
+cleave_status cleave_psm_decide(const char *rates_path, uint32_t prompt, uint32_t n_gen,
+                                double margin, cleave_psm_decision *out);
 /* The device(s) the context runs on, e.g. "cpu", "cuda:0 (NVIDIA H200)" or
  * "cpu:0+cpu:1 (layer)". */
 const char *cleave_context_device(const cleave_context *ctx);

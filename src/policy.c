@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "error.h"
 
@@ -112,4 +113,76 @@ cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_g
         if (s[p] < bar && (best < POLICY_LAYER_THEN_TENSOR || s[p] < s[best])) best = (policy_plan)p;
     out->plan = best;
     return CLEAVE_OK;
+}
+
+/* ---- the rates file ------------------------------------------------------- */
+
+#define RATES_MAGIC "cleave-psm-rates 1"
+
+cleave_status policy_save(const policy_rates *r, const char *path) {
+    cleave_status st = policy_check(r);
+    if (st) return st;
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return err_set(CLEAVE_ERR_IO, "cannot write the rates file %s", path ? path : "(none)");
+    fprintf(f, "%s\n# split-mode rates: prefill by prompt length, generation by context depth\n",
+            RATES_MAGIC);
+    for (int m = 0; m < POLICY_MODES; m++) {
+        for (size_t i = 0; i < r->pp[m].n; i++)
+            fprintf(f, "pp %s %.17g %.17g\n", mode_names[m], r->pp[m].tokens[i], r->pp[m].rate[i]);
+        for (size_t i = 0; i < r->tg[m].n; i++)
+            fprintf(f, "tg %s %.17g %.17g\n", mode_names[m], r->tg[m].tokens[i], r->tg[m].rate[i]);
+        fprintf(f, "switch %s %.17g %.17g\n", mode_names[m], r->switch_fixed_s[m],
+                r->switch_per_token_s[m]);
+    }
+    bool ok = !ferror(f);
+    if (fclose(f) || !ok) return err_set(CLEAVE_ERR_IO, "writing the rates file %s failed", path);
+    return CLEAVE_OK;
+}
+
+cleave_status policy_load(const char *path, policy_rates *out) {
+    if (!out) return err_set(CLEAVE_ERR_INVALID_ARG, "policy: nowhere to load the rates");
+    memset(out, 0, sizeof *out);
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f) return err_set(CLEAVE_ERR_IO, "cannot read the rates file %s", path ? path : "(none)");
+    char line[256];
+    int no = 0;
+    cleave_status st = CLEAVE_OK;
+    bool magic = false, switches[POLICY_MODES] = {false};
+    while (!st && fgets(line, sizeof line, f)) {
+        no++;
+        line[strcspn(line, "\r\n#")] = 0;
+        if (!magic) {
+            magic = strcmp(line, RATES_MAGIC) == 0;
+            if (!magic) st = err_set(CLEAVE_ERR_INVALID_ARG, "%s is not a rates file (line 1)", path);
+            continue;
+        }
+        char kind[16], mode[16], extra[2];
+        double a, b;
+        int got = sscanf(line, "%15s %15s %lf %lf %1s", kind, mode, &a, &b, extra);
+        if (got <= 0) continue; /* blank */
+        int m = -1;
+        for (int k = 0; k < POLICY_MODES; k++)
+            if (got >= 2 && !strcmp(mode, mode_names[k])) m = k;
+        policy_curve *c = !strcmp(kind, "pp") ? &out->pp[m < 0 ? 0 : m] : !strcmp(kind, "tg") ? &out->tg[m < 0 ? 0 : m] : NULL;
+        if (got != 4 || m < 0 || (!c && strcmp(kind, "switch"))) {
+            st = err_set(CLEAVE_ERR_INVALID_ARG, "%s line %d: expected 'pp|tg|switch layer|tensor A B'",
+                         path, no);
+        } else if (!c) {
+            out->switch_fixed_s[m] = a, out->switch_per_token_s[m] = b;
+            switches[m] = true;
+        } else if (c->n == POLICY_MAX_POINTS) {
+            st = err_set(CLEAVE_ERR_INVALID_ARG, "%s line %d: more than %d points", path, no,
+                         POLICY_MAX_POINTS);
+        } else {
+            c->tokens[c->n] = a, c->rate[c->n] = b;
+            c->n++;
+        }
+    }
+    fclose(f);
+    if (!st && !magic) st = err_set(CLEAVE_ERR_INVALID_ARG, "%s is empty", path);
+    for (int m = 0; !st && m < POLICY_MODES; m++)
+        if (!switches[m])
+            st = err_set(CLEAVE_ERR_INVALID_ARG, "%s: no switch cost for %s mode", path, mode_names[m]);
+    if (!st) st = policy_check(out);
+    return st;
 }

@@ -67,6 +67,13 @@ cleave_status policy_predict(const policy_rates *r, uint32_t prompt, uint32_t n_
 /* The plan to run (see the top of this file); margin in [0, 1). */
 cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_gen, double margin,
                             policy_decision *out);
+/* Rates as a small text file (what `cleave calibrate` measured), one
+ * line per point: "pp layer 4096 51458.3", "tg tensor 128 321.1",
+ * "switch layer 0.03 2e-7" (fixed seconds, seconds per cached token),
+ * after a first line "cleave-psm-rates 1"; '#' starts a comment. Loading
+ * checks the result with policy_check. */
+cleave_status policy_save(const policy_rates *r, const char *path);
+cleave_status policy_load(const char *path, policy_rates *out);
 /* The mode of each phase under a plan (POLICY_MODE_*). */
 int policy_prefill_mode(policy_plan p);
 int policy_generate_mode(policy_plan p);

@@ -2,7 +2,8 @@
 # The split modes through the command line on virtual CPU devices: the
 # greedy story is the same on one device, under the layer split and under
 # the tensor split (one device left out), and with the prompt under one
-# mode and generation under another (-psm); bad split flags exit 2 and plans
+# mode and generation under another (-psm, and --psm-policy auto from
+# `cleave calibrate`'s rates); bad split flags exit 2 and plans
 # that cannot fit exit 1, each with a message; --mem-report and
 # batched-bench print what they promise.
 set -u
@@ -37,6 +38,19 @@ if [ "$got" != "$one" ] || ! grep -q "warning: split-mode switch from layer to t
   echo "FAIL: a switch past the budgets should warn and finish in layer mode"; cat "$tmp/err"; fail=1
 fi
 
+# --psm-policy auto: rates from `cleave calibrate`, a decision printed,
+# the same story whatever it decides
+"$cli" calibrate -m "$m" --devices cpu:2 -t 1 --pp 16,64 --depths 16,64 -o "$tmp/rates.txt" 2>"$tmp/err"
+if [ $? -ne 0 ] || ! head -1 "$tmp/rates.txt" | grep -q "cleave-psm-rates 1" ||
+   [ "$(grep -c '^pp \|^tg \|^switch ' "$tmp/rates.txt")" -ne 10 ]; then
+  echo "FAIL: calibrate"; cat "$tmp/err" "$tmp/rates.txt"; fail=1
+fi
+got=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 --devices cpu:2 --psm-policy auto \
+      --psm-rates "$tmp/rates.txt" 2>"$tmp/err")
+if [ "$got" != "$one" ] || ! grep -q "psm policy for .* tokens: " "$tmp/err"; then
+  echo "FAIL: --psm-policy auto"; cat "$tmp/err"; fail=1
+fi
+
 expect() { # expect CODE PATTERN ARGS...: exit code and a message on stderr
   local code=$1 pat=$2; shift 2
   "$cli" run -m "$m" -p "x" -n 2 "$@" >/dev/null 2>"$tmp/err"
@@ -51,6 +65,10 @@ expect 1 "3 split shares for 2 devices" --devices cpu:2 -sm tensor -ts 1,1,1
 expect 1 "device 0 needs" --devices cpu:2 -sm layer --vram-budget 0.01,0.01 --fit off
 expect 1 "nothing fits" --devices cpu:2 -sm layer --vram-budget 0.01,0.01
 expect 1 "cpu:N needs N" --devices cpu:0
+expect 2 "needs --psm-rates" --devices cpu:2 --psm-policy auto
+expect 2 "expected off, always or auto" --devices cpu:2 --psm-policy sometimes
+echo "not rates" > "$tmp/bad-rates.txt"
+expect 1 "is not a rates file" --devices cpu:2 --psm-policy auto --psm-rates "$tmp/bad-rates.txt"
 
 "$cli" run -m "$m" -p "x" -n 4 --devices cpu:2 -sm layer --mem-report >/dev/null 2>"$tmp/err"
 if [ "$(grep -c 'planned .*peak' "$tmp/err")" -ne 2 ]; then

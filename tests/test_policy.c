@@ -3,6 +3,7 @@
  * (consistent with the predictions, never worse than the better pure mode
  * by more than the margin), the break-even points, and bad input. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "policy.h"
@@ -186,7 +187,53 @@ static void test_bad_input(void) {
     CHECK(strstr(cleave_last_error(), "prefill rate of tensor mode") != NULL);
 }
 
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) fputs(text, f), fclose(f);
+}
+
+/* The rates file: a round trip keeps every number; bad files are refused
+ * naming the line. */
+static void test_rates_file(void) {
+    policy_rates r = h200_like(), back;
+    const char *path = tu_tmp("rates.txt");
+    CHECK_OK(policy_save(&r, path));
+    CHECK_OK(policy_load(path, &back));
+    CHECK(memcmp(&r, &back, sizeof r) == 0);
+    /* the same decisions from the loaded rates */
+    policy_decision a, b;
+    CHECK_OK(policy_decide(&r, 58248, 128, 0.02, &a));
+    CHECK_OK(policy_decide(&back, 58248, 128, 0.02, &b));
+    CHECK(a.plan == b.plan && a.seconds[a.plan] == b.seconds[b.plan]);
+
+    write_text(path, "cleave-psm-rates 1\n# comment\npp layer 512 1000\ntg layer 128 10\n"
+                     "pp tensor 512 2000\ntg tensor 128 20\n\nswitch layer 0.1 0\nswitch tensor 0.1 0\n");
+    CHECK_OK(policy_load(path, &back));
+    CHECK(back.pp[POLICY_MODE_TENSOR].rate[0] == 2000 && back.switch_fixed_s[POLICY_MODE_LAYER] == 0.1);
+    write_text(path, "something else\n");
+    CHECK(policy_load(path, &back) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "not a rates file") != NULL);
+    write_text(path, "cleave-psm-rates 1\npp diagonal 512 1000\n");
+    CHECK(policy_load(path, &back) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "line 2") != NULL);
+    write_text(path, "cleave-psm-rates 1\npp layer 512\n");
+    CHECK(policy_load(path, &back) == CLEAVE_ERR_INVALID_ARG);
+    write_text(path, "cleave-psm-rates 1\npp layer 512 1000\ntg layer 128 10\npp tensor 512 2000\n"
+                     "tg tensor 128 20\nswitch layer 0.1 0\n");
+    CHECK(policy_load(path, &back) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "no switch cost for tensor") != NULL);
+    write_text(path, "cleave-psm-rates 1\npp layer 512 1000\npp layer 256 900\ntg layer 128 10\n"
+                     "pp tensor 512 2000\ntg tensor 128 20\nswitch layer 0.1 0\nswitch tensor 0.1 0\n");
+    CHECK(policy_load(path, &back) == CLEAVE_ERR_INVALID_ARG); /* not increasing */
+    write_text(path, "");
+    CHECK(policy_load(path, &back) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(policy_load(tu_tmp("no-such-rates.txt"), &back) == CLEAVE_ERR_IO);
+    CHECK(policy_save(&r, "/nonexistent-dir/rates.txt") == CLEAVE_ERR_IO);
+}
+
 int main(void) {
+    test_rates_file();
     test_curves();
     test_predict_by_hand();
     test_reference_request();

@@ -259,6 +259,35 @@ static void report(const char *path) {
     cleave_model_free(m);
 }
 
+/* Calibration: refused on one device and for lengths that do not fit;
+ * on two it writes rates that cleave_psm_decide reads, and leaves the
+ * context in layer mode. */
+static void calibration(const char *path) {
+    size_t nv;
+    int32_t prompt[N_PROMPT];
+    cleave_model *m = load(path, &nv, prompt);
+    if (!m) return;
+    const uint32_t pp[2] = {16, 64}, depths[2] = {16, 64}, bad[2] = {64, 16}, huge[1] = {100000};
+    const char *rates = tu_tmp("switch-rates.txt");
+    cleave_context *one = open_ctx(m, "cpu", CLEAVE_SPLIT_NONE, NULL, 1, NULL);
+    CHECK(cleave_psm_calibrate(one, pp, 2, depths, 2, rates, NULL, NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "one device") != NULL);
+    cleave_context_free(one);
+    cleave_context *c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_TENSOR, NULL, 2, NULL);
+    CHECK(cleave_psm_calibrate(c, bad, 2, depths, 2, rates, NULL, NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_psm_calibrate(c, pp, 2, huge, 1, rates, NULL, NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_psm_calibrate(c, pp, 2, depths, 2, NULL, NULL, NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK_OK(cleave_psm_calibrate(c, pp, 2, depths, 2, rates, NULL, NULL));
+    CHECK(cleave_context_split_mode(c) == CLEAVE_SPLIT_LAYER);
+    CHECK_OK(cleave_decode(c, prompt, N_PROMPT, 0, 0, false)); /* the cache was left empty */
+    cleave_psm_decision d;
+    CHECK_OK(cleave_psm_decide(rates, 64, 64, 0.02, &d));
+    CHECK((d.prefill == CLEAVE_SPLIT_LAYER || d.prefill == CLEAVE_SPLIT_TENSOR) && d.seconds[0] > 0);
+    CHECK(cleave_psm_decide(tu_tmp("missing-rates.txt"), 64, 64, 0.02, &d) == CLEAVE_ERR_IO);
+    cleave_context_free(c);
+    cleave_model_free(m);
+}
+
 static void bad_input(const char *path) {
     cleave_model *m = NULL;
     CHECK_OK(cleave_model_load(path, NULL, &m));
@@ -283,6 +312,7 @@ int main(void) {
         refused_switch(stories);
         alloc_failures(stories);
         report(stories);
+        calibration(stories);
         bad_input(stories);
     }
     const char *llama = tu_tiny_model("llama", CLEAVE_TYPE_F32);

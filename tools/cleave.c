@@ -85,6 +85,14 @@ static bool number_list(const char *flag, const char *v, double *out, size_t cap
     return *n > 0;
 }
 
+int cli_bench_flag(const char *flag, const char *v, long long *n_ctx, cli_context_opts *cx,
+                   cli_placement *pl) {
+    if (n_ctx && (!strcmp(flag, "-c") || !strcmp(flag, "--ctx-size")))
+        return cli_int(flag, v, 0, 1 << 24, n_ctx) ? 1 : -1;
+    int pr = cli_context_flag(flag, v, cx);
+    return pr ? pr : cli_placement_flag(flag, v, pl);
+}
+
 int cli_split_mode(const char *flag, const char *v, cleave_split_mode *out) {
     if (!strcmp(v, "none")) *out = CLEAVE_SPLIT_NONE;
     else if (!strcmp(v, "layer")) *out = CLEAVE_SPLIT_LAYER;
@@ -248,6 +256,8 @@ static void usage(FILE *out) {
             "  gen      random-weight model of real shapes:  cleave gen --preset 1b --type f16 -o OUT.gguf\n"
             "  info     describe a model:  cleave info MODEL.gguf\n"
             "  logits   dump logits of token ids:  cleave logits -m MODEL.gguf --tokens 1,2,3 -o OUT.f32\n"
+            "  calibrate  split-mode rates for run --psm-policy auto:\n"
+            "           cleave calibrate -m MODEL.gguf --devices cuda:0,cuda:1 -o rates.txt\n"
             "\n"
             "Run 'cleave COMMAND --help' for a command's options.\n");
 }
@@ -265,6 +275,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "gen")) return cmd_gen(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
+    if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

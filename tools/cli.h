@@ -37,6 +37,11 @@ typedef struct cli_context_opts {
     cleave_type kv_type;
 } cli_context_opts;
 int cli_context_flag(const char *flag, const char *v, cli_context_opts *o);
+/* The flags the benchmarks and calibrate share: -c/--ctx-size N (when
+ * n_ctx is not NULL), cli_context_flag's and cli_placement_flag's. Same
+ * contract: 1 taken with its value, 0 not one of them, -1 bad (said). */
+int cli_bench_flag(const char *flag, const char *v, long long *n_ctx, cli_context_opts *cx,
+                   cli_placement *pl);
 
 /* A split mode by name (none, layer, tensor; "row" is tensor): 0, or -1
  * after a message naming the flag. */
@@ -80,5 +85,6 @@ int cmd_convert(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 #endif

@@ -60,11 +60,7 @@ static bool parse(int argc, char **argv, batched_opts *o) {
                     return false;
                 }
             i++;
-        } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
-            if (!cli_int(a, v, 0, 1 << 24, &o->n_ctx)) return false;
-            i++;
-        } else if ((pr = cli_context_flag(a, v, &o->cx)) != 0 ||
-                   (pr = cli_placement_flag(a, v, &o->place)) != 0) {
+        } else if ((pr = cli_bench_flag(a, v, &o->n_ctx, &o->cx, &o->place)) != 0) {
             if (pr < 0) return false;
             i++;
         } else {

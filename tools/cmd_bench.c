@@ -61,8 +61,7 @@ static bool parse(int argc, char **argv, bench_opts *o) {
         } else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) {
             if (!cli_int(a, v, 1, 1000, &o->reps)) return false;
             i++;
-        } else if ((pr = cli_context_flag(a, v, &o->cx)) != 0 ||
-                   (pr = cli_placement_flag(a, v, &o->place)) != 0) {
+        } else if ((pr = cli_bench_flag(a, v, NULL, &o->cx, &o->place)) != 0) {
             if (pr < 0) return false;
             i++;
         } else {

@@ -14,6 +14,8 @@ typedef struct {
     bool no_bos, verbose_prompt, mem_report;
     bool has_psm;            /* -psm given: prefill under psm, then switch to -sm */
     cleave_split_mode psm;
+    const char *psm_policy;  /* off, always (the default) or auto */
+    const char *psm_rates;   /* auto: the rates file of `cleave calibrate` */
     cleave_sampler_params sp;
 } run_opts;
 
@@ -33,6 +35,10 @@ static void run_usage(FILE *out) {
             "                          process the prompt under split mode M (none, layer, tensor),\n"
             "                          then switch the live context to -sm for generation; if the\n"
             "                          devices cannot hold -sm's placement, generation stays in M\n"
+            "  --psm-policy P          off (run in -sm throughout), always (default: switch when -psm\n"
+            "                          and -sm differ), auto (the modes of both phases chosen per\n"
+            "                          request from measured rates: needs --psm-rates)\n"
+            "  --psm-rates PATH        rates written by `cleave calibrate` on these devices\n"
             "  -ctk, --cache-type T    KV cache type: f16 (default), f32, bf16, q8_0 (-ctv: same flag)\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k N               (default 40; 0 = off)\n"
@@ -93,6 +99,14 @@ static bool parse(int argc, char **argv, run_opts *o) {
             o->has_psm = true;
             i++;
         }
+        else if (IS("--psm-policy", NULL) && v) {
+            if (strcmp(v, "off") && strcmp(v, "always") && strcmp(v, "auto")) {
+                fprintf(stderr, "cleave run: --psm-policy: expected off, always or auto, got '%s'\n", v);
+                return false;
+            }
+            o->psm_policy = v, i++;
+        }
+        else if (IS("--psm-rates", NULL) && v) o->psm_rates = v, i++;
         else if ((pr = cli_placement_flag(a, v, &o->place)) != 0) {
             if (pr < 0) return false;
             i++;
@@ -111,7 +125,41 @@ static bool parse(int argc, char **argv, run_opts *o) {
         run_usage(stderr);
         return false;
     }
+    bool auto_policy = o->psm_policy && !strcmp(o->psm_policy, "auto");
+    if (auto_policy && !o->psm_rates) {
+        fprintf(stderr, "cleave run: --psm-policy auto needs --psm-rates (write one with cleave calibrate)\n");
+        return false;
+    }
+    if (o->psm_policy && !strcmp(o->psm_policy, "off")) o->has_psm = false;
     return true;
+}
+
+/* --psm-policy auto: the modes of both phases for this request, from the
+ * rates file; the context moves to the prefill mode now (its cache is
+ * empty, so that is cheap) and generate() moves it on after the prompt. */
+static int choose_modes(cleave_context *ctx, run_opts *o, size_t n_prompt) {
+    uint32_t n_ctx = cleave_context_n_ctx(ctx);
+    uint32_t n_gen = o->n_predict < 0 ? n_ctx - (uint32_t)n_prompt : (uint32_t)o->n_predict;
+    cleave_psm_decision dec;
+    cleave_status st = cleave_psm_decide(o->psm_rates, (uint32_t)n_prompt, n_gen, 0.02, &dec);
+    if (st) return cli_fail("--psm-policy auto", st);
+    static const char *const names[4] = {"layer", "tensor", "layer, then tensor", "tensor, then layer"};
+    int best = dec.prefill == dec.generate ? (dec.prefill == CLEAVE_SPLIT_TENSOR ? 1 : 0)
+                                           : (dec.prefill == CLEAVE_SPLIT_LAYER ? 2 : 3);
+    fprintf(stderr, "cleave: psm policy for %zu + %u tokens: %s (predicted %.4g s; layer %.4g, tensor %.4g, "
+                    "layer then tensor %.4g, tensor then layer %.4g)\n",
+            n_prompt, n_gen, names[best], dec.seconds[best], dec.seconds[0], dec.seconds[1],
+            dec.seconds[2], dec.seconds[3]);
+    o->has_psm = true;
+    o->psm = dec.prefill;
+    o->place.mode = dec.generate;
+    if (cleave_context_split_mode(ctx) != dec.prefill &&
+        (st = cleave_context_set_split_mode(ctx, dec.prefill, o->place.n_shares ? o->place.shares : NULL,
+                                            o->place.n_shares))) {
+        fprintf(stderr, "cleave: warning: %s\n", cleave_last_error());
+        o->psm = cleave_context_split_mode(ctx);
+    }
+    return 0;
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -272,6 +320,8 @@ int cmd_run(int argc, char **argv) {
                 n, cleave_context_n_ctx(ctx));
         goto out;
     }
+    if (o.psm_policy && !strcmp(o.psm_policy, "auto") && (rc = choose_modes(ctx, &o, n))) goto out;
+    rc = 1;
     if ((st = cleave_sampler_new(&o.sp, d.n_vocab, &smp))) {
         rc = cli_fail("sampler", st);
         goto out;
