@@ -133,6 +133,9 @@ typedef struct cleave_context_params {
     uint32_t fit_min_ctx;
     cleave_progress_fn progress; /* weight upload progress, may be NULL */
     void *progress_user;
+    /* a split-mode switch keeps the placement it leaves on the devices
+     * (while they hold both), so switching back moves only the KV cache */
+    bool keep_both_placements;
 } cleave_context_params;
 
 cleave_context_params cleave_context_default_params(void);

@@ -367,6 +367,7 @@ fail:
 
 void cleave_context_free(cleave_context *c) {
     if (!c) return;
+    cleave_context_free(c->spare); /* it borrows c's devices: first */
     for (size_t d = 0; d < c->n_dev; d++)
         for (size_t b = 0; b < ENGINE_GRAPH_BUCKETS; b++)
             if (c->devs[d].graphs[b]) c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);

@@ -110,6 +110,9 @@ struct cleave_context {
      * the weights are copied from (engine_place_copy.c) */
     const struct cleave_context *copy_src;
     cleave_switch_report last_switch; /* what the switch that built this placement moved */
+    /* keep_both_placements: the placement the last switch left, still on
+     * the devices (its own devices borrowed), or NULL */
+    struct cleave_context *spare;
     /* weight placement progress */
     cleave_progress_fn progress;
     void *progress_user;

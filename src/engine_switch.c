@@ -66,6 +66,7 @@ static cleave_status copy_kv(const struct cleave_context *from, struct cleave_co
 static void hand_over(struct cleave_context *c, struct cleave_context *next) {
     struct cleave_context old = *c;
     *c = *next;
+    c->spare = old.spare, old.spare = NULL; /* the handle's, not a placement's */
     c->logits = old.logits, c->logits_rows = old.logits_rows;
     c->logits_cap_rows = old.logits_cap_rows, c->logits_all = old.logits_all;
     c->last_n = old.last_n, c->row_of = old.row_of, c->row_of_cap = old.row_of_cap;
@@ -81,6 +82,13 @@ static cleave_split_mode api_mode(enum split_mode m) {
     return m == SPLIT_TENSOR ? CLEAVE_SPLIT_TENSOR : m == SPLIT_LAYER ? CLEAVE_SPLIT_LAYER : CLEAVE_SPLIT_NONE;
 }
 
+/* Whether placement c was made with these shares (NULL: equal). */
+static bool same_shares_as(const struct cleave_context *c, const float *shares) {
+    bool same = !shares == !c->has_shares;
+    for (size_t d = 0; same && shares && d < c->n_dev; d++) same = shares[d] == c->shares[d];
+    return same;
+}
+
 cleave_split_mode cleave_context_split_mode(const cleave_context *c) {
     return c ? api_mode(c->plan.mode) : CLEAVE_SPLIT_NONE;
 }
@@ -93,10 +101,7 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     if (shares && n_shares != c->n_dev)
         return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: %zu shares for %zu devices",
                        n_shares, c->n_dev);
-    cleave_split_mode now = api_mode(c->plan.mode);
-    bool same_shares = !shares == !c->has_shares;
-    for (size_t d = 0; same_shares && shares && d < c->n_dev; d++) same_shares = shares[d] == c->shares[d];
-    if (mode == now && same_shares) return CLEAVE_OK;
+    if (mode == api_mode(c->plan.mode) && same_shares_as(c, shares)) return CLEAVE_OK;
 
     cleave_context_params p;
     engine_saved_params(c, &p);
@@ -113,19 +118,38 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cleave_status st = engine_sync_all(c);
     struct cleave_context *next = NULL;
-    if (!st) st = engine_context_on(c->model, &p, devs, c->n_dev, c, &next);
+    struct cleave_context *sp = c->spare;
+    if (!st && sp && sp->plan.mode == (mode == CLEAVE_SPLIT_TENSOR ? SPLIT_TENSOR
+                                       : mode == CLEAVE_SPLIT_LAYER ? SPLIT_LAYER : SPLIT_NONE) &&
+        same_shares_as(sp, shares)) {
+        /* the placement kept from before: only the KV cache moves */
+        next = sp, c->spare = NULL;
+        memset(&next->last_switch, 0, sizeof next->last_switch);
+    } else if (!st) {
+        st = engine_context_on(c->model, &p, devs, c->n_dev, c, &next);
+        if (st == CLEAVE_ERR_OOM && c->spare) { /* room for the new one before the old spare */
+            cleave_context_free(c->spare);
+            c->spare = NULL;
+            st = engine_context_on(c->model, &p, devs, c->n_dev, c, &next);
+        }
+    }
     if (!st) st = copy_kv(c, next);
     if (!st) st = engine_sync_all(next);
     if (st) {
         char why[512];
         snprintf(why, sizeof why, "%s", cleave_last_error());
-        cleave_context_free(next);
+        cleave_context_free(next); /* a spare that failed to take the KV is dropped too */
         const char *to = mode == CLEAVE_SPLIT_TENSOR ? "tensor" : mode == CLEAVE_SPLIT_LAYER ? "layer" : "none";
         return err_set(st, "split-mode switch from %s to %s failed: %s; the context stays in %s mode",
                        plan_mode_name(c->plan.mode), to, why, plan_mode_name(c->plan.mode));
     }
     hand_over(c, next);
-    cleave_context_free(next);
+    if (c->params.keep_both_placements) {
+        cleave_context_free(c->spare);
+        c->spare = next; /* the placement just left, kept for the way back */
+    } else {
+        cleave_context_free(next);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     c->last_switch.n_devices = c->n_dev;
     c->last_switch.seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;

@@ -259,6 +259,50 @@ static void report(const char *path) {
     cleave_model_free(m);
 }
 
+/* keep_both_placements: back and forth every 5 tokens; once both
+ * placements exist a switch moves only the KV cache, and the output is the
+ * reference's. */
+static void keep_both(const char *path) {
+    size_t nv;
+    int32_t prompt[N_PROMPT];
+    cleave_model *m = load(path, &nv, prompt);
+    if (!m) return;
+    float *ref = malloc((size_t)N_GEN * nv * 4);
+    int32_t ref_gen[N_GEN], gen;
+    int sw;
+    cleave_context *c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, NULL);
+    bool ok = c && ref && run(c, NULL, prompt, nv, ref, ref_gen, &sw);
+    cleave_context_free(c);
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = N_PROMPT + N_GEN + 8, cp.n_batch = 16, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
+    cp.devices = "cpu:2", cp.split_mode = CLEAVE_SPLIT_LAYER, cp.keep_both_placements = true;
+    c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    ok = ok && c && cleave_decode(c, prompt, N_PROMPT, 0, 0, false) == CLEAVE_OK;
+    int diff = 0, kv_only = 0, switches = 0;
+    for (int i = 0; ok && i < N_GEN; i++) {
+        gen = tu_argmax(cleave_get_logits(c, -1), nv);
+        diff += gen != ref_gen[i];
+        if (i % 5 == 4) {
+            cleave_split_mode next =
+                cleave_context_split_mode(c) == CLEAVE_SPLIT_LAYER ? CLEAVE_SPLIT_TENSOR : CLEAVE_SPLIT_LAYER;
+            CHECK_OK(cleave_context_set_split_mode(c, next, NULL, 0));
+            cleave_switch_report r;
+            CHECK_OK(cleave_context_switch_report(c, &r));
+            kv_only += r.bytes_in[0] + r.bytes_in[1] == r.kv_bytes;
+            switches++;
+        }
+        ok = cleave_decode(c, &gen, 1, N_PROMPT + i, 0, false) == CLEAVE_OK;
+    }
+    fprintf(stderr, "keep both placements: %d switches, %d of them KV only, tokens differ %d/%d\n",
+            switches, kv_only, diff, N_GEN);
+    CHECK(ok && diff == 0);
+    CHECK_MSG(kv_only == switches - 1, "%d of %d switches moved only the KV cache", kv_only, switches);
+    cleave_context_free(c);
+    free(ref);
+    cleave_model_free(m);
+}
+
 /* Calibration: refused on one device and for lengths that do not fit;
  * on two it writes rates that cleave_psm_decide reads, and leaves the
  * context in layer mode. */
@@ -313,6 +357,7 @@ int main(void) {
         alloc_failures(stories);
         report(stories);
         calibration(stories);
+        keep_both(stories);
         bad_input(stories);
     }
     const char *llama = tu_tiny_model("llama", CLEAVE_TYPE_F32);

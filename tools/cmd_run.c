@@ -16,6 +16,7 @@ typedef struct {
     cleave_split_mode psm;
     const char *psm_policy;  /* off, always (the default) or auto */
     const char *psm_rates;   /* auto: the rates file of `cleave calibrate` */
+    bool psm_keep_both;      /* keep the placement a switch leaves resident */
     cleave_sampler_params sp;
 } run_opts;
 
@@ -39,6 +40,8 @@ static void run_usage(FILE *out) {
             "                          and -sm differ), auto (the modes of both phases chosen per\n"
             "                          request from measured rates: needs --psm-rates)\n"
             "  --psm-rates PATH        rates written by `cleave calibrate` on these devices\n"
+            "  --psm-keep-both         keep the placement a switch leaves on the devices, so a switch\n"
+            "                          back moves only the KV cache (needs room for both)\n"
             "  -ctk, --cache-type T    KV cache type: f16 (default), f32, bf16, q8_0 (-ctv: same flag)\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k N               (default 40; 0 = off)\n"
@@ -107,6 +110,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
             o->psm_policy = v, i++;
         }
         else if (IS("--psm-rates", NULL) && v) o->psm_rates = v, i++;
+        else if (IS("--psm-keep-both", NULL)) o->psm_keep_both = true;
         else if ((pr = cli_placement_flag(a, v, &o->place)) != 0) {
             if (pr < 0) return false;
             i++;
@@ -198,9 +202,10 @@ static const char *mode_name(cleave_split_mode m) {
 static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
     double t0 = cli_now();
     const float *shares = o->place.n_shares ? o->place.shares : NULL;
-    /* GPUs take their slices of the weights anew: show it (CPUs map them) */
-    if (strncmp(cleave_context_device(ctx), "cpu", 3) != 0)
-        cleave_context_set_progress(ctx, cli_progress, (void *)"switching split mode");
+    /* GPUs copy their new slices of the weights: show it (on CPUs it is
+     * over before a bar could say anything) */
+    bool gpu = strncmp(cleave_context_device(ctx), "cpu", 3) != 0;
+    cleave_context_set_progress(ctx, gpu ? cli_progress : NULL, (void *)"switching split mode");
     cleave_status st = cleave_context_set_split_mode(ctx, o->place.mode, shares, o->place.n_shares);
     if (st) {
         fprintf(stderr, "\ncleave: warning: %s\n", cleave_last_error());
@@ -290,6 +295,7 @@ int cmd_run(int argc, char **argv) {
     cp.kv_type = o.kv_type;
     cli_placement_apply(&o.place, &cp);
     if (o.has_psm) cp.split_mode = o.psm;
+    cp.keep_both_placements = o.psm_keep_both;
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) goto out;
     rc = 1;
     cleave_status st;
