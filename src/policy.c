@@ -115,6 +115,21 @@ cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_g
     return CLEAVE_OK;
 }
 
+int policy_gate_step(policy_gate *g, const bool *in_prefill, size_t n_active, int prefill_mode,
+                     int generate_mode) {
+    if (!g) return POLICY_MODE_LAYER;
+    if (g->since < UINT32_MAX) g->since++;
+    if (!n_active || !in_prefill) return g->mode;
+    bool all_prefill = true, all_generate = true;
+    for (size_t i = 0; i < n_active; i++) all_prefill &= in_prefill[i], all_generate &= !in_prefill[i];
+    int want = all_prefill ? prefill_mode : all_generate ? generate_mode : g->mode;
+    if (want != g->mode && g->since >= g->min_dwell) {
+        g->mode = want;
+        g->since = 0;
+    }
+    return g->mode;
+}
+
 /* ---- the rates file ------------------------------------------------------- */
 
 #define RATES_MAGIC "cleave-psm-rates 1"

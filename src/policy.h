@@ -21,6 +21,7 @@
 #ifndef CLEAVE_POLICY_H
 #define CLEAVE_POLICY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,22 @@ cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_g
  * checks the result with policy_check. */
 cleave_status policy_save(const policy_rates *r, const char *path);
 cleave_status policy_load(const char *path, policy_rates *out);
+/* Several sequences share a context, and a switch moves them all: the
+ * gate switches only when every active sequence is in the same phase and
+ * that phase's mode differs from the context's, and not again within
+ * min_dwell steps of the last switch (hysteresis: sequences that enter
+ * and leave prefill in turn never make it thrash). While phases are
+ * mixed the context stays in the mode it is in. */
+typedef struct policy_gate {
+    int mode;           /* the context's mode now (POLICY_MODE_*) */
+    uint32_t since;     /* steps since the last switch */
+    uint32_t min_dwell; /* steps a mode is kept at least */
+} policy_gate;
+/* The mode to run this step in (updates g). in_prefill[i]: whether active
+ * sequence i is processing its prompt; prefill_mode / generate_mode: the
+ * modes the decision chose for the two phases. */
+int policy_gate_step(policy_gate *g, const bool *in_prefill, size_t n_active, int prefill_mode,
+                     int generate_mode);
 /* The mode of each phase under a plan (POLICY_MODE_*). */
 int policy_prefill_mode(policy_plan p);
 int policy_generate_mode(policy_plan p);

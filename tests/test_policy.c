@@ -232,7 +232,34 @@ static void test_rates_file(void) {
     CHECK(policy_save(&r, "/nonexistent-dir/rates.txt") == CLEAVE_ERR_IO);
 }
 
+/* Several sequences: switches only when all are in one phase, never more
+ * often than the dwell allows. */
+static void test_gate(void) {
+    policy_gate g = {POLICY_MODE_LAYER, 4, 4};
+    const int P = POLICY_MODE_LAYER, G = POLICY_MODE_TENSOR;
+    bool prefill[3] = {true, true, true}, generate[3] = {false, false, false}, mixed[3] = {true, false, false};
+    CHECK(policy_gate_step(&g, prefill, 3, P, G) == POLICY_MODE_LAYER);
+    CHECK(policy_gate_step(&g, mixed, 3, P, G) == POLICY_MODE_LAYER); /* mixed: stays */
+    CHECK(policy_gate_step(&g, generate, 3, P, G) == POLICY_MODE_TENSOR);
+    CHECK(g.since == 0);
+    for (int i = 0; i < 10; i++) CHECK(policy_gate_step(&g, mixed, 3, P, G) == POLICY_MODE_TENSOR);
+    CHECK(policy_gate_step(&g, prefill, 3, P, G) == POLICY_MODE_LAYER); /* dwell long passed */
+    /* phases alternating every step: at most one switch per dwell */
+    int switches = 0, mode = g.mode;
+    for (int i = 0; i < 100; i++) {
+        int m = policy_gate_step(&g, i % 2 ? prefill : generate, 3, P, G);
+        switches += m != mode;
+        mode = m;
+    }
+    CHECK_MSG(switches <= 100 / 4 + 1, "%d switches in 100 steps with a dwell of 4", switches);
+    /* no sequences, or no phase table: the mode stays */
+    CHECK(policy_gate_step(&g, NULL, 3, P, G) == mode);
+    CHECK(policy_gate_step(&g, prefill, 0, P, G) == mode);
+    CHECK(policy_gate_step(NULL, prefill, 3, P, G) == POLICY_MODE_LAYER);
+}
+
 int main(void) {
+    test_gate();
     test_rates_file();
     test_curves();
     test_predict_by_hand();
