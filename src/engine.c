@@ -192,7 +192,8 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
 }
 
 /* Each layer's K/V on the device that runs it. */
-static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_type type) {
+static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_type type,
+                             bool deferred) {
     const model_hparams *hp = &c->model->hp;
     be_device *devs[PLAN_MAX_DEVICES];
     size_t width[PLAN_MAX_DEVICES];
@@ -208,7 +209,8 @@ static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_ty
             holds[d * hp->n_layer + l] =
                 tensor ? c->devs[d].active && heads > 0 : c->plan.layer_device[l] == (int)d;
     }
-    cleave_status st = kv_init(&c->kv, devs, c->n_dev, holds, width, n_ctx, hp->n_layer, type);
+    cleave_status st = (deferred ? kv_init_deferred : kv_init)(&c->kv, devs, c->n_dev, holds, width,
+                                                                n_ctx, hp->n_layer, type);
     free(holds);
     return st;
 }
@@ -244,25 +246,25 @@ static void save_params(struct cleave_context *c, const cleave_context_params *p
 
 static cleave_status build(cleave_model *model, const cleave_context_params *params,
                            be_device *const *borrow, size_t n_borrow,
-                           const struct cleave_context *src, cleave_context **out);
+                           const struct cleave_context *src, bool piecewise, cleave_context **out);
 
 cleave_status cleave_context_new(cleave_model *model, const cleave_context_params *params,
                                  cleave_context **out) {
-    return build(model, params, NULL, 0, NULL, out);
+    return build(model, params, NULL, 0, NULL, false, out);
 }
 
 cleave_status engine_context_on(cleave_model *model, const cleave_context_params *params,
                                 be_device *const *devs, size_t n, const struct cleave_context *src,
-                                cleave_context **out) {
+                                bool piecewise, cleave_context **out) {
     if (!devs || n == 0 || n > PLAN_MAX_DEVICES)
         return err_set(CLEAVE_ERR_INVALID_ARG, "context: 1..%d devices to build on", PLAN_MAX_DEVICES);
-    return build(model, params, devs, n, src, out);
+    return build(model, params, devs, n, src, piecewise, out);
 }
 
 /* A context on devices of its own, or (borrow) on n_borrow open ones. */
 static cleave_status build(cleave_model *model, const cleave_context_params *params,
                            be_device *const *borrow, size_t n_borrow,
-                           const struct cleave_context *src, cleave_context **out) {
+                           const struct cleave_context *src, bool piecewise, cleave_context **out) {
     if (!model || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "context: model and out required");
     *out = NULL;
     cleave_context_params p = params ? *params : cleave_context_default_params();
@@ -311,13 +313,13 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     c->n_ubatch = p.n_ubatch;
     for (size_t d = 0; d < c->n_dev; d++) c->total_bytes += c->plan.bytes[d].weights;
     c->copy_src = src;
-    st = engine_place_weights(c);
+    st = piecewise ? engine_place_tables(c) : engine_place_weights(c);
     c->copy_src = NULL;
     if (st) goto fail;
     if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
-    if ((st = init_kv(c, n_ctx, p.kv_type))) goto fail;
+    if ((st = init_kv(c, n_ctx, p.kv_type, piecewise))) goto fail;
     size_t floats = (size_t)n_batch * model->hp.n_embd;
     if (n_active > 1 && !tensor) {
         /* layer split: the hidden state handed from device to device where

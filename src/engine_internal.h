@@ -5,12 +5,23 @@
 #define CLEAVE_ENGINE_INTERNAL_H
 
 #include "engine.h"
+#include "reshard.h"
 
 /* A device allocation recorded for freeing with the context. */
 cleave_status engine_own(struct cleave_context *c, int d, void *p);
 void *engine_dev_alloc(struct cleave_context *c, int d, size_t bytes, const char *what);
 /* Every weight where c->plan puts it (progress reported as bytes land). */
 cleave_status engine_place_weights(struct cleave_context *c);
+/* The same in parts, for a switch that moves the model piece by piece
+ * (reshard.h's pieces): the tables, one piece on one device (none where
+ * the plan gives the device nothing of it; a tied lm head after the
+ * embedding), and the fused norms once every piece is in place. */
+cleave_status engine_place_tables(struct cleave_context *c);
+cleave_status engine_place_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l, int d);
+cleave_status engine_place_finish(struct cleave_context *c);
+/* Frees what c holds of a piece on device d (under HEADS also the block's
+ * norms and its KV layer); memory c does not own (mapped, aliased) stays. */
+void engine_release_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l, int d);
 
 /* x += r, then y = rms_norm(x) * w, on device d (rows of n_embd). */
 cleave_status engine_add_norm(struct cleave_context *c, be_device *d, float *x, const float *r,
@@ -50,10 +61,11 @@ void engine_saved_params(const struct cleave_context *c, cleave_context_params *
 /* A context (a placement) on n devices already open, e.g. another
  * context's: freeing it leaves them open. With src, a placement of the
  * same model on those devices, the weights are copied from src's devices
- * instead of placed from the model. */
+ * instead of placed from the model. piecewise: no weights and no KV
+ * layers yet (only the tables): the caller places them piece by piece. */
 cleave_status engine_context_on(cleave_model *model, const cleave_context_params *params,
                                 be_device *const *devs, size_t n, const struct cleave_context *src,
-                                struct cleave_context **out);
+                                bool piecewise, struct cleave_context **out);
 /* height rows of width bytes from src (rows spitch apart) on device s to
  * dst (rows dpitch apart) on device d: device to device where the backend
  * copies between its devices, else through host memory. */

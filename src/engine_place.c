@@ -9,6 +9,7 @@
 #include "error.h"
 #include "mem.h"
 #include "quant.h"
+#include "reshard.h"
 
 /* ---- placing weights ---------------------------------------------------- */
 
@@ -151,99 +152,109 @@ static cleave_status place_vec(struct cleave_context *c, int d, const gguf_tenso
     return place_vec_range(c, d, t, 0, t ? (size_t)t->n_elems : 0, out);
 }
 
-/* Weights where the plan puts them: the embedding on its device, each
- * block on its layer's device, the output norm and lm head on the head
- * device (a second copy of a tied embedding when that is another device). */
-/* Tensor split: device d's slice of every block (its kv heads with their
- * query heads, its FFN rows; o and down by the matching input columns),
- * norms everywhere, its vocab rows of the embedding and the lm head (one
- * slice when they are tied). */
-static cleave_status place_tensor(struct cleave_context *c) {
-    const struct cleave_model *m = c->model;
-    const model_hparams *hp = &m->hp;
-    const plan *pl = &c->plan;
-    size_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
-    cleave_status st;
-    for (size_t d = 0; d < c->n_dev; d++) {
-        if (!c->devs[d].active) continue;
-        int di = (int)d;
-        size_t h0 = pl->kv_heads[d].lo, h1 = pl->kv_heads[d].hi, f0 = pl->ff_rows[d].lo,
-               f1 = pl->ff_rows[d].hi;
-        size_t q0 = h0 * G * hd, q1 = h1 * G * hd, k0 = h0 * hd, k1 = h1 * hd;
-        engine_layer *S = mem_calloc(hp->n_layer, sizeof *S, "tensor slices");
-        if (!S) return CLEAVE_ERR_OOM;
-        c->slices[d] = S;
-        for (uint32_t l = 0; l < hp->n_layer; l++) {
-            const model_layer *L = &m->layers[l];
-            engine_layer *E = &S[l];
-            E->dev = di;
-            if ((st = place_rows(c, di, L->wq, q0, q1, &E->wq)) ||
-                (st = place_rows(c, di, L->wk, k0, k1, &E->wk)) ||
-                (st = place_rows(c, di, L->wv, k0, k1, &E->wv)) ||
-                (st = place_cols(c, di, L->wo, q0, q1, &E->wo)) ||
-                (st = place_rows(c, di, L->w_gate, f0, f1, &E->w_gate)) ||
-                (st = place_rows(c, di, L->w_up, f0, f1, &E->w_up)) ||
-                (st = place_cols(c, di, L->w_down, f0, f1, &E->w_down)) ||
-                (st = place_vec(c, di, L->attn_norm, &E->attn_norm)) ||
-                (st = place_vec(c, di, L->ffn_norm, &E->ffn_norm)) ||
-                (st = place_vec_range(c, di, L->bq, q0, q1 - q0, &E->bq)) ||
-                (st = place_vec_range(c, di, L->bk, k0, k1 - k0, &E->bk)) ||
-                (st = place_vec_range(c, di, L->bv, k0, k1 - k0, &E->bv)) ||
-                (st = place_vec(c, di, L->q_norm, &E->q_norm)) ||
-                (st = place_vec(c, di, L->k_norm, &E->k_norm)))
-                return st;
-        }
-        size_t v0 = pl->vocab_rows[d].lo, v1 = pl->vocab_rows[d].hi;
-        engine_device *D = &c->devs[d];
-        if ((st = place_vec(c, di, m->output_norm, &D->output_norm)) ||
-            (st = place_rows(c, di, m->tok_embd, v0, v1, &D->tok_embd)))
-            return st;
-        if (m->output == m->tok_embd) /* tied: the lm head is the same slice */
-            D->output = D->tok_embd;
-        else if ((st = place_rows(c, di, m->output, v0, v1, &D->output)))
-            return st;
-        for (uint32_t l = 0; l < hp->n_layer; l++)
-            S[l].next_norm = l + 1 < hp->n_layer ? S[l + 1].attn_norm : c->devs[d].output_norm;
-    }
-    return CLEAVE_OK;
-}
+/* ---- pieces ------------------------------------------------------------- */
 
-cleave_status engine_place_weights(struct cleave_context *c) {
+/* The tables the pieces land in (the blocks of each device, or of the
+ * layer split) and the rope factors of each active device. */
+cleave_status engine_place_tables(struct cleave_context *c) {
     const struct cleave_model *m = c->model;
-    const plan *pl = &c->plan;
     cleave_status st;
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = place_vec(c, (int)d, m->rope_freqs, &c->devs[d].rope_freqs)))
             return st;
-    if (pl->mode == SPLIT_TENSOR) return place_tensor(c);
-    if ((st = place_mat(c, pl->embd_device, m->tok_embd, &c->tok_embd))) return st;
-    if (m->output == m->tok_embd && pl->head_device == pl->embd_device)
-        c->output = c->tok_embd;
-    else if ((st = place_mat(c, pl->head_device, m->output, &c->output)))
-        return st;
-    if ((st = place_vec(c, pl->head_device, m->output_norm, &c->output_norm))) return st;
-    c->layers = mem_calloc(m->hp.n_layer, sizeof *c->layers, "engine layers");
-    if (!c->layers) return CLEAVE_ERR_OOM;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        engine_layer *E = &c->layers[l];
-        int d = E->dev = pl->layer_device[l];
-        if ((st = place_mat(c, d, L->wq, &E->wq)) || (st = place_mat(c, d, L->wk, &E->wk)) ||
-            (st = place_mat(c, d, L->wv, &E->wv)) || (st = place_mat(c, d, L->wo, &E->wo)) ||
-            (st = place_mat(c, d, L->w_gate, &E->w_gate)) ||
-            (st = place_mat(c, d, L->w_up, &E->w_up)) ||
-            (st = place_mat(c, d, L->w_down, &E->w_down)) ||
-            (st = place_vec(c, d, L->attn_norm, &E->attn_norm)) ||
-            (st = place_vec(c, d, L->ffn_norm, &E->ffn_norm)) ||
-            (st = place_vec(c, d, L->bq, &E->bq)) || (st = place_vec(c, d, L->bk, &E->bk)) ||
-            (st = place_vec(c, d, L->bv, &E->bv)) || (st = place_vec(c, d, L->q_norm, &E->q_norm)) ||
-            (st = place_vec(c, d, L->k_norm, &E->k_norm)))
-            return st;
+    if (c->plan.mode == SPLIT_TENSOR) {
+        for (size_t d = 0; d < c->n_dev; d++) {
+            if (!c->devs[d].active) continue;
+            if (!(c->slices[d] = mem_calloc(m->hp.n_layer, sizeof(engine_layer), "tensor slices")))
+                return CLEAVE_ERR_OOM;
+            for (uint32_t l = 0; l < m->hp.n_layer; l++) c->slices[d][l].dev = (int)d;
+        }
+        return CLEAVE_OK;
     }
-    /* the norm each block's last add is fused with, on that block's device */
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+    if (!(c->layers = mem_calloc(m->hp.n_layer, sizeof *c->layers, "engine layers"))) return CLEAVE_ERR_OOM;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) c->layers[l].dev = c->plan.layer_device[l];
+    return CLEAVE_OK;
+}
+
+/* Block l's attention (with the block's norms) or FFN on device d: a
+ * tensor split's slice, or the whole of it on the block's device. */
+static cleave_status place_block_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l,
+                                       int d) {
+    const model_hparams *hp = &c->model->hp;
+    const model_layer *L = &c->model->layers[l];
+    const plan *pl = &c->plan;
+    bool tensor = pl->mode == SPLIT_TENSOR;
+    if (tensor ? !c->devs[d].active : pl->layer_device[l] != d) return CLEAVE_OK;
+    engine_layer *E = tensor ? &c->slices[d][l] : &c->layers[l];
+    size_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
+    size_t h0 = tensor ? pl->kv_heads[d].lo : 0, h1 = tensor ? pl->kv_heads[d].hi : hp->n_head_kv;
+    size_t f0 = tensor ? pl->ff_rows[d].lo : 0, f1 = tensor ? pl->ff_rows[d].hi : hp->n_ff;
+    size_t q0 = h0 * G * hd, q1 = h1 * G * hd, k0 = h0 * hd, k1 = h1 * hd;
+    cleave_status st;
+    if (p == RESHARD_FF_ROWS) {
+        if ((st = place_rows(c, d, L->w_gate, f0, f1, &E->w_gate)) ||
+            (st = place_rows(c, d, L->w_up, f0, f1, &E->w_up)) ||
+            (st = place_cols(c, d, L->w_down, f0, f1, &E->w_down)))
+            return st;
+        return CLEAVE_OK;
+    }
+    if ((st = place_rows(c, d, L->wq, q0, q1, &E->wq)) || (st = place_rows(c, d, L->wk, k0, k1, &E->wk)) ||
+        (st = place_rows(c, d, L->wv, k0, k1, &E->wv)) || (st = place_cols(c, d, L->wo, q0, q1, &E->wo)) ||
+        (st = place_vec(c, d, L->attn_norm, &E->attn_norm)) ||
+        (st = place_vec(c, d, L->ffn_norm, &E->ffn_norm)) ||
+        (st = place_vec_range(c, d, L->bq, q0, q1 - q0, &E->bq)) ||
+        (st = place_vec_range(c, d, L->bk, k0, k1 - k0, &E->bk)) ||
+        (st = place_vec_range(c, d, L->bv, k0, k1 - k0, &E->bv)) ||
+        (st = place_vec(c, d, L->q_norm, &E->q_norm)) || (st = place_vec(c, d, L->k_norm, &E->k_norm)))
+        return st;
+    return CLEAVE_OK;
+}
+
+cleave_status engine_place_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l, int d) {
+    if (p == RESHARD_HEADS || p == RESHARD_FF_ROWS) return place_block_piece(c, p, l, d);
+    const struct cleave_model *m = c->model;
+    const plan *pl = &c->plan;
+    bool tensor = pl->mode == SPLIT_TENSOR, tied = m->output == m->tok_embd;
+    if (tensor) {
+        if (!c->devs[d].active) return CLEAVE_OK;
+        engine_device *D = &c->devs[d];
+        size_t v0 = pl->vocab_rows[d].lo, v1 = pl->vocab_rows[d].hi;
+        if (p == RESHARD_EMBD) return place_rows(c, d, m->tok_embd, v0, v1, &D->tok_embd);
+        cleave_status st = place_vec(c, d, m->output_norm, &D->output_norm);
+        if (st) return st;
+        if (tied) { /* the lm head is the embedding's slice (placed first) */
+            D->output = D->tok_embd;
+            return CLEAVE_OK;
+        }
+        return place_rows(c, d, m->output, v0, v1, &D->output);
+    }
+    if (p == RESHARD_EMBD) return d == pl->embd_device ? place_mat(c, d, m->tok_embd, &c->tok_embd) : CLEAVE_OK;
+    if (d != pl->head_device) return CLEAVE_OK;
+    cleave_status st = place_vec(c, d, m->output_norm, &c->output_norm);
+    if (st) return st;
+    if (tied && pl->head_device == pl->embd_device) {
+        c->output = c->tok_embd;
+        return CLEAVE_OK;
+    }
+    return place_mat(c, d, m->output, &c->output);
+}
+
+/* The norm each block's last add is fused with, on that block's device:
+ * the next block's attn_norm or the output norm, a copy of it where the
+ * next block runs elsewhere. */
+cleave_status engine_place_finish(struct cleave_context *c) {
+    const struct cleave_model *m = c->model;
+    uint32_t n = m->hp.n_layer;
+    if (c->plan.mode == SPLIT_TENSOR) {
+        for (size_t d = 0; d < c->n_dev; d++)
+            for (uint32_t l = 0; c->slices[d] && l < n; l++)
+                c->slices[d][l].next_norm = l + 1 < n ? c->slices[d][l + 1].attn_norm : c->devs[d].output_norm;
+        return CLEAVE_OK;
+    }
+    cleave_status st;
+    for (uint32_t l = 0; l < n; l++) {
         engine_layer *E = &c->layers[l];
-        if (l + 1 == m->hp.n_layer)
+        if (l + 1 == n)
             E->next_norm = c->output_norm; /* the last block runs on the head device */
         else if (c->layers[l + 1].dev == E->dev)
             E->next_norm = c->layers[l + 1].attn_norm;
@@ -253,3 +264,72 @@ cleave_status engine_place_weights(struct cleave_context *c) {
     return CLEAVE_OK;
 }
 
+cleave_status engine_place_weights(struct cleave_context *c) {
+    const struct cleave_model *m = c->model;
+    cleave_status st = engine_place_tables(c);
+    for (uint32_t l = 0; !st && l < m->hp.n_layer; l++)
+        for (int d = 0; !st && d < (int)c->n_dev; d++)
+            if (!(st = engine_place_piece(c, RESHARD_HEADS, l, d))) st = engine_place_piece(c, RESHARD_FF_ROWS, l, d);
+    for (int d = 0; !st && d < (int)c->n_dev; d++)
+        if (!(st = engine_place_piece(c, RESHARD_EMBD, 0, d))) st = engine_place_piece(c, RESHARD_HEAD, 0, d);
+    return st ? st : engine_place_finish(c);
+}
+
+/* ---- giving pieces back (a split-mode switch) ----------------------------- */
+
+/* Frees p on device d where c owns it (mapped or aliased memory is not
+ * c's to free) and forgets it. */
+static void release(struct cleave_context *c, int d, const void *p) {
+    if (!p) return;
+    for (size_t i = 0; i < c->n_owned; i++)
+        if (c->owned[i].p == p && c->owned[i].dev == d) {
+            be_device *dev = c->devs[d].dev;
+            dev->ops->free(dev, (void *)p);
+            c->owned[i] = c->owned[--c->n_owned];
+            return;
+        }
+}
+
+static void release_mat(struct cleave_context *c, int d, be_mat *m) {
+    release(c, d, m->data);
+    release(c, d, m->scales);
+    memset(m, 0, sizeof *m);
+}
+
+static void release_vec(struct cleave_context *c, int d, float **v) {
+    release(c, d, *v);
+    *v = NULL;
+}
+
+void engine_release_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l, int d) {
+    const plan *pl = &c->plan;
+    bool tensor = pl->mode == SPLIT_TENSOR;
+    if (p == RESHARD_HEADS || p == RESHARD_FF_ROWS) {
+        if (tensor ? !c->slices[d] : pl->layer_device[l] != d) return;
+        engine_layer *E = tensor ? &c->slices[d][l] : &c->layers[l];
+        if (p == RESHARD_FF_ROWS) {
+            release_mat(c, d, &E->w_gate), release_mat(c, d, &E->w_up), release_mat(c, d, &E->w_down);
+            return;
+        }
+        release_mat(c, d, &E->wq), release_mat(c, d, &E->wk), release_mat(c, d, &E->wv);
+        release_mat(c, d, &E->wo);
+        /* a layer split's own copy of the next block's norm (not an alias) */
+        uint32_t n = c->model->hp.n_layer;
+        if (!tensor && E->next_norm && E->next_norm != c->output_norm &&
+            (l + 1 >= n || E->next_norm != c->layers[l + 1].attn_norm))
+            release_vec(c, d, &E->next_norm);
+        float **vecs[] = {&E->attn_norm, &E->ffn_norm, &E->bq, &E->bk, &E->bv, &E->q_norm, &E->k_norm};
+        for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) release_vec(c, d, vecs[i]);
+        kv_free_layer(&c->kv, (size_t)d, l);
+        return;
+    }
+    if (tensor) {
+        engine_device *D = &c->devs[d];
+        if (p == RESHARD_EMBD) release_mat(c, d, &D->tok_embd);
+        else release_mat(c, d, &D->output), release_vec(c, d, &D->output_norm);
+        return;
+    }
+    if (p == RESHARD_EMBD && d == pl->embd_device) release_mat(c, d, &c->tok_embd);
+    if (p == RESHARD_HEAD && d == pl->head_device)
+        release_mat(c, d, &c->output), release_vec(c, d, &c->output_norm);
+}

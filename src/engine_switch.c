@@ -1,16 +1,19 @@
 /* cleave_context_set_split_mode: a live context moves to another split
  * mode on the same devices, keeping its sequences, positions and logits.
  *
- * This first form builds the new placement whole beside the old one (each
- * weight slice and the KV cache copied from the devices that hold them
- * now, device to device, the KV re-split by kv head; nothing is read from
- * the model file), carries the cell table over, then hands the new
- * placement to the context and frees the old. Both placements are
- * resident for a moment, so the switch needs room for both; any failure
- * frees what the new one took and leaves the context as it was, usable in
- * its old mode. (reshard.h plans the in-place form, piece by piece within
- * max(old, new) plus one piece; that replaces this once the engine frees
- * weights piece by piece.) */
+ * In place (the default): the new placement's tables are made, then the
+ * model moves one piece at a time (a block's attention with its KV layer,
+ * a block's FFN, the embedding, the lm head; reshard.h) in the order
+ * reshard_schedule gives: each piece is copied device to device from the
+ * devices that hold it into buffers of the new shape, then the old
+ * buffers are freed, so a device holds at most about the larger of the
+ * two placements plus one piece. Nothing is read from the model file. A
+ * failure copies every piece already given up back from the new
+ * placement, so the context stays whole and usable in its old mode.
+ *
+ * With keep_both_placements the new placement is built whole beside the
+ * old one, which stays resident as a spare; a later switch back to it
+ * moves only the KV cache. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,42 +25,169 @@
 #include "quant.h"
 #include "reshard.h"
 
-/* The used cells of every layer's K and V, from the old placement's
- * devices to the new one's, by kv head; then the cell table. */
-static cleave_status copy_kv(const struct cleave_context *from, struct cleave_context *to) {
+/* The first `cells` cells of layer l's K and V (the used ones: the cell
+ * table is the switching context's), from one placement's devices to
+ * another's, by kv head. */
+static cleave_status copy_kv_layer(struct cleave_context *from, struct cleave_context *to, uint32_t l,
+                                   uint32_t cells) {
     const model_hparams *hp = &from->model->hp;
     const kv_cache *a = &from->kv;
     kv_cache *b = &to->kv;
     size_t hb = quant_row_bytes(a->type, hp->head_dim); /* one head of a cell row */
-    uint32_t cells = a->hi;
     cleave_status st = CLEAVE_OK;
-    for (uint32_t l = 0; l < hp->n_layer && !st; l++)
-        for (size_t dd = 0; dd < to->n_dev && !st; dd++) {
-            if (!b->k[dd] || !b->k[dd][l]) continue;
-            plan_range want = reshard_units(&to->plan, hp, dd, RESHARD_HEADS, l);
-            for (size_t sd = 0; sd < from->n_dev && !st; sd++) {
-                if (!a->k[sd] || !a->k[sd][l]) continue;
-                plan_range have = reshard_units(&from->plan, hp, sd, RESHARD_HEADS, l);
-                uint32_t lo = have.lo > want.lo ? have.lo : want.lo;
-                uint32_t hi = have.hi < want.hi ? have.hi : want.hi;
-                if (lo >= hi) continue;
-                size_t so = (lo - have.lo) * hb, doff = (lo - want.lo) * hb, w = (hi - lo) * hb;
-                be_device *dv = to->devs[dd].dev, *sv = from->devs[sd].dev;
-                st = engine_copy_block(dv, (char *)b->k[dd][l] + doff, b->row_bytes[dd], sv,
-                                (const char *)a->k[sd][l] + so, a->row_bytes[sd], w, cells);
-                if (!st)
-                    st = engine_copy_block(dv, (char *)b->v[dd][l] + doff, b->row_bytes[dd], sv,
-                                    (const char *)a->v[sd][l] + so, a->row_bytes[sd], w, cells);
-                engine_count_move(to, (int)sd, (int)dd, 2 * w * cells);
-                to->last_switch.kv_bytes += 2 * w * cells;
-            }
+    for (size_t dd = 0; dd < to->n_dev && !st; dd++) {
+        if (!b->k[dd] || !b->k[dd][l]) continue;
+        plan_range want = reshard_units(&to->plan, hp, dd, RESHARD_HEADS, l);
+        for (size_t sd = 0; sd < from->n_dev && !st; sd++) {
+            if (!a->k[sd] || !a->k[sd][l]) continue;
+            plan_range have = reshard_units(&from->plan, hp, sd, RESHARD_HEADS, l);
+            uint32_t lo = have.lo > want.lo ? have.lo : want.lo;
+            uint32_t hi = have.hi < want.hi ? have.hi : want.hi;
+            if (lo >= hi) continue;
+            size_t so = (lo - have.lo) * hb, doff = (lo - want.lo) * hb, w = (hi - lo) * hb;
+            be_device *dv = to->devs[dd].dev, *sv = from->devs[sd].dev;
+            st = engine_copy_block(dv, (char *)b->k[dd][l] + doff, b->row_bytes[dd], sv,
+                                   (const char *)a->k[sd][l] + so, a->row_bytes[sd], w, cells);
+            if (!st)
+                st = engine_copy_block(dv, (char *)b->v[dd][l] + doff, b->row_bytes[dd], sv,
+                                       (const char *)a->v[sd][l] + so, a->row_bytes[sd], w, cells);
+            engine_count_move(to, (int)sd, (int)dd, 2 * w * cells);
+            to->last_switch.kv_bytes += 2 * w * cells;
         }
-    if (st) return st;
+    }
+    return st;
+}
+
+/* The cell table: which cells hold which positions of which sequences. */
+static cleave_status copy_cells(const struct cleave_context *from, struct cleave_context *to) {
+    const kv_cache *a = &from->kv;
+    kv_cache *b = &to->kv;
     memcpy(b->pos, a->pos, (size_t)a->n_ctx * sizeof *a->pos);
     memcpy(b->seq, a->seq, (size_t)a->n_ctx * sizeof *a->seq);
     b->n_used = a->n_used, b->hi = a->hi;
     b->dirty_lo = 0, b->dirty_hi = b->n_ctx;
     return kv_sync_cells(b);
+}
+
+/* Every layer's used cells, then the cell table. */
+static cleave_status copy_kv(struct cleave_context *from, struct cleave_context *to) {
+    cleave_status st = CLEAVE_OK;
+    for (uint32_t l = 0; l < from->model->hp.n_layer && !st; l++) st = copy_kv_layer(from, to, l, from->kv.hi);
+    return st ? st : copy_cells(from, to);
+}
+
+/* ---- the in-place switch: piece by piece ---------------------------------- */
+
+/* Places a piece (with its KV layer, for HEADS) on every device of `to`
+ * that the plan gives some of it, copying from `from`. */
+static cleave_status place_step(struct cleave_context *to, struct cleave_context *from, reshard_step s,
+                                uint32_t cells) {
+    cleave_status st = CLEAVE_OK;
+    to->copy_src = from;
+    for (int d = 0; d < (int)to->n_dev && !st; d++) st = engine_place_piece(to, s.piece, s.layer, d);
+    for (size_t d = 0; !st && s.piece == RESHARD_HEADS && d < to->n_dev; d++)
+        if (to->kv.k[d]) st = kv_alloc_layer(&to->kv, d, s.layer);
+    if (!st && s.piece == RESHARD_HEADS) st = copy_kv_layer(from, to, s.layer, cells);
+    to->copy_src = NULL;
+    return st ? st : engine_sync_all(to); /* the copies done before their sources go */
+}
+
+static void release_step(struct cleave_context *c, reshard_step s) {
+    for (int d = 0; d < (int)c->n_dev; d++) engine_release_piece(c, s.piece, s.layer, d);
+}
+
+/* Byte sizes for the schedule's order, from the model (per unit). */
+static reshard_sizes sizes_of(const struct cleave_context *c) {
+    const struct cleave_model *m = c->model;
+    const model_hparams *hp = &m->hp;
+    const model_layer *L = &m->layers[0];
+    size_t attn = 0, ffn = 0, norms = 0;
+    const gguf_tensor *a[] = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv};
+    const gguf_tensor *f[] = {L->w_gate, L->w_up, L->w_down};
+    const gguf_tensor *n[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm};
+    for (size_t i = 0; i < sizeof a / sizeof *a; i++) attn += a[i] ? a[i]->nbytes : 0;
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) ffn += f[i] ? f[i]->nbytes : 0;
+    for (size_t i = 0; i < sizeof n / sizeof *n; i++) norms += n[i] ? n[i]->nbytes : 0;
+    reshard_sizes sz = {
+        .head_weight_bytes = attn / hp->n_head_kv, .ff_row_bytes = ffn / hp->n_ff, .norm_bytes = norms,
+        .head_kv_bytes = 2 * quant_row_bytes(c->kv.type, hp->head_dim),
+        .embd_row_bytes = m->tok_embd->nbytes / hp->n_vocab,
+        .head_row_bytes = m->output == m->tok_embd ? 0 : m->output->nbytes / hp->n_vocab,
+        .output_norm_bytes = m->output_norm ? m->output_norm->nbytes : 0,
+        .n_ctx = c->plan.n_ctx, .cells = c->kv.hi,
+    };
+    return sz;
+}
+
+/* Moves c's model into `next` (built piecewise: tables only) one piece at
+ * a time in reshard_schedule's order, each piece's old buffers freed once
+ * its new ones hold it, so a device holds at most the larger of the two
+ * placements plus about one piece. A failure puts back, from next, every
+ * piece already given up, so c stays whole. */
+static cleave_status move_in_place(struct cleave_context *c, struct cleave_context *next) {
+    const struct cleave_model *m = c->model;
+    uint32_t nl = m->hp.n_layer;
+    size_t total = 2 * (size_t)nl + 2, n_sched = 0, n_order = 0;
+    reshard_step *order = mem_alloc(2 * total * sizeof *order, "switch order");
+    if (!order) return CLEAVE_ERR_OOM;
+    reshard_step *sched = order + total;
+    reshard_sizes sz = sizes_of(c);
+    reshard_cost cost;
+    cleave_status st = reshard_schedule(&c->plan, &next->plan, &m->hp, &sz, sched, total, &n_sched, &cost);
+    /* the pieces that change in the schedule's order, then the rest (they
+     * move too: into buffers of the new placement); a tied lm head right
+     * after the embedding, whose buffer it shares */
+    bool tied = m->output == m->tok_embd, seen_head = false;
+    for (size_t i = 0; !st && i < n_sched + total; i++) {
+        reshard_step s = i < n_sched ? sched[i]
+                         : i - n_sched < 2 * (size_t)nl
+                             ? (reshard_step){(i - n_sched) % 2 ? RESHARD_FF_ROWS : RESHARD_HEADS,
+                                              (uint32_t)((i - n_sched) / 2)}
+                             : (reshard_step){i - n_sched == 2 * (size_t)nl ? RESHARD_EMBD : RESHARD_HEAD, 0};
+        bool dup = false;
+        for (size_t k = 0; k < n_order && !dup; k++)
+            dup = order[k].piece == s.piece && order[k].layer == s.layer;
+        if (dup || (tied && s.piece == RESHARD_HEAD && !seen_head)) continue;
+        order[n_order++] = s;
+        if (tied && s.piece == RESHARD_EMBD) {
+            order[n_order++] = (reshard_step){RESHARD_HEAD, 0};
+            seen_head = true;
+        }
+    }
+    size_t done = 0;
+    for (; !st && done < n_order; done++) {
+        reshard_step s = order[done];
+        /* a tied head's pieces go together with the embedding's */
+        if ((st = place_step(next, c, s, c->kv.hi))) break;
+        if (tied && s.piece == RESHARD_EMBD) {
+            if ((st = place_step(next, c, order[done + 1], c->kv.hi))) break;
+            release_step(c, order[done + 1]);
+            release_step(c, s);
+            done++;
+            continue;
+        }
+        release_step(c, s);
+    }
+    if (!st) st = engine_place_finish(next);
+    if (st) {
+        /* put back what c gave up, copied from next */
+        char why[512];
+        snprintf(why, sizeof why, "%s", cleave_last_error());
+        cleave_status back = CLEAVE_OK;
+        for (size_t k = 0; k < done && !back; k++) back = place_step(c, next, order[k], c->kv.hi);
+        if (!back) back = engine_place_finish(c);
+        for (size_t d = 0; d < c->n_dev; d++) /* recorded with the old addresses */
+            for (size_t b = 0; b < ENGINE_GRAPH_BUCKETS; b++)
+                if (c->devs[d].graphs[b]) {
+                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
+                    c->devs[d].graphs[b] = NULL;
+                }
+        st = back ? err_set(back, "%s; putting the old placement back failed too: %s", why,
+                            cleave_last_error())
+                  : err_set(st, "%s", why);
+    }
+    free(order);
+    return st;
 }
 
 /* Moves the placement of `next` into c (whose handle the caller holds)
@@ -125,15 +255,24 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
         /* the placement kept from before: only the KV cache moves */
         next = sp, c->spare = NULL;
         memset(&next->last_switch, 0, sizeof next->last_switch);
-    } else if (!st) {
-        st = engine_context_on(c->model, &p, devs, c->n_dev, c, &next);
+    } else if (!st && c->params.keep_both_placements) {
+        /* the new placement whole beside the old, which stays */
+        st = engine_context_on(c->model, &p, devs, c->n_dev, c, false, &next);
         if (st == CLEAVE_ERR_OOM && c->spare) { /* room for the new one before the old spare */
             cleave_context_free(c->spare);
             c->spare = NULL;
-            st = engine_context_on(c->model, &p, devs, c->n_dev, c, &next);
+            st = engine_context_on(c->model, &p, devs, c->n_dev, c, false, &next);
         }
+        if (!st) st = copy_kv(c, next);
+    } else if (!st) {
+        /* in place: the new placement's tables, then the model piece by piece */
+        st = engine_context_on(c->model, &p, devs, c->n_dev, c, true, &next);
+        if (!st) st = move_in_place(c, next);
+        if (!st) st = copy_cells(c, next);
+    } else {
+        next = NULL;
     }
-    if (!st) st = copy_kv(c, next);
+    if (!st && next && next == sp) st = copy_kv(c, next);
     if (!st) st = engine_sync_all(next);
     if (st) {
         char why[512];

@@ -10,8 +10,9 @@
 #include "mem.h"
 #include "quant.h"
 
-cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
-                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type) {
+static cleave_status init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
+                          const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type,
+                          bool layers) {
     memset(kv, 0, sizeof *kv);
     if (n_dev == 0 || n_dev > KV_MAX_DEVICES || n_ctx == 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: 1..%d devices and some cells", KV_MAX_DEVICES);
@@ -41,7 +42,7 @@ cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const 
         kv->dev_seq[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
         if (!kv->dev_pos[d] || !kv->dev_seq[d]) goto oom;
         size_t bytes = kv->row_bytes[d] * n_ctx;
-        for (uint32_t l = 0; l < n_layer; l++) {
+        for (uint32_t l = 0; l < n_layer && layers; l++) {
             if (!holds[d * n_layer + l]) continue;
             kv->k[d][l] = dev->ops->alloc(dev, bytes, "K cache");
             kv->v[d][l] = dev->ops->alloc(dev, bytes, "V cache");
@@ -54,6 +55,37 @@ oom:
     kv_free(kv);
     return err_wrap(CLEAVE_ERR_OOM, "KV cache of %u cells x %u layers (%s)", n_ctx, n_layer,
                     cleave_type_name(type));
+}
+
+cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
+                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type) {
+    return init(kv, devs, n_dev, holds, width, n_ctx, n_layer, type, true);
+}
+
+cleave_status kv_init_deferred(kv_cache *kv, be_device *const *devs, size_t n_dev,
+                               const bool *holds, const size_t *width, uint32_t n_ctx,
+                               uint32_t n_layer, cleave_type type) {
+    return init(kv, devs, n_dev, holds, width, n_ctx, n_layer, type, false);
+}
+
+cleave_status kv_alloc_layer(kv_cache *kv, size_t d, uint32_t l) {
+    if (d >= kv->n_dev || l >= kv->n_layer || !kv->k[d])
+        return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: device %zu holds no layers", d);
+    be_device *dev = kv->devs[d];
+    size_t bytes = kv->row_bytes[d] * kv->n_ctx;
+    if (!kv->k[d][l]) kv->k[d][l] = dev->ops->alloc(dev, bytes, "K cache");
+    if (!kv->v[d][l]) kv->v[d][l] = dev->ops->alloc(dev, bytes, "V cache");
+    if (!kv->k[d][l] || !kv->v[d][l])
+        return err_wrap(CLEAVE_ERR_OOM, "KV cache of layer %u on device %zu", l, d);
+    return CLEAVE_OK;
+}
+
+void kv_free_layer(kv_cache *kv, size_t d, uint32_t l) {
+    if (d >= kv->n_dev || l >= kv->n_layer || !kv->k[d]) return;
+    be_device *dev = kv->devs[d];
+    if (kv->k[d][l]) dev->ops->free(dev, kv->k[d][l]);
+    if (kv->v[d][l]) dev->ops->free(dev, kv->v[d][l]);
+    kv->k[d][l] = kv->v[d][l] = NULL;
 }
 
 void kv_free(kv_cache *kv) {

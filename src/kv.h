@@ -40,6 +40,14 @@ typedef struct kv_cache {
  * error. */
 cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
                       const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type);
+/* The same with no layer buffers yet (a split-mode switch allocates them
+ * layer by layer): kv_alloc_layer gives device d its K and V of layer l,
+ * kv_free_layer takes them back. */
+cleave_status kv_init_deferred(kv_cache *kv, be_device *const *devs, size_t n_dev,
+                               const bool *holds, const size_t *width, uint32_t n_ctx,
+                               uint32_t n_layer, cleave_type type);
+cleave_status kv_alloc_layer(kv_cache *kv, size_t d, uint32_t l);
+void kv_free_layer(kv_cache *kv, size_t d, uint32_t l);
 void kv_free(kv_cache *kv);
 
 /* Reserves n free cells for tokens (seq, pos0 + i) and writes their indices

@@ -259,6 +259,43 @@ static void report(const char *path) {
     cleave_model_free(m);
 }
 
+/* The in-place switch gives up each piece as soon as its new copy holds
+ * it, so its peak stays below that of building the new placement beside
+ * the old (what keep_both_placements does): on every device that held
+ * KV, by about its KV cache, less one layer. */
+static void in_place_peak(const char *path) {
+    size_t nv;
+    int32_t prompt[N_PROMPT];
+    cleave_model *m = load(path, &nv, prompt);
+    if (!m) return;
+    size_t peak[2][2];
+    for (int keep = 0; keep < 2; keep++) {
+        cleave_context_params cp = cleave_context_default_params();
+        cp.n_ctx = 1024, cp.n_batch = 16, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
+        cp.devices = "cpu:2", cp.split_mode = CLEAVE_SPLIT_LAYER, cp.keep_both_placements = keep;
+        cleave_context *c = NULL;
+        CHECK_OK(cleave_context_new(m, &cp, &c));
+        if (!c) break;
+        CHECK_OK(cleave_decode(c, prompt, N_PROMPT, 0, 0, false));
+        CHECK_OK(cleave_context_set_split_mode(c, CLEAVE_SPLIT_TENSOR, NULL, 0));
+        for (int d = 0; d < 2; d++) {
+            cleave_device_memory mem;
+            CHECK_OK(cleave_context_memory(c, (size_t)d, &mem));
+            peak[keep][d] = mem.peak;
+        }
+        cleave_context_free(c);
+    }
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    /* device 0 held the first layers' KV (f32, 1024 cells) under the layer split */
+    size_t kv_layer = (size_t)1024 * 2 * d.n_head_kv * d.head_dim * sizeof(float);
+    for (int i = 0; i < 2; i++)
+        fprintf(stderr, "peak on cpu:%d: in place %zu, beside %zu (a KV layer: %zu)\n", i, peak[0][i],
+                peak[1][i], kv_layer);
+    CHECK(peak[0][0] + kv_layer <= peak[1][0] && peak[0][1] + kv_layer <= peak[1][1]);
+    cleave_model_free(m);
+}
+
 /* keep_both_placements: back and forth every 5 tokens; once both
  * placements exist a switch moves only the KV cache, and the output is the
  * reference's. */
@@ -358,6 +395,7 @@ int main(void) {
         report(stories);
         calibration(stories);
         keep_both(stories);
+        in_place_peak(stories);
         bad_input(stories);
     }
     const char *llama = tu_tiny_model("llama", CLEAVE_TYPE_F32);
