@@ -316,7 +316,7 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     st = piecewise ? engine_place_tables(c) : engine_place_weights(c);
     c->copy_src = NULL;
     if (st) goto fail;
-    if (c->progress) c->progress(1.0f, c->progress_user); /* closes a progress bar */
+    if (c->progress && !piecewise) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
     if ((st = init_kv(c, n_ctx, p.kv_type, piecewise))) goto fail;

@@ -167,15 +167,22 @@ static cleave_status move_in_place(struct cleave_context *c, struct cleave_conte
             continue;
         }
         release_step(c, s);
+        if (next->progress) next->progress((float)(done + 1) / (float)n_order, next->progress_user);
     }
+    /* the fused norms, copied from the new placement itself where a block's
+     * device needs the next block's */
+    next->copy_src = next;
     if (!st) st = engine_place_finish(next);
+    next->copy_src = NULL;
     if (st) {
         /* put back what c gave up, copied from next */
         char why[512];
         snprintf(why, sizeof why, "%s", cleave_last_error());
         cleave_status back = CLEAVE_OK;
         for (size_t k = 0; k < done && !back; k++) back = place_step(c, next, order[k], c->kv.hi);
+        c->copy_src = c;
         if (!back) back = engine_place_finish(c);
+        c->copy_src = NULL;
         for (size_t d = 0; d < c->n_dev; d++) /* recorded with the old addresses */
             for (size_t b = 0; b < ENGINE_GRAPH_BUCKETS; b++)
                 if (c->devs[d].graphs[b]) {
