@@ -171,7 +171,7 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
         .head_bytes = tensor_bytes(m->output_norm) +
                       (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
         .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes, .layer_ffn_bytes = ffn_bytes,
-        .ff_align = (uint32_t)ff_align,
+        .ff_align = (uint32_t)ff_align, .tied = m->output == m->tok_embd,
     };
     cleave_status st = CLEAVE_OK;
     switch (p->split_mode) {

@@ -85,8 +85,11 @@ static cleave_status place_step(struct cleave_context *to, struct cleave_context
     cleave_status st = CLEAVE_OK;
     to->copy_src = from;
     for (int d = 0; d < (int)to->n_dev && !st; d++) st = engine_place_piece(to, s.piece, s.layer, d);
-    for (size_t d = 0; !st && s.piece == RESHARD_HEADS && d < to->n_dev; d++)
-        if (to->kv.k[d]) st = kv_alloc_layer(&to->kv, d, s.layer);
+    /* K and V of the block where the plan gives the device its heads */
+    for (size_t d = 0; !st && s.piece == RESHARD_HEADS && d < to->n_dev; d++) {
+        plan_range h = reshard_units(&to->plan, &to->model->hp, d, RESHARD_HEADS, s.layer);
+        if (to->kv.k[d] && h.hi > h.lo) st = kv_alloc_layer(&to->kv, d, s.layer);
+    }
     if (!st && s.piece == RESHARD_HEADS) st = copy_kv_layer(from, to, s.layer, cells);
     to->copy_src = NULL;
     return st ? st : engine_sync_all(to); /* the copies done before their sources go */

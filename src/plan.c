@@ -149,6 +149,8 @@ static void place_layer(const plan_request *req, const double *w, plan *out) {
     }
     out->bytes[out->embd_device].weights += req->embd_bytes;
     out->bytes[out->head_device].weights += req->head_bytes;
+    if (req->tied && out->head_device != out->embd_device)
+        out->bytes[out->head_device].weights += req->embd_bytes; /* the engine's second copy */
 }
 
 /* Ranges of `total` items in units of `align` items, apportioned. */

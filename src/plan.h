@@ -18,6 +18,7 @@
 #ifndef CLEAVE_PLAN_H
 #define CLEAVE_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,8 @@ typedef struct plan_request {
     /* Bytes as stored, from the model file: */
     size_t embd_bytes;           /* token embedding table */
     size_t head_bytes;           /* output norm + lm head (0 extra when tied) */
+    bool tied;                   /* the lm head is the embedding: a layer split whose head
+                                    device is not the embedding's holds a second copy */
     const size_t *layer_bytes;   /* [n_layer] all tensors of each block */
     /* tensor only: the part of layer_bytes that splits with the kv heads
      * (q, k, v, o and their biases/norms) and with the FFN rows (gate, up,

@@ -120,6 +120,12 @@ static void test_plan_layer(void) {
     CHECK(p.bytes[0].weights == 2500 && p.bytes[1].weights == 2100);
     CHECK(p.bytes[0].kv == 2 * kv_layer && p.bytes[1].kv == 2 * kv_layer);
     plan_free(&p);
+    /* a tied lm head: the head device holds its own copy of the embedding */
+    req.tied = true;
+    CHECK_OK(plan_make(&req, &p));
+    CHECK(p.bytes[0].weights == 2500 && p.bytes[1].weights == 2100 + 500);
+    plan_free(&p);
+    req.tied = false;
 
     const double uneven[2] = {3, 1}, first_off[2] = {0, 1};
     req.shares = uneven;

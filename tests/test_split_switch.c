@@ -293,6 +293,23 @@ static void in_place_peak(const char *path) {
         fprintf(stderr, "peak on cpu:%d: in place %zu, beside %zu (a KV layer: %zu)\n", i, peak[0][i],
                 peak[1][i], kv_layer);
     CHECK(peak[0][0] + kv_layer <= peak[1][0] && peak[0][1] + kv_layer <= peak[1][1]);
+    /* and back to the layer split: each device ends holding what the plan
+     * gives it (its layers' weights, now copies, their KV, the scratch),
+     * not the KV of every layer */
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 1024, cp.n_batch = 16, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
+    cp.devices = "cpu:2", cp.split_mode = CLEAVE_SPLIT_TENSOR;
+    cleave_context *c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    if (c) CHECK_OK(cleave_context_set_split_mode(c, CLEAVE_SPLIT_LAYER, NULL, 0));
+    for (int i = 0; c && i < 2; i++) {
+        cleave_device_memory mem;
+        CHECK_OK(cleave_context_memory(c, (size_t)i, &mem));
+        size_t planned = mem.planned_weights + mem.planned_kv + mem.planned_compute;
+        CHECK_MSG(mem.used <= planned + (64u << 10), "cpu:%d after tensor->layer holds %zu, planned %zu",
+                  i, mem.used, planned);
+    }
+    cleave_context_free(c);
     cleave_model_free(m);
 }
 
