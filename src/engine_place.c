@@ -187,9 +187,10 @@ static cleave_status place_block_piece(struct cleave_context *c, enum reshard_pi
     if (tensor ? !c->devs[d].active : pl->layer_device[l] != d) return CLEAVE_OK;
     engine_layer *E = tensor ? &c->slices[d][l] : &c->layers[l];
     size_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
-    size_t h0 = tensor ? pl->kv_heads[d].lo : 0, h1 = tensor ? pl->kv_heads[d].hi : hp->n_head_kv;
-    size_t f0 = tensor ? pl->ff_rows[d].lo : 0, f1 = tensor ? pl->ff_rows[d].hi : hp->n_ff;
-    size_t q0 = h0 * G * hd, q1 = h1 * G * hd, k0 = h0 * hd, k1 = h1 * hd;
+    plan_range h = reshard_units(pl, hp, (size_t)d, RESHARD_HEADS, l);
+    plan_range f = reshard_units(pl, hp, (size_t)d, RESHARD_FF_ROWS, l);
+    size_t f0 = f.lo, f1 = f.hi;
+    size_t q0 = h.lo * G * hd, q1 = h.hi * G * hd, k0 = h.lo * hd, k1 = h.hi * hd;
     cleave_status st;
     if (p == RESHARD_FF_ROWS) {
         if ((st = place_rows(c, d, L->w_gate, f0, f1, &E->w_gate)) ||

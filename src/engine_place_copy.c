@@ -54,16 +54,13 @@ typedef struct {
 static void held(const struct cleave_context *o, size_t d, range_kind k, size_t full, size_t *lo,
                  size_t *hi) {
     const model_hparams *hp = &o->model->hp;
-    size_t G = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
     *lo = 0, *hi = full;
-    if (o->plan.mode != SPLIT_TENSOR) return;
-    switch (k) {
-    case RANGE_Q: *lo = o->plan.kv_heads[d].lo * G * hd, *hi = o->plan.kv_heads[d].hi * G * hd; break;
-    case RANGE_K: *lo = o->plan.kv_heads[d].lo * hd, *hi = o->plan.kv_heads[d].hi * hd; break;
-    case RANGE_F: *lo = o->plan.ff_rows[d].lo, *hi = o->plan.ff_rows[d].hi; break;
-    case RANGE_VOCAB: *lo = o->plan.vocab_rows[d].lo, *hi = o->plan.vocab_rows[d].hi; break;
-    case RANGE_ALL: break;
-    }
+    if (o->plan.mode != SPLIT_TENSOR || k == RANGE_ALL) return;
+    enum reshard_piece p = k == RANGE_F ? RESHARD_FF_ROWS : k == RANGE_VOCAB ? RESHARD_EMBD : RESHARD_HEADS;
+    size_t per = k == RANGE_Q ? (size_t)hp->n_head / hp->n_head_kv * hp->head_dim
+                 : k == RANGE_K ? hp->head_dim : 1; /* rows or elements per unit */
+    plan_range r = reshard_units(&o->plan, hp, d, p, 0);
+    *lo = r.lo * per, *hi = r.hi * per;
 }
 
 /* The parts of tensor t that placement o holds; a replicated tensor gives

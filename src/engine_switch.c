@@ -259,12 +259,11 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     cleave_status st = engine_sync_all(c);
     struct cleave_context *next = NULL;
     struct cleave_context *sp = c->spare;
-    if (!st && sp && sp->plan.mode == (mode == CLEAVE_SPLIT_TENSOR ? SPLIT_TENSOR
-                                       : mode == CLEAVE_SPLIT_LAYER ? SPLIT_LAYER : SPLIT_NONE) &&
-        same_shares_as(sp, shares)) {
+    if (!st && sp && api_mode(sp->plan.mode) == mode && same_shares_as(sp, shares)) {
         /* the placement kept from before: only the KV cache moves */
         next = sp, c->spare = NULL;
         memset(&next->last_switch, 0, sizeof next->last_switch);
+        st = copy_kv(c, next);
     } else if (!st && c->params.keep_both_placements) {
         /* the new placement whole beside the old, which stays */
         st = engine_context_on(c->model, &p, devs, c->n_dev, c, false, &next);
@@ -279,10 +278,7 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
         st = engine_context_on(c->model, &p, devs, c->n_dev, c, true, &next);
         if (!st) st = move_in_place(c, next);
         if (!st) st = copy_cells(c, next);
-    } else {
-        next = NULL;
     }
-    if (!st && next && next == sp) st = copy_kv(c, next);
     if (!st) st = engine_sync_all(next);
     if (st) {
         char why[512];

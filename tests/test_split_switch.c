@@ -25,15 +25,27 @@ typedef struct {
     size_t n_shares;
 } scenario;
 
+/* The tests' context parameters: f32 cache, prompts in batches of 16,
+ * one thread. */
+static cleave_context_params params(const char *devices, cleave_split_mode mode, uint32_t n_ctx) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = n_ctx, cp.n_batch = 16, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
+    cp.devices = devices, cp.split_mode = mode;
+    return cp;
+}
+
+static cleave_context *make_ctx(cleave_model *m, const char *devices, cleave_split_mode mode,
+                                uint32_t n_ctx, bool keep_both) {
+    cleave_context_params cp = params(devices, mode, n_ctx);
+    cp.keep_both_placements = keep_both;
+    cleave_context *c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    return c;
+}
+
 static cleave_context *open_ctx(cleave_model *m, const char *devices, cleave_split_mode mode,
                                 const float *shares, size_t n_shares, const size_t *budgets) {
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = N_PROMPT + N_GEN + 8;
-    cp.n_batch = 16;
-    cp.n_threads = 1;
-    cp.kv_type = CLEAVE_TYPE_F32;
-    cp.devices = devices;
-    cp.split_mode = mode;
+    cleave_context_params cp = params(devices, mode, N_PROMPT + N_GEN + 8);
     cp.shares = shares, cp.n_shares = shares ? n_shares : 0;
     if (budgets) cp.budgets = budgets, cp.n_budgets = n_shares;
     cleave_context *c = NULL;
@@ -270,11 +282,7 @@ static void in_place_peak(const char *path) {
     if (!m) return;
     size_t peak[2][2];
     for (int keep = 0; keep < 2; keep++) {
-        cleave_context_params cp = cleave_context_default_params();
-        cp.n_ctx = 1024, cp.n_batch = 16, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
-        cp.devices = "cpu:2", cp.split_mode = CLEAVE_SPLIT_LAYER, cp.keep_both_placements = keep;
-        cleave_context *c = NULL;
-        CHECK_OK(cleave_context_new(m, &cp, &c));
+        cleave_context *c = make_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, 1024, keep);
         if (!c) break;
         CHECK_OK(cleave_decode(c, prompt, N_PROMPT, 0, 0, false));
         CHECK_OK(cleave_context_set_split_mode(c, CLEAVE_SPLIT_TENSOR, NULL, 0));
@@ -296,11 +304,7 @@ static void in_place_peak(const char *path) {
     /* and back to the layer split: each device ends holding what the plan
      * gives it (its layers' weights, now copies, their KV, the scratch),
      * not the KV of every layer */
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = 1024, cp.n_batch = 16, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
-    cp.devices = "cpu:2", cp.split_mode = CLEAVE_SPLIT_TENSOR;
-    cleave_context *c = NULL;
-    CHECK_OK(cleave_context_new(m, &cp, &c));
+    cleave_context *c = make_ctx(m, "cpu:2", CLEAVE_SPLIT_TENSOR, 1024, false);
     if (c) CHECK_OK(cleave_context_set_split_mode(c, CLEAVE_SPLIT_LAYER, NULL, 0));
     for (int i = 0; c && i < 2; i++) {
         cleave_device_memory mem;
@@ -327,11 +331,7 @@ static void keep_both(const char *path) {
     cleave_context *c = open_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, NULL, 2, NULL);
     bool ok = c && ref && run(c, NULL, prompt, nv, ref, ref_gen, &sw);
     cleave_context_free(c);
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = N_PROMPT + N_GEN + 8, cp.n_batch = 16, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
-    cp.devices = "cpu:2", cp.split_mode = CLEAVE_SPLIT_LAYER, cp.keep_both_placements = true;
-    c = NULL;
-    CHECK_OK(cleave_context_new(m, &cp, &c));
+    c = make_ctx(m, "cpu:2", CLEAVE_SPLIT_LAYER, N_PROMPT + N_GEN + 8, true);
     ok = ok && c && cleave_decode(c, prompt, N_PROMPT, 0, 0, false) == CLEAVE_OK;
     int diff = 0, kv_only = 0, switches = 0;
     for (int i = 0; ok && i < N_GEN; i++) {

@@ -275,6 +275,18 @@ __device__ static float4 ll_wait(const ar_args &a, int src, size_t set, size_t k
                        __uint_as_float(hi.z));
 }
 
+/* h = x * rsqrt(mean square + eps) * w over the block's row [i0, i1) of
+ * x; ss: this thread's share of the row's sum of squares. */
+__device__ static void write_norm(const float *x, const float *w, float *h, size_t i0, size_t i1,
+                                  size_t width, float eps, float ss) {
+    float inv = rsqrtf(cuda_block_sum(ss) / (float)width + eps);
+    for (size_t v = i0 / 4 + threadIdx.x; v < i1 / 4; v += AR_FUSED_THREADS) {
+        float4 xv = ((const float4 *)x)[v], wv = ((const float4 *)w)[v - i0 / 4];
+        ((float4 *)h)[v] = make_float4(xv.x * inv * wv.x, xv.y * inv * wv.y, xv.z * inv * wv.z,
+                                       xv.w * inv * wv.w);
+    }
+}
+
 /* Decode-sized batches: the all-reduce, the residual add and the norm
  * that follows it in one kernel, a block per row, so a tensor-split step
  * pays one launch per all-reduce. The exchange is a "low-latency" one
@@ -321,12 +333,7 @@ __global__ void __launch_bounds__(AR_FUSED_THREADS)
     /* the GEMV after this may start streaming its weights (it reads h
      * only once this grid has finished) */
     cuda_pdl_trigger();
-    float inv = rsqrtf(cuda_block_sum(ss) / (float)width + eps);
-    for (size_t v = i0 / 4 + threadIdx.x; v < i1 / 4; v += AR_FUSED_THREADS) {
-        float4 xv = ((const float4 *)x)[v], wv = ((const float4 *)w)[v - i0 / 4];
-        ((float4 *)h)[v] = make_float4(xv.x * inv * wv.x, xv.y * inv * wv.y, xv.z * inv * wv.z,
-                                       xv.w * inv * wv.w);
-    }
+    write_norm(x, w, h, i0, i1, width, eps, ss);
     call_done(a, e);
 }
 
@@ -349,12 +356,7 @@ __global__ void __launch_bounds__(AR_FUSED_THREADS)
         ((float4 *)x)[v] = xv;
         ss += xv.x * xv.x + xv.y * xv.y + xv.z * xv.z + xv.w * xv.w;
     }
-    float inv = rsqrtf(cuda_block_sum(ss) / (float)width + eps);
-    for (size_t v = i0 / 4 + threadIdx.x; v < i1 / 4; v += AR_FUSED_THREADS) {
-        float4 xv = ((const float4 *)x)[v], wv = ((const float4 *)w)[v - i0 / 4];
-        ((float4 *)h)[v] = make_float4(xv.x * inv * wv.x, xv.y * inv * wv.y, xv.z * inv * wv.z,
-                                       xv.w * inv * wv.w);
-    }
+    write_norm(x, w, h, i0, i1, width, eps, ss);
     call_done(a, e);
 }
 
