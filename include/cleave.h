@@ -153,14 +153,19 @@ cleave_status cleave_context_set_split_mode(cleave_context *ctx, cleave_split_mo
 cleave_split_mode cleave_context_split_mode(const cleave_context *ctx);
 /* What the context's last split-mode switch moved: the bytes that reached
  * and left each device (weights and KV cache; a copy within a device
- * counts on both sides), the KV cache's share, and how long it took.
- * Zeros before any switch. */
+ * counts on both sides), the KV cache's share, and how long it took,
+ * with where the time went: making the new placement's tables and
+ * buffers (seconds_prepare), allocating each piece's new buffers and
+ * issuing its copies (seconds_alloc), waiting for the copies
+ * (seconds_copy), freeing the old pieces (seconds_free); the rest is the
+ * bookkeeping around them. Zeros before any switch. */
 #define CLEAVE_MAX_DEVICES 16
 typedef struct cleave_switch_report {
     size_t n_devices;
     size_t bytes_in[CLEAVE_MAX_DEVICES], bytes_out[CLEAVE_MAX_DEVICES];
     size_t kv_bytes;
     double seconds;
+    double seconds_prepare, seconds_alloc, seconds_copy, seconds_free;
 } cleave_switch_report;
 cleave_status cleave_context_switch_report(const cleave_context *ctx, cleave_switch_report *out);
 /* Prefill under one split mode and generation under another: what pays.

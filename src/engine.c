@@ -333,7 +333,10 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     if (tensor) {
         be_device *devs[PLAN_MAX_DEVICES];
         for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
-        if ((st = comm_create(devs, c->n_dev, floats, &c->comm))) goto fail;
+        if (src && comm_serves(src->comm, c->n_dev, floats))
+            c->comm = src->comm, c->comm_borrowed = true; /* a switch: the handle's */
+        else if ((st = comm_create(devs, c->n_dev, floats, &c->comm)))
+            goto fail;
         for (size_t d = 0; d < c->n_dev; d++)
             if (c->devs[d].active &&
                 !(c->devs[d].ids_host = mem_alloc(n_batch * sizeof(int32_t), "token ids"))) {
@@ -373,7 +376,7 @@ void cleave_context_free(cleave_context *c) {
     for (size_t d = 0; d < c->n_dev; d++)
         for (size_t b = 0; b < ENGINE_GRAPH_BUCKETS; b++)
             if (c->devs[d].graphs[b]) c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
-    comm_free(c->comm); /* before the devices it lives on */
+    if (!c->comm_borrowed) comm_free(c->comm); /* before the devices it lives on */
     c->comm = NULL;
     kv_free(&c->kv);
     for (size_t i = 0; i < c->n_owned; i++) {

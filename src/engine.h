@@ -73,7 +73,12 @@ struct cleave_context {
     float *output_norm;
     engine_layer *layers;
     engine_layer *slices[PLAN_MAX_DEVICES]; /* tensor split: [n_layer] per device */
-    struct comm *comm; /* tensor split: collectives between the devices */
+    /* tensor split: collectives between the devices. The handle keeps it
+     * across split-mode switches (made once: NCCL's set-up alone costs a
+     * few hundred ms), so it stays in a layer split too; a placement being
+     * built or kept as a spare borrows the handle's (comm_borrowed). */
+    struct comm *comm;
+    bool comm_borrowed;
     float *bounce;     /* host buffer for handing the hidden state between devices */
     bool host_handoff; /* CLEAVE_HOST_HANDOFF=1: never copy_from (tests the host path) */
     uint32_t n_ubatch; /* layer split: micro-batch of the prefill pipeline (0 = none) */

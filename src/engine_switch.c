@@ -25,6 +25,12 @@
 #include "quant.h"
 #include "reshard.h"
 
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
 /* The first `cells` cells of layer l's K and V (the used ones: the cell
  * table is the switching context's), from one placement's devices to
  * another's, by kv head. */
@@ -83,6 +89,7 @@ static cleave_status copy_kv(struct cleave_context *from, struct cleave_context 
 static cleave_status place_step(struct cleave_context *to, struct cleave_context *from, reshard_step s,
                                 uint32_t cells) {
     cleave_status st = CLEAVE_OK;
+    double t0 = now_s();
     to->copy_src = from;
     for (int d = 0; d < (int)to->n_dev && !st; d++) st = engine_place_piece(to, s.piece, s.layer, d);
     /* K and V of the block where the plan gives the device its heads */
@@ -92,11 +99,18 @@ static cleave_status place_step(struct cleave_context *to, struct cleave_context
     }
     if (!st && s.piece == RESHARD_HEADS) st = copy_kv_layer(from, to, s.layer, cells);
     to->copy_src = NULL;
-    return st ? st : engine_sync_all(to); /* the copies done before their sources go */
+    double t1 = now_s();
+    if (!st) st = engine_sync_all(to); /* the copies done before their sources go */
+    to->last_switch.seconds_alloc += t1 - t0;
+    to->last_switch.seconds_copy += now_s() - t1;
+    return st;
 }
 
-static void release_step(struct cleave_context *c, reshard_step s) {
+/* Frees c's buffers of a piece (the time counted in `into`'s report). */
+static void release_step(struct cleave_context *c, reshard_step s, struct cleave_context *into) {
+    double t0 = now_s();
     for (int d = 0; d < (int)c->n_dev; d++) engine_release_piece(c, s.piece, s.layer, d);
+    into->last_switch.seconds_free += now_s() - t0;
 }
 
 /* Byte sizes for the schedule's order, from the model (per unit). */
@@ -164,12 +178,12 @@ static cleave_status move_in_place(struct cleave_context *c, struct cleave_conte
         if ((st = place_step(next, c, s, c->kv.hi))) break;
         if (tied && s.piece == RESHARD_EMBD) {
             if ((st = place_step(next, c, order[done + 1], c->kv.hi))) break;
-            release_step(c, order[done + 1]);
-            release_step(c, s);
+            release_step(c, order[done + 1], next);
+            release_step(c, s, next);
             done++;
             continue;
         }
-        release_step(c, s);
+        release_step(c, s, next);
         if (next->progress) next->progress((float)(done + 1) / (float)n_order, next->progress_user);
     }
     /* the fused norms, copied from the new placement itself where a block's
@@ -213,6 +227,10 @@ static void hand_over(struct cleave_context *c, struct cleave_context *next) {
     c->logits_mapped = old.logits_mapped;
     c->progress = old.progress, c->progress_user = old.progress_user;
     c->borrowed_devices = old.borrowed_devices; /* the handle keeps owning its devices */
+    /* the communicator: the new placement's (made or borrowed), else the
+     * one the handle had, kept for a switch back */
+    c->comm = next->comm ? next->comm : old.comm, c->comm_borrowed = false;
+    if (old.comm == c->comm) old.comm_borrowed = true;
     *next = old;
     next->logits = NULL, next->row_of = NULL;
     next->borrowed_devices = true;
@@ -254,8 +272,7 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     be_device *devs[PLAN_MAX_DEVICES];
     for (size_t d = 0; d < c->n_dev; d++) devs[d] = c->devs[d].dev;
 
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = now_s(), t_prepared = 0;
     cleave_status st = engine_sync_all(c);
     struct cleave_context *next = NULL;
     struct cleave_context *sp = c->spare;
@@ -272,10 +289,12 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
             c->spare = NULL;
             st = engine_context_on(c->model, &p, devs, c->n_dev, c, false, &next);
         }
+        t_prepared = now_s();
         if (!st) st = copy_kv(c, next);
     } else if (!st) {
         /* in place: the new placement's tables, then the model piece by piece */
         st = engine_context_on(c->model, &p, devs, c->n_dev, c, true, &next);
+        t_prepared = now_s();
         if (!st) st = move_in_place(c, next);
         if (!st) st = copy_cells(c, next);
     }
@@ -295,9 +314,9 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     } else {
         cleave_context_free(next);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     c->last_switch.n_devices = c->n_dev;
-    c->last_switch.seconds = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    c->last_switch.seconds = now_s() - t0;
+    c->last_switch.seconds_prepare = t_prepared > t0 ? t_prepared - t0 : 0;
     return CLEAVE_OK;
 }
 

@@ -101,7 +101,10 @@ cleave_status cleave_psm_calibrate(cleave_context *c, const uint32_t *pp, size_t
     for (int m = 0; !st && m < POLICY_MODES; m++) {
         if (m > 0) st = time_switch(&k, modes[m], &big[m - 1]); /* with the deepest cache */
         double rate = 0;
-        if (!st) st = time_prefill(&k, pp[0], &rate); /* warm-up: first use of the kernels */
+        /* warm-up: the kernels' first use, and a whole batch, so that what
+         * starts with the first large all-reduce (NCCL) is not timed */
+        uint32_t warm = pp[n_pp - 1] < c->plan.n_batch ? pp[n_pp - 1] : c->plan.n_batch;
+        if (!st) st = time_prefill(&k, warm, &rate);
         for (size_t i = 0; !st && i < n_pp; i++) {
             if (!(st = time_prefill(&k, pp[i], &rate))) {
                 r.pp[m].tokens[i] = pp[i], r.pp[m].rate[i] = rate;

@@ -51,6 +51,22 @@ if [ "$got" != "$one" ] || ! grep -q "psm policy for .* tokens: " "$tmp/err"; th
   echo "FAIL: --psm-policy auto"; cat "$tmp/err"; fail=1
 fi
 
+# bench-psm: one request per plan, and a grid with the policy's choices
+out=$("$cli" bench-psm -m "$m" --devices cpu:2 -t 1 -psm layer -sm tensor -p 64 -n 8 2>"$tmp/err")
+if ! printf '%s\n' "$out" | grep -qE '^\| layer, then tensor \| 64 \| 8 \| ' || ! grep -q "^switch: " "$tmp/err"; then
+  echo "FAIL: bench-psm, one request"; printf '%s\n' "$out"; cat "$tmp/err"; fail=1
+fi
+out=$("$cli" bench-psm -m "$m" --devices cpu:2 -t 1 --grid-pp 16,64 --grid-tg 4,16 \
+      --psm-rates "$tmp/rates.txt" --csv "$tmp/grid.csv" 2>"$tmp/err")
+rows=$(printf '%s\n' "$out" | grep -cE '^\| (16|64) \| (4|16) \| .* \| (layer|tensor|layer, then tensor) \| [0-9.]+ \| [0-9.]+ \|$')
+if [ "$rows" -ne 4 ] || [ "$(wc -l < "$tmp/grid.csv")" -ne 13 ]; then
+  echo "FAIL: bench-psm grid"; printf '%s\n' "$out"; cat "$tmp/err" "$tmp/grid.csv"; fail=1
+fi
+"$cli" bench-psm -m "$m" --devices cpu:2 --grid-pp 16 >/dev/null 2>"$tmp/err"
+if [ $? -ne 2 ] || ! grep -q "needs both --grid-pp and --grid-tg" "$tmp/err"; then
+  echo "FAIL: bench-psm should refuse half a grid"; cat "$tmp/err"; fail=1
+fi
+
 expect() { # expect CODE PATTERN ARGS...: exit code and a message on stderr
   local code=$1 pat=$2; shift 2
   "$cli" run -m "$m" -p "x" -n 2 "$@" >/dev/null 2>"$tmp/err"

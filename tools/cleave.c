@@ -222,12 +222,8 @@ double cli_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m,
-             cleave_context **ctx) {
-    *m = NULL;
+int cli_new_context(cleave_model *m, const cleave_context_params *cp, cleave_context **ctx) {
     *ctx = NULL;
-    cleave_status st = cleave_model_load(path, NULL, m);
-    if (st) return cli_fail("loading model", st);
     cleave_context_params p = *cp;
     /* the CPU maps the file (nothing to show); other devices copy it */
     bool copies = p.devices && strncmp(p.devices, "cpu", 3) != 0;
@@ -235,12 +231,22 @@ int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m
         p.progress = cli_progress;
         p.progress_user = (void *)"loading weights";
     }
-    if ((st = cleave_context_new(*m, &p, ctx))) {
+    cleave_status st = cleave_context_new(m, &p, ctx);
+    return st ? cli_fail("creating context", st) : 0;
+}
+
+int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m,
+             cleave_context **ctx) {
+    *m = NULL;
+    *ctx = NULL;
+    cleave_status st = cleave_model_load(path, NULL, m);
+    if (st) return cli_fail("loading model", st);
+    int rc = cli_new_context(*m, cp, ctx);
+    if (rc) {
         cleave_model_free(*m);
         *m = NULL;
-        return cli_fail("creating context", st);
     }
-    return 0;
+    return rc;
 }
 
 static void usage(FILE *out) {
@@ -256,6 +262,8 @@ static void usage(FILE *out) {
             "  gen      random-weight model of real shapes:  cleave gen --preset 1b --type f16 -o OUT.gguf\n"
             "  info     describe a model:  cleave info MODEL.gguf\n"
             "  logits   dump logits of token ids:  cleave logits -m MODEL.gguf --tokens 1,2,3 -o OUT.f32\n"
+            "  bench-psm  whole requests, prefill and generation under their own split modes:\n"
+            "           cleave bench-psm -m MODEL.gguf --devices cuda:0,cuda:1 -psm layer -sm tensor -p 58248\n"
             "  calibrate  split-mode rates for run --psm-policy auto:\n"
             "           cleave calibrate -m MODEL.gguf --devices cuda:0,cuda:1 -o rates.txt\n"
             "\n"
@@ -276,6 +284,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-psm")) return cmd_bench_psm(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -77,6 +77,9 @@ double cli_now(void);
  * returns the exit code (0 on success). */
 int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m,
              cleave_context **ctx);
+/* The context part of cli_open, for a model already loaded (not freed on
+ * failure). */
+int cli_new_context(cleave_model *m, const cleave_context_params *cp, cleave_context **ctx);
 
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
@@ -86,5 +89,6 @@ int cmd_gen(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
+int cmd_bench_psm(int argc, char **argv);
 
 #endif

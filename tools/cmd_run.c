@@ -139,11 +139,10 @@ static bool parse(int argc, char **argv, run_opts *o) {
 }
 
 /* --psm-policy auto: the modes of both phases for this request, from the
- * rates file; the context moves to the prefill mode now (its cache is
- * empty, so that is cheap) and generate() moves it on after the prompt. */
-static int choose_modes(cleave_context *ctx, run_opts *o, size_t n_prompt) {
-    uint32_t n_ctx = cleave_context_n_ctx(ctx);
-    uint32_t n_gen = o->n_predict < 0 ? n_ctx - (uint32_t)n_prompt : (uint32_t)o->n_predict;
+ * rates file, chosen before the model is placed, so it is placed in the
+ * prefill mode directly and generate() moves it on after the prompt. */
+static int choose_modes(run_opts *o, size_t n_prompt, uint32_t n_ctx) {
+    uint32_t n_gen = o->n_predict < 0 ? (n_ctx > n_prompt ? n_ctx - (uint32_t)n_prompt : 0) : (uint32_t)o->n_predict;
     cleave_psm_decision dec;
     cleave_status st = cleave_psm_decide(o->psm_rates, (uint32_t)n_prompt, n_gen, 0.02, &dec);
     if (st) return cli_fail("--psm-policy auto", st);
@@ -157,12 +156,6 @@ static int choose_modes(cleave_context *ctx, run_opts *o, size_t n_prompt) {
     o->has_psm = true;
     o->psm = dec.prefill;
     o->place.mode = dec.generate;
-    if (cleave_context_split_mode(ctx) != dec.prefill &&
-        (st = cleave_context_set_split_mode(ctx, dec.prefill, o->place.n_shares ? o->place.shares : NULL,
-                                            o->place.n_shares))) {
-        fprintf(stderr, "cleave: warning: %s\n", cleave_last_error());
-        o->psm = cleave_context_split_mode(ctx);
-    }
     return 0;
 }
 
@@ -223,6 +216,9 @@ static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
                     r.bytes_in[d] / 1048576.0, r.bytes_out[d] / 1048576.0, mem.peak / 1048576.0);
         }
         fprintf(stderr, "cleave:   of which KV cache %.1f MiB\n", r.kv_bytes / 1048576.0);
+        fprintf(stderr, "cleave:   time: prepare %.1f ms, allocate %.1f ms, copy %.1f ms, free %.1f ms, other %.1f ms\n",
+                r.seconds_prepare * 1e3, r.seconds_alloc * 1e3, r.seconds_copy * 1e3, r.seconds_free * 1e3,
+                (r.seconds - r.seconds_prepare - r.seconds_alloc - r.seconds_copy - r.seconds_free) * 1e3);
     }
 }
 
@@ -294,18 +290,14 @@ int cmd_run(int argc, char **argv) {
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
     cli_placement_apply(&o.place, &cp);
-    if (o.has_psm) cp.split_mode = o.psm;
     cp.keep_both_placements = o.psm_keep_both;
-    if ((rc = cli_open(o.model, &cp, &m, &ctx))) goto out;
-    rc = 1;
-    cleave_status st;
+    cleave_status st = cleave_model_load(o.model, NULL, &m);
+    if (st) {
+        rc = cli_fail("loading model", st);
+        goto out;
+    }
     cleave_model_desc d;
     cleave_model_describe(m, &d);
-    fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s, on %s\n",
-            o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
-            cleave_type_name(o.kv_type), cleave_context_device(ctx));
-    if (cleave_context_n_devices(ctx) > 1 || o.mem_report) cli_memory_report(ctx, false);
-
     size_t cap = plen + 8, n = 0;
     toks = malloc(cap * sizeof *toks);
     if (!toks) {
@@ -320,13 +312,25 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "cleave run: the prompt is empty and the model has no BOS token\n");
         goto out;
     }
+    if (o.psm_policy && !strcmp(o.psm_policy, "auto")) {
+        /* the context a request of n tokens will have: -c, else the model's up to 4096 */
+        uint32_t n_ctx = cp.n_ctx ? cp.n_ctx : d.n_ctx_train < 4096 ? d.n_ctx_train : 4096;
+        if ((rc = choose_modes(&o, n, n_ctx))) goto out;
+        rc = 1;
+    }
+    if (o.has_psm) cp.split_mode = o.psm;
+    if ((rc = cli_new_context(m, &cp, &ctx))) goto out;
+    rc = 1;
+    fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s, on %s\n",
+            o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
+            cleave_type_name(o.kv_type), cleave_context_device(ctx));
+    if (cleave_context_n_devices(ctx) > 1 || o.mem_report) cli_memory_report(ctx, false);
     if (n >= cleave_context_n_ctx(ctx)) {
         fprintf(stderr,
                 "cleave run: the prompt has %zu tokens but the context holds %u; use a larger -c\n",
                 n, cleave_context_n_ctx(ctx));
         goto out;
     }
-    if (o.psm_policy && !strcmp(o.psm_policy, "auto") && (rc = choose_modes(ctx, &o, n))) goto out;
     rc = 1;
     if ((st = cleave_sampler_new(&o.sp, d.n_vocab, &smp))) {
         rc = cli_fail("sampler", st);

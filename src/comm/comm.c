@@ -3,8 +3,10 @@
 #include "comm/comm.h"
 #include "error.h"
 
+/* what every implementation's struct starts with */
 struct comm {
     const comm_ops *ops;
+    size_t n, cap; /* devices; floats an all-reduce may have */
 };
 
 cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, comm **out) {
@@ -17,6 +19,10 @@ cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, c
     if (all_cuda) return comm_cuda_create(devs, n, max_floats, out);
 #endif
     return comm_host_create(devs, n, max_floats, out);
+}
+
+bool comm_serves(const comm *c, size_t n, size_t max_floats) {
+    return c && c->n == n && c->cap >= max_floats;
 }
 
 void comm_free(comm *c) {

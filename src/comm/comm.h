@@ -30,6 +30,10 @@ typedef struct comm comm;
  * the CUDA one when every device is a CUDA device, else the host one. */
 cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, comm **out);
 void comm_free(comm *c);
+/* Whether c, made for some devices, serves n of them (the same ones: the
+ * caller's to know) with buffers of up to max_floats floats. A context
+ * keeps one communicator across split-mode switches. */
+bool comm_serves(const comm *c, size_t n, size_t max_floats);
 
 /* bufs[d] (device pointers, n_floats each) of the devices with
  * contributes[d] are summed in device order, and the sum is written to
@@ -60,7 +64,8 @@ const char *comm_kind(const comm *c);
 cleave_status comm_host_create(be_device *const *devs, size_t n, size_t max_floats, comm **out);
 cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floats, comm **out);
 
-/* What every implementation's struct starts with. */
+/* What every implementation's ops table holds; its struct starts with a
+ * pointer to it, then `size_t n, cap` (devices, floats per call). */
 typedef struct comm_ops {
     cleave_status (*all_reduce_sum)(comm *c, float *const *bufs, const bool *contributes,
                                     size_t n_floats);

@@ -48,7 +48,7 @@
 #define NCCL_MIN_KB_DEFAULT 12288
 
 struct comm {
-    const comm_ops *ops; /* first, as comm.c expects */
+    const comm_ops *ops; /* ops, n and cap first, as comm.c expects */
     size_t n, cap;       /* cap: floats per slot, a multiple of 4 */
     be_device *devs[COMM_MAX_DEVICES];
     bool host;           /* transport through pinned host memory */
@@ -58,9 +58,13 @@ struct comm {
     unsigned *state[COMM_MAX_DEVICES];  /* per device, its own memory: calls made, blocks done */
     void *host_mem;                     /* host transport: inboxes and flags of all */
     /* NCCL for sums of at least nccl_min floats over every device (a
-     * prefill's all-reduce); NULL where it is absent or refused */
+     * prefill's all-reduce), opened at the first such sum: its set-up
+     * costs a few hundred ms that a context which only decodes under the
+     * tensor split, or only switches to it, need not pay. NULL until then,
+     * and for good where it is off, absent or refused (nccl_tried). */
     nccl_lib *nccl;
     size_t nccl_min;
+    bool nccl_off, nccl_tried;
     char kind[64];
 };
 
@@ -421,6 +425,23 @@ static cleave_status nccl_sum(comm *c, float *const *bufs, const bool *contribut
     return nccl_all_reduce(c->nccl, bufs, streams, n_floats);
 }
 
+/* NCCL, opened on first use (true: it serves the call). Off with
+ * CLEAVE_NCCL=0; where it is absent or refuses, the kernel serves every
+ * size. */
+static bool open_nccl(comm *c) {
+    if (c->nccl || c->nccl_off || c->nccl_tried) return c->nccl != NULL;
+    c->nccl_tried = true;
+    int ord[COMM_MAX_DEVICES];
+    for (size_t d = 0; d < c->n; d++) ord[d] = ((cuda_device *)c->devs[d]->impl)->ordinal;
+    if (nccl_open(ord, c->n, &c->nccl)) {
+        err_clear(); /* optional */
+        c->nccl = NULL;
+        return false;
+    }
+    snprintf(c->kind, sizeof c->kind, "%s + %s", c->host ? "cuda-host" : "cuda-p2p", nccl_version(c->nccl));
+    return true;
+}
+
 static cleave_status cuda_all_reduce_sum(comm *c, float *const *bufs, const bool *contributes,
                                          size_t n_floats) {
     ar_args a;
@@ -428,7 +449,7 @@ static cleave_status cuda_all_reduce_sum(comm *c, float *const *bufs, const bool
     if (!n_floats) return CLEAVE_OK;
     bool everyone = true;
     for (size_t d = 0; d < c->n; d++) everyone &= bufs[d] != NULL;
-    if (c->nccl && everyone && n_floats >= c->nccl_min) return nccl_sum(c, bufs, contributes, n_floats);
+    if (everyone && n_floats >= c->nccl_min && open_nccl(c)) return nccl_sum(c, bufs, contributes, n_floats);
     size_t blocks = (n_floats + AR_BLOCK_FLOATS - 1) / AR_BLOCK_FLOATS;
     if (blocks > AR_MAX_BLOCKS) blocks = AR_MAX_BLOCKS;
     for (size_t d = 0; d < c->n; d++) {
@@ -474,24 +495,9 @@ static cleave_status cuda_all_reduce_add_norm(comm *c, float *const *bufs, const
 
 static const char *cuda_comm_kind(const comm *c) { return c->kind; }
 
-/* NCCL for large sums unless CLEAVE_NCCL=0; CLEAVE_NCCL_MIN_KB sets the
- * size from which it takes over. */
-static void open_nccl(comm *c) {
-    const char *off = getenv("CLEAVE_NCCL"), *min_kb = getenv("CLEAVE_NCCL_MIN_KB");
-    if (c->n < 2 || (off && *off == '0')) return;
-    int ord[COMM_MAX_DEVICES];
-    for (size_t d = 0; d < c->n; d++) ord[d] = ((cuda_device *)c->devs[d]->impl)->ordinal;
-    if (nccl_open(ord, c->n, &c->nccl)) {
-        err_clear(); /* optional: the kernel serves every size */
-        c->nccl = NULL;
-        return;
-    }
-    c->nccl_min = (size_t)(min_kb ? atol(min_kb) : NCCL_MIN_KB_DEFAULT) * 1024 / sizeof(float);
-}
-
 /* NCCL's calls are not recorded: the sizes it takes are not graph-safe. */
 static bool cuda_graph_safe(const comm *c, size_t n_floats) {
-    return !c->nccl || n_floats < c->nccl_min;
+    return c->nccl_off || n_floats < c->nccl_min;
 }
 
 static const comm_ops cuda_comm_ops = {cuda_all_reduce_sum, cuda_comm_free, cuda_graph_safe,
@@ -549,9 +555,11 @@ cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floa
         cuda_comm_free(c);
         return st;
     }
-    open_nccl(c);
-    snprintf(c->kind, sizeof c->kind, "%s%s%s", c->host ? "cuda-host" : "cuda-p2p",
-             c->nccl ? " + " : "", c->nccl ? nccl_version(c->nccl) : "");
+    const char *off = getenv("CLEAVE_NCCL"), *min_kb = getenv("CLEAVE_NCCL_MIN_KB");
+    c->nccl_off = n < 2 || (off && *off == '0');
+    c->nccl_min = (size_t)(min_kb ? atol(min_kb) : NCCL_MIN_KB_DEFAULT) * 1024 / sizeof(float);
+    snprintf(c->kind, sizeof c->kind, "%s%s", c->host ? "cuda-host" : "cuda-p2p",
+             c->nccl_off ? "" : " + NCCL (from the first large sum)");
     *out = c;
     return CLEAVE_OK;
 }
