@@ -315,6 +315,10 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     c->copy_src = src;
     st = piecewise ? engine_place_tables(c) : engine_place_weights(c);
     c->copy_src = NULL;
+    /* a device may still be copying the last weights (a write returns once
+     * it has read the source): their errors and their time are the load's */
+    for (size_t d = 0; !st && d < c->n_dev; d++)
+        if (c->devs[d].active) st = c->devs[d].dev->ops->sync(c->devs[d].dev);
     if (st) goto fail;
     if (c->progress && !piecewise) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)

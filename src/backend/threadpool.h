@@ -9,6 +9,10 @@
 
 #include "cleave.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend fills pinned upload chunks with a pool */
+#endif
+
 typedef struct threadpool threadpool;
 
 /* One task of a job: task in [0, n_tasks), thread in [0, n_threads) (0 is the
@@ -26,4 +30,7 @@ int threadpool_size(const threadpool *p);
  * reentrant: one job at a time per pool. */
 void threadpool_run(threadpool *p, size_t n_tasks, threadpool_fn fn, void *ctx);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -18,6 +18,9 @@
 #include "quant.h"
 
 #define CUDA_MAX_ORDINALS 64 /* GPUs one process addresses */
+#define CUDA_UP_SLOTS 4      /* pinned chunks of a large host-to-device write */
+
+struct threadpool;
 
 struct cuda_device {
     be_device base;
@@ -51,6 +54,15 @@ struct cuda_device {
     char *xfer_host[4];
     size_t xfer_cap;
     unsigned xfer_next, done_next;
+    /* Large host-to-device writes (cuda_upload.cu), set up by the first:
+     * pinned chunks that up_pool's threads fill and the stream copies to
+     * the card, each with the event recorded after its latest copy.
+     * up_state: 0 not tried yet, 1 ready, 2 off (synchronous copies). */
+    char *up_host[CUDA_UP_SLOTS];
+    cudaEvent_t up_done[CUDA_UP_SLOTS];
+    struct threadpool *up_pool;
+    unsigned up_next;
+    int up_state;
 };
 
 /* Whether device a reads and writes b's memory directly (peer access,
@@ -111,6 +123,20 @@ cleave_status cublas_fail(cublasStatus_t s, const char *call, const char *file, 
     } while (0)
 /* After a kernel launch: configuration errors surface here. */
 #define CUDA_LAUNCHED() CUDA_TRY(cudaGetLastError())
+
+/* Host-to-device copies (cuda_upload.cu). cuda_upload: n bytes of any host
+ * memory to dst, ordered on the device's stream before whatever is issued
+ * after it; the caller may reuse src as soon as it returns, the copy itself
+ * may still be running (see there). Pipelined through the pinned chunks,
+ * or cuda_upload_sync where they cannot be had. cuda_upload_sync: the
+ * driver stages the pageable source itself, then a stream sync. Writes of
+ * at least CUDA_UPLOAD_MIN bytes that the small staging cannot take go
+ * through cuda_upload. One thread at a time per device, as for every op. */
+#define CUDA_UPLOAD_MIN ((size_t)1 << 20)
+cleave_status cuda_upload(cuda_device *d, void *dst, const void *src, size_t n);
+cleave_status cuda_upload_sync(cuda_device *d, void *dst, const void *src, size_t n);
+/* Waits for the chunks' copies and frees them, with the fill threads. */
+void cuda_upload_free(cuda_device *d);
 
 /* A scratch buffer of at least `bytes`, grown (never shrunk) on demand. */
 cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out);

@@ -109,12 +109,11 @@ static cleave_status cuda_write(be_device *dev, void *dst, const void *src, size
         CUDA_TRY(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, d->stream));
         return CLEAVE_OK;
     }
-    /* Large or staging full: synchronous, the source may be reused as soon
-     * as we return. */
-    CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, d->stream));
-    CUDA_TRY(cudaStreamSynchronize(d->stream));
-    d->staging_used = 0;
-    return CLEAVE_OK;
+    /* Large (weights): pipelined through pinned chunks on several threads.
+     * Small with the staging full: synchronous, which frees the staging.
+     * Either way the source may be reused as soon as we return. */
+    if (n >= CUDA_UPLOAD_MIN) return cuda_upload(d, dst, src, n);
+    return cuda_upload_sync(d, dst, src, n);
 }
 
 static cleave_status cuda_read(be_device *dev, void *dst, const void *src, size_t n) {
@@ -175,6 +174,7 @@ static void cuda_destroy(be_device *dev) {
         if (d->scratch[i]) cudaFree(d->scratch[i]);
     if (d->blas) cublasDestroy(d->blas);
     if (d->staging) cudaFreeHost(d->staging);
+    cuda_upload_free(d);
     cuda_peer_free(d);
     cudaSetDevice(d->ordinal);
     if (d->stream) cudaStreamDestroy(d->stream);

@@ -56,15 +56,14 @@ cleave_status cuda_upload_mat(be_device *dev, const be_mat *host, be_mat *out, c
     cleave_status st = cuda_scratch(d, CUDA_SCRATCH_W, chunk * host->nb1, &tmp);
     for (size_t r0 = 0; !st && r0 < host->ne1; r0 += chunk) {
         size_t rows = host->ne1 - r0 < chunk ? host->ne1 - r0 : chunk;
-        cudaError_t e = cudaMemcpyAsync(tmp, (const char *)host->data + r0 * host->nb1,
-                                        rows * host->nb1, cudaMemcpyHostToDevice, d->stream);
-        if (e != cudaSuccess) {
-            st = cuda_fail(e, "cudaMemcpyAsync (weights)", __FILE__, __LINE__);
-            break;
-        }
+        /* the raw rows through the pinned chunks: ordered before the split
+         * that reads them, and the next chunk's upload into tmp after it */
+        st = cuda_upload(d, tmp, (const char *)host->data + r0 * host->nb1, rows * host->nb1);
+        if (st) break;
         k_q8_split<<<cuda_blocks(rows * nb, 256), 256, 0, d->stream>>>(
             (const char *)tmp, host->nb1, nb, rows, qs + r0 * host->ne0, sc + r0 * nb);
-        if ((e = cudaGetLastError()) != cudaSuccess) st = cuda_fail(e, "k_q8_split", __FILE__, __LINE__);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) st = cuda_fail(e, "k_q8_split", __FILE__, __LINE__);
     }
     if (!st) {
         cudaError_t e = cudaStreamSynchronize(d->stream);
