@@ -79,45 +79,42 @@ static cleave_status source_ready(cuda_device *f, void *ready, cudaEvent_t *out)
     return CLEAVE_OK;
 }
 
-/* Pinned slots on the destination big enough for n bytes: growing waits
- * for every upload from the old ones. */
-static cleave_status host_slots(cuda_device *d, size_t n) {
-    if (d->xfer_cap >= n) return CLEAVE_OK;
+/* Pinned slots of the destination, XFER_SLOT_BYTES each, made on the
+ * first staged copy; a copy larger than a slot goes through them in turn,
+ * so the pinned memory stays small (a split-mode switch stages gigabytes:
+ * slots the size of the largest tensor took seconds to pin) and the copy
+ * from the source of one chunk overlaps the copy to the destination of
+ * the one before. */
+#define XFER_SLOT_BYTES ((size_t)32 << 20)
+
+static cleave_status host_slots(cuda_device *d) {
+    if (d->xfer_cap) return CLEAVE_OK;
     cudaSetDevice(d->ordinal);
-    CUDA_TRY(cudaStreamSynchronize(d->stream));
     for (int i = 0; i < XFER_SLOTS; i++) {
-        if (d->xfer_host[i]) cudaFreeHost(d->xfer_host[i]);
-        d->xfer_host[i] = NULL;
-    }
-    d->xfer_cap = 0;
-    for (int i = 0; i < XFER_SLOTS; i++) {
-        if (cudaMallocHost((void **)&d->xfer_host[i], n) != cudaSuccess) {
+        if (cudaMallocHost((void **)&d->xfer_host[i], XFER_SLOT_BYTES) != cudaSuccess) {
             cudaGetLastError();
-            return err_set(CLEAVE_ERR_OOM, "%s: no pinned host memory for a %zu-byte transfer",
-                           d->name, n);
+            for (int k = 0; k < i; k++) cudaFreeHost(d->xfer_host[k]), d->xfer_host[k] = NULL;
+            d->xfer_host[i] = NULL;
+            return err_set(CLEAVE_ERR_OOM, "%s: no %zu bytes of pinned host memory for copies between GPUs",
+                           d->name, XFER_SLOTS * XFER_SLOT_BYTES);
         }
         cleave_status st = new_event(d, &d->xfer_free[i]);
         if (st) return st;
     }
-    d->xfer_cap = n;
+    d->xfer_cap = XFER_SLOT_BYTES;
     return CLEAVE_OK;
 }
 
-/* height rows of width bytes through a pinned slot of the destination
- * (rows packed there): device to host on the source's copy stream, host
- * to device on the destination's stream. */
-static cleave_status staged_copy(cuda_device *d, void *dst, size_t dpitch, cuda_device *f,
-                                 const void *src, size_t spitch, size_t width, size_t height,
-                                 cudaEvent_t ready) {
-    cleave_status st = host_slots(d, width * height);
-    if (st) return st;
+/* height rows of width bytes (width * height <= a slot) through the next
+ * pinned slot of the destination (rows packed there): device to host on
+ * the source's copy stream, host to device on the destination's stream. */
+static cleave_status staged_chunk(cuda_device *d, void *dst, size_t dpitch, cuda_device *f,
+                                  const void *src, size_t spitch, size_t width, size_t height,
+                                  cudaEvent_t ready) {
     unsigned i = d->xfer_next++ % XFER_SLOTS;
-    if (!f->copy_stream) {
-        cudaSetDevice(f->ordinal);
-        CUDA_TRY(cudaStreamCreateWithFlags(&f->copy_stream, cudaStreamNonBlocking));
-    }
     unsigned k = f->done_next++ % XFER_SLOTS;
-    if ((st = new_event(f, &f->xfer_done[k]))) return st;
+    cleave_status st = new_event(f, &f->xfer_done[k]);
+    if (st) return st;
     cudaSetDevice(f->ordinal);
     /* the slot is free once its last upload ran (an event never recorded
      * counts as done) */
@@ -132,6 +129,36 @@ static cleave_status staged_copy(cuda_device *d, void *dst, size_t dpitch, cuda_
                                cudaMemcpyHostToDevice, d->stream));
     CUDA_TRY(cudaEventRecord(d->xfer_free[i], d->stream));
     return CLEAVE_OK;
+}
+
+/* A copy between GPUs without peer access, staged through pinned host
+ * memory a slot at a time: packed rows when a slot holds whole rows, else
+ * each row in slot-sized pieces (a contiguous copy is one long row). */
+static cleave_status staged_copy(cuda_device *d, void *dst, size_t dpitch, cuda_device *f,
+                                 const void *src, size_t spitch, size_t width, size_t height,
+                                 cudaEvent_t ready) {
+    cleave_status st = host_slots(d);
+    if (st) return st;
+    if (!f->copy_stream) {
+        cudaSetDevice(f->ordinal);
+        CUDA_TRY(cudaStreamCreateWithFlags(&f->copy_stream, cudaStreamNonBlocking));
+    }
+    if (height > 1 && spitch == width && dpitch == width) width *= height, height = 1; /* contiguous */
+    const char *s = (const char *)src;
+    char *t = (char *)dst;
+    if (width <= XFER_SLOT_BYTES) {
+        size_t rows = XFER_SLOT_BYTES / width;
+        for (size_t r = 0; !st && r < height; r += rows)
+            st = staged_chunk(d, t + r * dpitch, dpitch, f, s + r * spitch, spitch, width,
+                              height - r < rows ? height - r : rows, ready);
+        return st;
+    }
+    for (size_t r = 0; !st && r < height; r++)
+        for (size_t o = 0; !st && o < width; o += XFER_SLOT_BYTES) {
+            size_t w = width - o < XFER_SLOT_BYTES ? width - o : XFER_SLOT_BYTES;
+            st = staged_chunk(d, t + r * dpitch + o, w, f, s + r * spitch + o, w, w, 1, ready);
+        }
+    return st;
 }
 
 /* A peer copy on the destination's stream: one call for one row, a 3-D
