@@ -144,6 +144,7 @@ static cleave_status staged_copy(cuda_device *d, void *dst, size_t dpitch, cuda_
         CUDA_TRY(cudaStreamCreateWithFlags(&f->copy_stream, cudaStreamNonBlocking));
     }
     if (height > 1 && spitch == width && dpitch == width) width *= height, height = 1; /* contiguous */
+    if (height == 1) spitch = dpitch = width; /* one row: its pitch is its width */
     const char *s = (const char *)src;
     char *t = (char *)dst;
     if (width <= XFER_SLOT_BYTES) {
