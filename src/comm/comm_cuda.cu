@@ -57,6 +57,16 @@ struct comm {
     uint4 *ll[COMM_MAX_DEVICES];        /* [2][n][AR_LL_MAX_FLOATS / 2] per device: fused calls */
     unsigned *state[COMM_MAX_DEVICES];  /* per device, its own memory: calls made, blocks done */
     void *host_mem;                     /* host transport: inboxes and flags of all */
+    /* The host transport's inboxes hold host_cap floats per slot (what a
+     * decode step sums); sums larger than that (a prefill's) go through
+     * big_inbox, cap floats per slot, pinned at the first of them: pinning
+     * hundreds of MB costs about a second, which a context that only
+     * decodes under the tensor split (a switch to it after the prompt)
+     * should not pay. Graphs record decode-sized sums only, so they never
+     * hold a pointer into the big inboxes. */
+    size_t host_cap;
+    float *big_inbox[COMM_MAX_DEVICES];
+    void *host_big;
     /* NCCL for sums of at least nccl_min floats over every device (a
      * prefill's all-reduce), opened at the first such sum: its set-up
      * costs a few hundred ms that a context which only decodes under the
@@ -377,6 +387,7 @@ static void cuda_comm_free(comm *c) {
         dev->ops->free(dev, c->state[d]);
     }
     if (c->host_mem) cudaFreeHost(c->host_mem);
+    if (c->host_big) cudaFreeHost(c->host_big);
     nccl_close(c->nccl);
     free(c);
 }
@@ -397,14 +408,25 @@ static bool prepare(comm *c, float *const *bufs, const bool *contributes, size_t
         err_set(CLEAVE_ERR_INVALID_ARG, "all-reduce of %zu floats (room for %zu)", n_floats, c->cap);
         return false;
     }
+    bool big = c->host && n_floats > c->host_cap;
+    if (big && !c->host_big) {
+        size_t per = 2 * c->n * c->cap * sizeof(float);
+        if (cudaHostAlloc(&c->host_big, c->n * per, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+            cudaGetLastError();
+            c->host_big = NULL;
+            err_set(CLEAVE_ERR_OOM, "all-reduce: no %zu bytes of pinned host memory", c->n * per);
+            return false;
+        }
+        for (size_t d = 0; d < c->n; d++) c->big_inbox[d] = (float *)((char *)c->host_big + d * per);
+    }
     memset(a, 0, sizeof *a);
-    a->n = n_floats, a->cap = c->cap, a->n_dev = (int)c->n;
+    a->n = n_floats, a->cap = c->host && !big ? c->host_cap : c->cap, a->n_dev = (int)c->n;
     for (size_t d = 0; d < c->n; d++) {
         if ((uintptr_t)bufs[d] % 16) {
             err_set(CLEAVE_ERR_INVALID_ARG, "all-reduce: buffer of device %zu not 16-byte aligned", d);
             return false;
         }
-        a->inbox[d] = c->inbox[d];
+        a->inbox[d] = big ? c->big_inbox[d] : c->inbox[d];
         a->flags[d] = c->flags[d];
         a->ll[d] = c->ll[d];
         if (bufs[d]) a->members |= 1u << d;
@@ -515,7 +537,8 @@ cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floa
         for (size_t b = a + 1; b < n; b++)
             if (!cuda_peer_access((cuda_device *)devs[a]->impl, (cuda_device *)devs[b]->impl))
                 c->host = true;
-    size_t slot_bytes = 2 * n * c->cap * sizeof(float); /* an inbox */
+    c->host_cap = c->cap < AR_LL_MAX_FLOATS ? c->cap : AR_LL_MAX_FLOATS;
+    size_t slot_bytes = 2 * n * (c->host ? c->host_cap : c->cap) * sizeof(float); /* an inbox */
     size_t flag_bytes = AR_MAX_BLOCKS * COMM_MAX_DEVICES * sizeof(unsigned);
     /* the fused kernel's own slots: peer transport only (the host
      * transport's fused kernel uses the flags) */
