@@ -189,6 +189,23 @@ typedef struct cleave_psm_decision {
 } cleave_psm_decision;
 cleave_status cleave_psm_decide(const char *rates_path, uint32_t prompt, uint32_t n_gen,
                                 double margin, cleave_psm_decision *out);
+/* Several sequences share a context, and a switch moves them all. The
+ * gate says which mode to run a step in: the prefill mode when every
+ * active sequence is processing its prompt, the generation mode when
+ * every one is generating, and, while phases are mixed (a prompt arriving
+ * while others generate), the mode the context is in. It never switches
+ * within min_dwell steps of its last switch, so sequences entering and
+ * leaving prefill in turn cannot make it thrash. Start it with the
+ * context's mode and since = min_dwell (free to switch at once);
+ * in_prefill[i] for each of the n_active sequences taking part in the
+ * step. */
+typedef struct cleave_psm_gate {
+    cleave_split_mode mode; /* the context's mode now */
+    uint32_t since;         /* steps since the last switch */
+    uint32_t min_dwell;     /* steps a mode is kept at least */
+} cleave_psm_gate;
+cleave_split_mode cleave_psm_gate_step(cleave_psm_gate *g, const bool *in_prefill, size_t n_active,
+                                       cleave_split_mode prefill_mode, cleave_split_mode generate_mode);
 /* The device(s) the context runs on, e.g. "cpu", "cuda:0 (NVIDIA H200)" or
  * "cpu:0+cpu:1 (layer)". */
 const char *cleave_context_device(const cleave_context *ctx);

@@ -82,7 +82,7 @@ cleave_status policy_load(const char *path, policy_rates *out);
  * and leave prefill in turn never make it thrash). While phases are
  * mixed the context stays in the mode it is in. */
 typedef struct policy_gate {
-    int mode;           /* the context's mode now (POLICY_MODE_*) */
+    int mode;           /* the context's mode now (POLICY_MODE_*, or any modes used alike) */
     uint32_t since;     /* steps since the last switch */
     uint32_t min_dwell; /* steps a mode is kept at least */
 } policy_gate;

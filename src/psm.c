@@ -150,3 +150,13 @@ cleave_status cleave_psm_decide(const char *rates_path, uint32_t prompt, uint32_
     for (int p = 0; p < POLICY_PLANS; p++) out->seconds[p] = d.seconds[p];
     return CLEAVE_OK;
 }
+
+cleave_split_mode cleave_psm_gate_step(cleave_psm_gate *g, const bool *in_prefill, size_t n_active,
+                                       cleave_split_mode prefill_mode, cleave_split_mode generate_mode) {
+    if (!g) return prefill_mode;
+    /* the policy's gate over the API's modes (it treats modes as tokens) */
+    policy_gate pg = {(int)g->mode, g->since, g->min_dwell};
+    int m = policy_gate_step(&pg, in_prefill, n_active, (int)prefill_mode, (int)generate_mode);
+    g->mode = (cleave_split_mode)m, g->since = pg.since;
+    return g->mode;
+}

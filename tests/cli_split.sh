@@ -51,6 +51,35 @@ if [ "$got" != "$one" ] || ! grep -q "psm policy for .* tokens: " "$tmp/err"; th
   echo "FAIL: --psm-policy auto"; cat "$tmp/err"; fail=1
 fi
 
+# -np: several sequences in one context, their prompts arriving apart;
+# the gate switches only when every active sequence is in one phase, and
+# keeps a mode --np-dwell steps; every sequence tells the same story
+ref=$("$cli" run -m "$m" -p "Once upon a time" -n 60 --temp 0 -t 1 2>/dev/null)
+np_check() { # np_check SWITCHES ARGS...: every sequence's text is ref, SWITCHES switches
+  local want=$1; shift
+  "$cli" run -m "$m" -p "Once upon a time" -n 60 --temp 0 -t 1 --devices cpu:2 "$@" >"$tmp/np.txt" 2>"$tmp/err"
+  local seqs bad
+  seqs=$(grep -c '^\[sequence ' "$tmp/np.txt")
+  bad=$(awk -v ref="$ref" '/^\[sequence /{if (n) { if (t != ref) b++ } n++; t=""; next}
+        {t = t (t == "" && !started[n] ? "" : "\n") $0; started[n]=1}
+        END {if (t != ref) b++; print b + 0}' "$tmp/np.txt")
+  if [ "$bad" -ne 0 ] || [ "$seqs" -lt 2 ] || [ "$(grep -c 'switched to the' "$tmp/err")" -ne "$want" ]; then
+    echo "FAIL: -np $*: $bad of $seqs stories differ, or not $want switches"; cat "$tmp/np.txt" "$tmp/err"; fail=1
+  fi
+}
+np_check 1 -np 3 -psm layer -sm tensor
+np_check 1 -np 3 --np-stagger 5 -psm layer -sm tensor   # the later prompts run in tensor, mixed
+np_check 3 -np 2 --np-stagger 100 -psm layer -sm tensor # alone again: back to layer, kept 8 steps
+if ! grep -q "step 108: switched to the tensor" "$tmp/err"; then
+  echo "FAIL: --np-dwell: the switch back to tensor should wait 8 steps"; cat "$tmp/err"; fail=1
+fi
+np_check 1 -np 2 -psm tensor -sm layer
+np_check 0 -np 2 -sm tensor
+"$cli" run -m "$m" -p "Once upon a time" -n 300 -c 512 -t 1 -np 2 >/dev/null 2>"$tmp/err"
+if [ $? -ne 1 ] || ! grep -q "needs 2 x (.* prompt + 300 generated) cells; the context holds 512" "$tmp/err"; then
+  echo "FAIL: -np past the context should say so"; cat "$tmp/err"; fail=1
+fi
+
 # bench-psm: one request per plan, and a grid with the policy's choices
 out=$("$cli" bench-psm -m "$m" --devices cpu:2 -t 1 -psm layer -sm tensor -p 64 -n 8 2>"$tmp/err")
 if ! printf '%s\n' "$out" | grep -qE '^\| layer, then tensor \| 64 \| 8 \| ' || ! grep -q "^switch: " "$tmp/err"; then

@@ -4,21 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "run.h"
 
-typedef struct {
-    const char *model, *prompt, *prompt_file;
-    cli_placement place;
-    long long n_predict, n_ctx, n_batch, n_ubatch, threads;
-    cleave_type kv_type;
-    bool no_bos, verbose_prompt, mem_report;
-    bool has_psm;            /* -psm given: prefill under psm, then switch to -sm */
-    cleave_split_mode psm;
-    const char *psm_policy;  /* off, always (the default) or auto */
-    const char *psm_rates;   /* auto: the rates file of `cleave calibrate` */
-    bool psm_keep_both;      /* keep the placement a switch leaves resident */
-    cleave_sampler_params sp;
-} run_opts;
 
 static void run_usage(FILE *out) {
     fprintf(out,
@@ -53,6 +40,10 @@ static void run_usage(FILE *out) {
             "  --presence-penalty X    (default 0)\n"
             "  -s, --seed N            sampling seed\n"
             "  --no-bos                do not prepend BOS to the prompt\n"
+            "  -np, --parallel N       N sequences of the prompt share the context (sequence i samples\n"
+            "                          with seed + i); their texts are printed when all are done\n"
+            "  --np-stagger K          the sequences' prompts arrive K steps apart (default 0: together)\n"
+            "  --np-dwell K            with -psm and -np: a mode is kept at least K steps (default 8)\n"
             "  --mem-report            print planned and peak memory per device\n");
 }
 
@@ -62,6 +53,8 @@ static bool flag_is(const char *a, const char *name, const char *alias) {
 
 static bool parse(int argc, char **argv, run_opts *o) {
     o->n_predict = 128;
+    o->n_parallel = 1;
+    o->np_dwell = 8;
     o->kv_type = CLEAVE_TYPE_F16;
     o->place = cli_placement_default();
     o->sp = cleave_sampler_default_params();
@@ -115,6 +108,9 @@ static bool parse(int argc, char **argv, run_opts *o) {
             if (pr < 0) return false;
             i++;
         }
+        else if (IS("-np", "--parallel")) { if (!cli_int(a, v, 1, 256, &o->n_parallel)) return false; i++; }
+        else if (IS("--np-stagger", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_stagger)) return false; i++; }
+        else if (IS("--np-dwell", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_dwell)) return false; i++; }
         else if (IS("--no-bos", NULL)) o->no_bos = true;
         else if (IS("--mem-report", NULL)) o->mem_report = true;
         else {
@@ -186,7 +182,7 @@ static void emit(cleave_model *m, int32_t prev, int32_t tok) {
     }
 }
 
-static const char *mode_name(cleave_split_mode m) {
+const char *run_mode_name(cleave_split_mode m) {
     return m == CLEAVE_SPLIT_TENSOR ? "tensor" : m == CLEAVE_SPLIT_LAYER ? "layer" : "none";
 }
 
@@ -205,7 +201,7 @@ static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
         return;
     }
     fprintf(stderr, "\ncleave: switched from %s to %s split in %.1f ms, now on %s\n",
-            mode_name(o->psm), mode_name(o->place.mode), (cli_now() - t0) * 1e3,
+            run_mode_name(o->psm), run_mode_name(o->place.mode), (cli_now() - t0) * 1e3,
             cleave_context_device(ctx));
     cleave_switch_report r;
     if (cleave_context_switch_report(ctx, &r) == CLEAVE_OK) {
@@ -339,7 +335,8 @@ int cmd_run(int argc, char **argv) {
     /* a prompt of several batches shows its progress on stderr, so the
      * prompt text is echoed once it has been processed */
     cleave_context_set_progress(ctx, cli_progress, (void *)"prompt");
-    rc = generate(m, ctx, smp, &o, ptext, plen, toks, n);
+    rc = o.n_parallel > 1 ? run_parallel(m, ctx, &o, ptext, plen, toks, n)
+                          : generate(m, ctx, smp, &o, ptext, plen, toks, n);
 out:
     free(toks);
     free(file_text);

@@ -1,0 +1,34 @@
+/* `cleave run`'s options, shared by its one-sequence path (cmd_run.c) and
+ * its several-sequence path (run_parallel.c). */
+#ifndef CLEAVE_TOOLS_RUN_H
+#define CLEAVE_TOOLS_RUN_H
+
+#include "cli.h"
+
+typedef struct {
+    const char *model, *prompt, *prompt_file;
+    cli_placement place;
+    long long n_predict, n_ctx, n_batch, n_ubatch, threads;
+    long long n_parallel;    /* -np: sequences sharing the context */
+    long long np_stagger;    /* --np-stagger: steps between their prompts' arrivals */
+    long long np_dwell;      /* --np-dwell: steps a mode is kept at least (the gate) */
+    cleave_type kv_type;
+    bool no_bos, verbose_prompt, mem_report;
+    bool has_psm;            /* -psm given: prefill under psm, then switch to -sm */
+    cleave_split_mode psm;
+    const char *psm_policy;  /* off, always (the default) or auto */
+    const char *psm_rates;   /* auto: the rates file of `cleave calibrate` */
+    bool psm_keep_both;      /* keep the placement a switch leaves resident */
+    cleave_sampler_params sp;
+} run_opts;
+
+const char *run_mode_name(cleave_split_mode m);
+/* -np N: N sequences of the same prompt share the context (sequence i
+ * samples with seed + i); their prompts arrive np_stagger steps apart and
+ * run in the same batches as the others' generated tokens; with -psm, the
+ * gate (cleave_psm_gate_step) says when the context switches. Prints each
+ * sequence's text once all are done. */
+int run_parallel(cleave_model *m, cleave_context *ctx, const run_opts *o, const char *text,
+                 size_t text_len, const int32_t *prompt, size_t n_prompt);
+
+#endif
