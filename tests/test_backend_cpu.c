@@ -719,9 +719,65 @@ static void test_copy2d(void) {
     b->ops->destroy(b);
 }
 
+/* The tiered KV cache's buffers: base spans device and host memory, alias
+ * reads the same device memory and, past the head, only what was staged;
+ * buffers of one slot share its staging; the budget counts head and
+ * staging; bad shapes and budgets are refused. */
+static void test_tiers(void) {
+    size_t page = 4096;
+    be_device *d = make_dev(1, true, 0);
+    if (!d) return;
+    const be_ops *o = d->ops;
+    page = o->tier_granularity(d);
+    size_t bytes = 3 * page + 100, head = page;
+    be_tier a, b;
+    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "K", &a));
+    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "V", &b));
+    be_mem_stats ms;
+    o->mem_stats(d, &ms);
+    CHECK_MSG(ms.used == 2 * head + (3 * page + page - head), "tiers: %zu bytes counted", ms.used);
+    unsigned char *base = a.base, *alias = a.alias;
+    for (size_t i = 0; i < bytes; i++) base[i] = (unsigned char)(i * 13 + 5);
+    bool head_shared = true, tail_apart = false;
+    for (size_t i = 0; i < head; i++) head_shared &= alias[i] == base[i];
+    for (size_t i = head; i < bytes; i++) tail_apart |= alias[i] != base[i];
+    CHECK_MSG(head_shared && tail_apart, "tiers: the alias shares the head only");
+    CHECK_OK(o->tier_stage(d, &a, head + 2 * page)); /* part of the tail */
+    bool staged = true, rest_apart = false;
+    for (size_t i = 0; i < head + 2 * page; i++) staged &= alias[i] == base[i];
+    for (size_t i = head + 2 * page; i < bytes; i++) rest_apart |= alias[i] != base[i];
+    CHECK_MSG(staged && rest_apart, "tiers: staging copies what was asked and no more");
+    unsigned char *balias = b.alias;
+    CHECK_MSG(!memcmp(balias + head, alias + head, 2 * page), "tiers: one slot, one staging");
+    base[7] = 0x5a;
+    CHECK_MSG(alias[7] == 0x5a, "tiers: a write to the head shows through the alias");
+    CHECK(o->tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
+    CHECK_OK(o->tier_stage(d, &a, 0));
+    be_tier c;
+    CHECK(o->tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(o->tier_alloc(d, page, 2 * page, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
+    CHECK_OK(o->tier_alloc(d, bytes, 0, 1, "all in host memory", &c));
+    CHECK_OK(o->tier_stage(d, &c, bytes));
+    o->tier_free(d, &c);
+    o->tier_free(d, &a);
+    o->tier_free(d, &b);
+    o->tier_free(d, &b); /* freed twice: nothing */
+    o->mem_stats(d, &ms);
+    CHECK_MSG(ms.used == 0, "tiers: %zu bytes still counted", ms.used);
+    d->ops->destroy(d);
+    /* a budget below the head and staging */
+    be_device *small = make_dev(1, true, 2 * page);
+    if (!small) return;
+    CHECK(small->ops->tier_alloc(small, 4 * page, 2 * page, 0, "K", &a) == CLEAVE_ERR_OOM);
+    small->ops->mem_stats(small, &ms);
+    CHECK_MSG(ms.used == 0, "tiers: a refused buffer left %zu bytes counted", ms.used);
+    small->ops->destroy(small);
+}
+
 int main(void) {
     fprintf(stderr, "CPU SIMD kernels %savailable\n", cpu_simd_available() ? "" : "not ");
     test_copy2d();
+    test_tiers();
     test_threadpool();
     test_memory();
     test_injected_oom();

@@ -64,6 +64,14 @@ typedef struct be_mem_stats {
     size_t device_used;        /* the device's own count of bytes in use (GPUs), or 0 */
 } be_mem_stats;
 
+/* A K or V buffer of one layer of a tiered KV cache (be_ops.tier_alloc). */
+typedef struct be_tier {
+    void *base;  /* [0, head): device memory, [head, bytes): pinned host memory */
+    void *alias; /* [0, head): the same device memory, [head, bytes): a staging buffer */
+    size_t bytes, head;
+    void *impl; /* the backend's */
+} be_tier;
+
 typedef struct be_ops {
     const char *(*name)(be_device *d);
     void (*destroy)(be_device *d);
@@ -171,6 +179,24 @@ typedef struct be_ops {
     cleave_status (*copy2d_from)(be_device *d, void *dst, size_t dpitch, be_device *from,
                                  const void *src, size_t spitch, size_t width, size_t height,
                                  void *ready);
+
+    /* Optional (NULL: this device keeps no tiered KV cache). tier_alloc
+     * makes a buffer of `bytes` whose first `head` bytes (a multiple of
+     * tier_granularity) are device memory and the rest pinned host memory,
+     * in one address range (base), and a second range (alias) whose
+     * [0, head) is that same device memory and whose [head, bytes) is the
+     * device's staging buffer number `slot` (one per slot and size, shared
+     * by every buffer of that slot: the engine gives alternate layers
+     * alternate slots, so one layer's staging is filled while the layer
+     * before reads its own). tier_stage copies base's bytes [head, used)
+     * into the staging, in the device's op order, so that what reads alias
+     * [0, used) afterwards reads the cache from device memory alone. The
+     * device's budget counts head and the staging, not the host part. */
+    size_t (*tier_granularity)(be_device *d);
+    cleave_status (*tier_alloc)(be_device *d, size_t bytes, size_t head, int slot, const char *what,
+                                be_tier *out);
+    cleave_status (*tier_stage)(be_device *d, const be_tier *t, size_t used);
+    void (*tier_free)(be_device *d, be_tier *t);
 } be_ops;
 
 struct be_device {

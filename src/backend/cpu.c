@@ -41,6 +41,28 @@ static void cpu_mem_stats(be_device *d, be_mem_stats *out) {
     pthread_mutex_unlock(&c->mu);
 }
 
+cleave_status cpu_reserve_locked(cpu_device *c, size_t bytes, const char *what) {
+    if (c->budget && (bytes > c->budget || c->used > c->budget - bytes))
+        return err_set(CLEAVE_ERR_OOM,
+                       "device '%s': cannot allocate %zu bytes for %s: %zu of %zu budget bytes in use",
+                       c->name, bytes, what, c->used, c->budget);
+    c->used += bytes; /* the peak is the caller's to raise, once it holds them */
+    return CLEAVE_OK;
+}
+
+cleave_status cpu_reserve(cpu_device *c, size_t bytes, const char *what) {
+    pthread_mutex_lock(&c->mu);
+    cleave_status st = cpu_reserve_locked(c, bytes, what);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+void cpu_unreserve(cpu_device *c, size_t bytes) {
+    pthread_mutex_lock(&c->mu);
+    c->used -= bytes;
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void *cpu_alloc(be_device *d, size_t bytes, const char *what) {
     cpu_device *c = cpu_dev(d);
     if (!what) what = "?";
@@ -50,23 +72,10 @@ static void *cpu_alloc(be_device *d, size_t bytes, const char *what) {
         return NULL;
     }
     /* Reserve first so two threads cannot both squeeze under the budget. */
-    pthread_mutex_lock(&c->mu);
-    if (c->budget && (bytes > c->budget || c->used > c->budget - bytes)) {
-        size_t used = c->used;
-        pthread_mutex_unlock(&c->mu);
-        err_set(CLEAVE_ERR_OOM,
-                "device '%s': cannot allocate %zu bytes for %s: %zu of %zu budget bytes in use",
-                c->name, bytes, what, used, c->budget);
-        return NULL;
-    }
-    c->used += bytes;
-    pthread_mutex_unlock(&c->mu);
-
+    if (cpu_reserve(c, bytes, what)) return NULL;
     cpu_block *b = mem_alloc_aligned(CPU_HDR + bytes, what);
     if (!b) {
-        pthread_mutex_lock(&c->mu);
-        c->used -= bytes;
-        pthread_mutex_unlock(&c->mu);
+        cpu_unreserve(c, bytes);
         err_wrap(CLEAVE_ERR_OOM, "device '%s'", c->name);
         return NULL;
     }
@@ -172,6 +181,7 @@ static void cpu_destroy(be_device *d) {
     if (!d) return;
     cpu_device *c = cpu_dev(d);
     threadpool_destroy(c->pool);
+    cpu_tier_destroy(c);
     for (cpu_block *b = c->live, *next; b; b = next) {
         next = b->next;
         b->magic = 0;
@@ -222,6 +232,10 @@ static const be_ops cpu_ops = {
     .event_free = cpu_event_free,
     .copy_from = cpu_copy_from,
     .copy2d_from = cpu_copy2d_from,
+    .tier_granularity = cpu_tier_granularity,
+    .tier_alloc = cpu_tier_alloc,
+    .tier_stage = cpu_tier_stage,
+    .tier_free = cpu_tier_free,
 };
 
 /* CLEAVE_NO_SIMD set to anything but "" or "0" forces the C kernels. */

@@ -24,6 +24,7 @@ typedef struct cpu_device {
     pthread_mutex_t mu; /* guards used, peak and the live list */
     size_t used, peak, budget;
     cpu_block *live; /* every allocation still held, so destroy can free it */
+    struct cpu_staging *staging; /* tiered KV cache: staging buffers by slot and size (cpu_tier.c) */
 
     /* Op scratch (dequantized weight panels, attention scores): grown on
      * demand, never shrunk, not counted against the budget. */
@@ -33,6 +34,22 @@ typedef struct cpu_device {
 } cpu_device;
 
 static inline cpu_device *cpu_dev(be_device *d) { return (cpu_device *)d->impl; }
+
+/* Counts bytes against the device's budget (CLEAVE_ERR_OOM naming `what`
+ * when they do not fit), and gives them back. */
+cleave_status cpu_reserve(cpu_device *c, size_t bytes, const char *what);
+cleave_status cpu_reserve_locked(cpu_device *c, size_t bytes, const char *what); /* under mu */
+void cpu_unreserve(cpu_device *c, size_t bytes);
+
+/* The tiered KV cache's buffers (cpu_tier.c): the same two tiers and
+ * staging as a GPU's, made of shared memory mapped twice, so CI runs the
+ * logic a GPU runs. */
+size_t cpu_tier_granularity(be_device *d);
+cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, const char *what,
+                             be_tier *out);
+cleave_status cpu_tier_stage(be_device *d, const be_tier *t, size_t used);
+void cpu_tier_free(be_device *d, be_tier *t);
+void cpu_tier_destroy(cpu_device *c); /* at the device's end */
 
 /* Scratch of at least bytes, 64-byte aligned; CLEAVE_ERR_OOM if it cannot
  * grow. Contents are not kept across growth. */
