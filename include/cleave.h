@@ -136,7 +136,16 @@ typedef struct cleave_context_params {
     /* a split-mode switch keeps the placement it leaves on the devices
      * (while they hold both), so switching back moves only the KV cache */
     bool keep_both_placements;
+    /* A KV cache in two tiers: cells [0, kv_vram_cells) of every layer's K
+     * and V in device memory, the rest in pinned host memory in the same
+     * address range, read through a staging buffer in device memory; the
+     * output is bit-identical. Rounded down to the device's granularity.
+     * CLEAVE_KV_VRAM_ALL (the default): all in device memory;
+     * CLEAVE_KV_VRAM_AUTO: the most that fits each device's budget. */
+    int64_t kv_vram_cells;
 } cleave_context_params;
+#define CLEAVE_KV_VRAM_ALL  (-1)
+#define CLEAVE_KV_VRAM_AUTO (-2)
 
 cleave_context_params cleave_context_default_params(void);
 cleave_status cleave_context_new(cleave_model *model, const cleave_context_params *params,
@@ -214,7 +223,13 @@ const char *cleave_context_device(const cleave_context *ctx);
  * allocator has seen (peak included). */
 typedef struct cleave_device_memory {
     char name[128];
-    size_t planned_weights, planned_kv, planned_compute;
+    size_t planned_weights, planned_kv, planned_compute; /* device memory */
+    /* a tiered KV cache: its host part (bytes), and the cells of each layer
+     * in device memory on this device (n_ctx when untiered or holding no
+     * KV; rounded down to the device's granularity) with the staging's
+     * bytes, which planned_kv includes */
+    size_t planned_kv_host, kv_staging;
+    uint32_t kv_vram_cells;
     size_t used, peak, budget; /* this context's allocations; budget 0 = none */
     size_t device_used;        /* GPUs: bytes in use on the whole device (cudaMemGetInfo), else 0 */
 } cleave_device_memory;

@@ -172,9 +172,14 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
                       (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
         .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes, .layer_ffn_bytes = ffn_bytes,
         .ff_align = (uint32_t)ff_align, .tied = m->output == m->tok_embd,
+        .kv_tiered = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL, .kv_vram_auto = p->kv_vram_cells == CLEAVE_KV_VRAM_AUTO,
+        .kv_vram_cells = p->kv_vram_cells < 0 ? 0 : p->kv_vram_cells > UINT32_MAX ? UINT32_MAX : (uint32_t)p->kv_vram_cells,
     };
     cleave_status st = CLEAVE_OK;
-    switch (p->split_mode) {
+    if (p->kv_vram_cells < CLEAVE_KV_VRAM_AUTO)
+        st = err_set(CLEAVE_ERR_INVALID_ARG, "KV cells in device memory: %lld is not a count (or ALL, AUTO)",
+                     (long long)p->kv_vram_cells);
+    switch (st ? CLEAVE_SPLIT_NONE : p->split_mode) {
     case CLEAVE_SPLIT_NONE: req.mode = SPLIT_NONE; break;
     case CLEAVE_SPLIT_LAYER: req.mode = SPLIT_LAYER; break;
     case CLEAVE_SPLIT_TENSOR: req.mode = SPLIT_TENSOR; break;
@@ -210,7 +215,7 @@ static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_ty
                 tensor ? c->devs[d].active && heads > 0 : c->plan.layer_device[l] == (int)d;
     }
     cleave_status st = (deferred ? kv_init_deferred : kv_init)(&c->kv, devs, c->n_dev, holds, width,
-                                                                n_ctx, hp->n_layer, type);
+                                                                n_ctx, hp->n_layer, type, c->plan.kv_vram_cells);
     free(holds);
     return st;
 }
@@ -218,7 +223,8 @@ static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_ty
 cleave_context_params cleave_context_default_params(void) {
     cleave_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0,
                                .kv_type = CLEAVE_TYPE_F16, .devices = NULL,
-                               .split_mode = CLEAVE_SPLIT_NONE, .main_device = 0};
+                               .split_mode = CLEAVE_SPLIT_NONE, .main_device = 0,
+                               .kv_vram_cells = CLEAVE_KV_VRAM_ALL};
     return p;
 }
 
@@ -421,6 +427,10 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     out->planned_weights = c->plan.bytes[d].weights;
     out->planned_kv = c->plan.bytes[d].kv;
     out->planned_compute = c->plan.bytes[d].compute;
+    out->planned_kv_host = c->plan.bytes[d].kv_host;
+    size_t row = c->kv.row_bytes[d], tail = kv_tail_bytes(&c->kv, d);
+    out->kv_vram_cells = row && tail ? (uint32_t)(kv_head_bytes(&c->kv, d) / row) : c->plan.n_ctx;
+    out->kv_staging = tail ? PLAN_KV_STAGING_BUFFERS * tail : 0;
     be_mem_stats ms = {0};
     dev->ops->mem_stats(dev, &ms);
     out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;
@@ -487,9 +497,11 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
     if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
     if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
     TRY(rope_and_store(c, E->dev, s, l, n, n_head, n_head_kv));
+    uint32_t n_kv = graph ? c->graph_cells : c->kv.hi;
+    const void *kc, *vc; /* a tiered cache's tail staged first */
+    TRY(kv_attention_view(&c->kv, (size_t)E->dev, l, n_kv, &kc, &vc));
     be_attn a = {
-        .q = s->q, .k = c->kv.k[E->dev][l], .v = c->kv.v[E->dev][l], .kv_type = c->kv.type,
-        .n_tokens = n, .n_kv = graph ? c->graph_cells : c->kv.hi,
+        .q = s->q, .k = kc, .v = vc, .kv_type = c->kv.type, .n_tokens = n, .n_kv = n_kv,
         .n_kv_live = graph ? s->n_kv_live : NULL, .n_head = n_head, .n_head_kv = n_head_kv,
         .head_dim = hd, .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],
         .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,

@@ -10,9 +10,54 @@
 #include "mem.h"
 #include "quant.h"
 
+static bool tiered(const kv_cache *kv, size_t d) { return kv->tiers[d] != NULL; }
+
+/* Layer l's K (is_v false) or V buffer on device d. */
+static cleave_status alloc_buffer(kv_cache *kv, size_t d, uint32_t l, bool is_v) {
+    void **p = is_v ? &kv->v[d][l] : &kv->k[d][l];
+    if (*p) return CLEAVE_OK;
+    be_device *dev = kv->devs[d];
+    size_t bytes = kv->row_bytes[d] * kv->n_ctx;
+    const char *what = is_v ? "V cache" : "K cache";
+    if (!tiered(kv, d)) {
+        *p = dev->ops->alloc(dev, bytes, what);
+        return *p ? CLEAVE_OK : CLEAVE_ERR_OOM;
+    }
+    /* alternate layers alternate staging slots: one is filled while the
+     * layer before reads the other */
+    be_tier *t = &kv->tiers[d][2 * l + is_v];
+    cleave_status st = dev->ops->tier_alloc(dev, bytes, kv->tier_head[d], (int)(2 * (l % 2) + is_v), what, t);
+    if (!st) *p = t->base;
+    return st;
+}
+
+static void free_buffer(kv_cache *kv, size_t d, uint32_t l, bool is_v) {
+    void **p = is_v ? &kv->v[d][l] : &kv->k[d][l];
+    if (!*p) return;
+    be_device *dev = kv->devs[d];
+    if (tiered(kv, d)) dev->ops->tier_free(dev, &kv->tiers[d][2 * l + is_v]);
+    else dev->ops->free(dev, *p);
+    *p = NULL;
+}
+
+/* Device d's head: vram_cells rows rounded down to its granularity. */
+static cleave_status set_tiers(kv_cache *kv, size_t d) {
+    be_device *dev = kv->devs[d];
+    if (!dev->ops->tier_alloc)
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "KV cache: %s cannot keep part of the cache in host memory (a KV cache in "
+                       "two tiers is not supported on this backend yet); leave out --kv-vram-cells",
+                       dev->ops->name(dev));
+    size_t gran = dev->ops->tier_granularity(dev);
+    size_t head = (size_t)kv->vram_cells * kv->row_bytes[d];
+    kv->tier_head[d] = gran ? head / gran * gran : head;
+    kv->tiers[d] = mem_calloc(2 * (size_t)kv->n_layer, sizeof(be_tier), "KV tiers");
+    return kv->tiers[d] ? CLEAVE_OK : CLEAVE_ERR_OOM;
+}
+
 static cleave_status init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
                           const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type,
-                          bool layers) {
+                          uint32_t vram_cells, bool layers) {
     memset(kv, 0, sizeof *kv);
     if (n_dev == 0 || n_dev > KV_MAX_DEVICES || n_ctx == 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: 1..%d devices and some cells", KV_MAX_DEVICES);
@@ -20,6 +65,7 @@ static cleave_status init(kv_cache *kv, be_device *const *devs, size_t n_dev, co
     kv->n_layer = n_layer;
     kv->type = type;
     kv->n_dev = n_dev;
+    kv->vram_cells = vram_cells < n_ctx ? vram_cells : n_ctx;
     memcpy(kv->devs, devs, n_dev * sizeof *devs);
     kv->pos = mem_alloc((size_t)n_ctx * sizeof(int32_t), "KV cell positions");
     kv->seq = mem_alloc((size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
@@ -41,12 +87,14 @@ static cleave_status init(kv_cache *kv, be_device *const *devs, size_t n_dev, co
         kv->dev_pos[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
         kv->dev_seq[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
         if (!kv->dev_pos[d] || !kv->dev_seq[d]) goto oom;
-        size_t bytes = kv->row_bytes[d] * n_ctx;
+        cleave_status st = kv->vram_cells < n_ctx ? set_tiers(kv, d) : CLEAVE_OK;
+        if (st) {
+            kv_free(kv);
+            return st;
+        }
         for (uint32_t l = 0; l < n_layer && layers; l++) {
             if (!holds[d * n_layer + l]) continue;
-            kv->k[d][l] = dev->ops->alloc(dev, bytes, "K cache");
-            kv->v[d][l] = dev->ops->alloc(dev, bytes, "V cache");
-            if (!kv->k[d][l] || !kv->v[d][l]) goto oom;
+            if (alloc_buffer(kv, d, l, false) || alloc_buffer(kv, d, l, true)) goto oom;
         }
     }
     kv_clear(kv);
@@ -58,34 +106,50 @@ oom:
 }
 
 cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
-                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type) {
-    return init(kv, devs, n_dev, holds, width, n_ctx, n_layer, type, true);
+                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type,
+                      uint32_t vram_cells) {
+    return init(kv, devs, n_dev, holds, width, n_ctx, n_layer, type, vram_cells, true);
 }
 
 cleave_status kv_init_deferred(kv_cache *kv, be_device *const *devs, size_t n_dev,
                                const bool *holds, const size_t *width, uint32_t n_ctx,
-                               uint32_t n_layer, cleave_type type) {
-    return init(kv, devs, n_dev, holds, width, n_ctx, n_layer, type, false);
+                               uint32_t n_layer, cleave_type type, uint32_t vram_cells) {
+    return init(kv, devs, n_dev, holds, width, n_ctx, n_layer, type, vram_cells, false);
 }
 
 cleave_status kv_alloc_layer(kv_cache *kv, size_t d, uint32_t l) {
     if (d >= kv->n_dev || l >= kv->n_layer || !kv->k[d])
         return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: device %zu holds no layers", d);
-    be_device *dev = kv->devs[d];
-    size_t bytes = kv->row_bytes[d] * kv->n_ctx;
-    if (!kv->k[d][l]) kv->k[d][l] = dev->ops->alloc(dev, bytes, "K cache");
-    if (!kv->v[d][l]) kv->v[d][l] = dev->ops->alloc(dev, bytes, "V cache");
-    if (!kv->k[d][l] || !kv->v[d][l])
+    if (alloc_buffer(kv, d, l, false) || alloc_buffer(kv, d, l, true))
         return err_wrap(CLEAVE_ERR_OOM, "KV cache of layer %u on device %zu", l, d);
     return CLEAVE_OK;
 }
 
 void kv_free_layer(kv_cache *kv, size_t d, uint32_t l) {
     if (d >= kv->n_dev || l >= kv->n_layer || !kv->k[d]) return;
+    free_buffer(kv, d, l, false);
+    free_buffer(kv, d, l, true);
+}
+
+cleave_status kv_attention_view(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const void **k,
+                                const void **v) {
+    *k = kv->k[d][l], *v = kv->v[d][l];
+    size_t used = (size_t)(cells < kv->n_ctx ? cells : kv->n_ctx) * kv->row_bytes[d];
+    if (!tiered(kv, d) || used <= kv->tier_head[d]) return CLEAVE_OK; /* device memory alone */
     be_device *dev = kv->devs[d];
-    if (kv->k[d][l]) dev->ops->free(dev, kv->k[d][l]);
-    if (kv->v[d][l]) dev->ops->free(dev, kv->v[d][l]);
-    kv->k[d][l] = kv->v[d][l] = NULL;
+    const be_tier *tk = &kv->tiers[d][2 * l], *tv = &kv->tiers[d][2 * l + 1];
+    cleave_status st = dev->ops->tier_stage(dev, tk, used);
+    if (!st) st = dev->ops->tier_stage(dev, tv, used);
+    if (!st) *k = tk->alias, *v = tv->alias;
+    return st;
+}
+
+size_t kv_head_bytes(const kv_cache *kv, size_t d) {
+    return tiered(kv, d) ? kv->tier_head[d] : kv->row_bytes[d] * kv->n_ctx;
+}
+
+size_t kv_tail_bytes(const kv_cache *kv, size_t d) {
+    return tiered(kv, d) ? kv->row_bytes[d] * kv->n_ctx - kv->tier_head[d] : 0;
 }
 
 void kv_free(kv_cache *kv) {
@@ -93,11 +157,12 @@ void kv_free(kv_cache *kv) {
     for (size_t i = 0; i < kv->n_dev; i++) {
         be_device *d = kv->devs[i];
         for (uint32_t l = 0; l < kv->n_layer; l++) {
-            if (kv->k[i] && kv->k[i][l]) d->ops->free(d, kv->k[i][l]);
-            if (kv->v[i] && kv->v[i][l]) d->ops->free(d, kv->v[i][l]);
+            if (kv->k[i]) free_buffer(kv, i, l, false);
+            if (kv->v[i]) free_buffer(kv, i, l, true);
         }
         free(kv->k[i]);
         free(kv->v[i]);
+        free(kv->tiers[i]);
         if (kv->dev_pos[i]) d->ops->free(d, kv->dev_pos[i]);
         if (kv->dev_seq[i]) d->ops->free(d, kv->dev_seq[i]);
     }

@@ -32,20 +32,31 @@ typedef struct kv_cache {
     void **k[KV_MAX_DEVICES], **v[KV_MAX_DEVICES];
     /* cell table copies, on each device that holds K/V (else NULL) */
     int32_t *dev_pos[KV_MAX_DEVICES], *dev_seq[KV_MAX_DEVICES];
+    /* Tiered (vram_cells < n_ctx): each K and V buffer keeps its first
+     * tier_head[d] bytes (vram_cells rows rounded down to the device's
+     * granularity) in device memory and the rest in host memory, in one
+     * address range (k, v above point at it); tiers[d][2 l + (0 K, 1 V)]
+     * are the backend's buffers, whose alias the attention reads once the
+     * used tail is staged (kv_attention_view). */
+    uint32_t vram_cells;
+    size_t tier_head[KV_MAX_DEVICES];
+    be_tier *tiers[KV_MAX_DEVICES];
 } kv_cache;
 
 /* Allocates the cell table, and on device d (when width[d] > 0) a copy of
  * it and K and V rows of width[d] elements for each layer l with
- * holds[d * n_layer + l]; on failure frees what it took and returns the
- * error. */
+ * holds[d * n_layer + l]; cells [vram_cells, n_ctx) of every buffer in
+ * host memory (tiered; vram_cells >= n_ctx: all in device memory). On
+ * failure frees what it took and returns the error. */
 cleave_status kv_init(kv_cache *kv, be_device *const *devs, size_t n_dev, const bool *holds,
-                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type);
+                      const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type,
+                      uint32_t vram_cells);
 /* The same with no layer buffers yet (a split-mode switch allocates them
  * layer by layer): kv_alloc_layer gives device d its K and V of layer l,
  * kv_free_layer takes them back. */
 cleave_status kv_init_deferred(kv_cache *kv, be_device *const *devs, size_t n_dev,
                                const bool *holds, const size_t *width, uint32_t n_ctx,
-                               uint32_t n_layer, cleave_type type);
+                               uint32_t n_layer, cleave_type type, uint32_t vram_cells);
 cleave_status kv_alloc_layer(kv_cache *kv, size_t d, uint32_t l);
 void kv_free_layer(kv_cache *kv, size_t d, uint32_t l);
 void kv_free(kv_cache *kv);
@@ -59,6 +70,16 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n);
 /* Uploads the cell-table entries changed since the last upload. */
 cleave_status kv_sync_cells(kv_cache *kv);
 void kv_clear(kv_cache *kv);
+/* What the attention over the first `cells` cells of layer l on device d
+ * reads: the buffers themselves, or for a tiered cache whose used tail
+ * reaches past the head, their aliases once that tail is staged (in the
+ * device's op order). */
+cleave_status kv_attention_view(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const void **k,
+                                const void **v);
+/* Bytes of one layer's K (or V) on device d in device memory and in host
+ * memory; the device's staging (four buffers of the host part). */
+size_t kv_head_bytes(const kv_cache *kv, size_t d);
+size_t kv_tail_bytes(const kv_cache *kv, size_t d);
 /* 1 + the highest position cached for seq, or 0. */
 int32_t kv_seq_next_pos(const kv_cache *kv, int32_t seq);
 

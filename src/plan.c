@@ -203,6 +203,51 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
     return CLEAVE_OK;
 }
 
+/* Layers whose K/V device d holds under plan p. */
+static uint32_t kv_layers(const plan *p, size_t d) {
+    if (p->mode == SPLIT_TENSOR) return range_len(p->kv_heads[d]) ? p->n_layer : 0;
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < p->n_layer; l++) n += p->layer_device[l] == (int)d;
+    return n;
+}
+
+/* A tiered KV cache (kv_tiered): per device, the head of every layer's K
+ * and V and the staging in device memory, the tail in host memory; with
+ * kv_vram_auto the head is the largest that fits every budget. */
+static void apply_tiers(const plan_request *req, plan *out) {
+    uint32_t n_ctx = req->n_ctx, n = req->kv_vram_cells < n_ctx ? req->kv_vram_cells : n_ctx;
+    out->kv_vram_cells = n_ctx;
+    if (!req->kv_tiered) return;
+    if (req->kv_vram_auto) n = n_ctx;
+    for (size_t d = 0; req->kv_vram_auto && d < req->n_devices; d++) {
+        plan_device_bytes *b = &out->bytes[d];
+        size_t budget = req->budgets ? req->budgets[d] : 0;
+        uint32_t layers = kv_layers(out, d);
+        if (!budget || !layers || !b->kv) continue;
+        /* per cell: K and V of every layer (head) or of one layer, four times (staging) */
+        size_t cell = b->kv / n_ctx, stage = PLAN_KV_STAGING_BUFFERS * (cell / (2 * (size_t)layers));
+        size_t fixed = b->weights + b->compute, all_tail = stage * n_ctx;
+        uint32_t fits = 0;
+        if (budget >= fixed + all_tail && cell > stage)
+            fits = (uint32_t)((budget - fixed - all_tail) / (cell - stage) < n_ctx
+                                  ? (budget - fixed - all_tail) / (cell - stage)
+                                  : n_ctx);
+        else if (budget >= fixed + cell * (size_t)n_ctx)
+            fits = n_ctx;
+        if (fits < n) n = fits;
+    }
+    out->kv_vram_cells = n;
+    if (n >= n_ctx) return;
+    for (size_t d = 0; d < req->n_devices; d++) {
+        plan_device_bytes *b = &out->bytes[d];
+        uint32_t layers = kv_layers(out, d);
+        if (!layers || !b->kv) continue;
+        size_t cell = b->kv / n_ctx, row = cell / (2 * (size_t)layers);
+        b->kv_host = cell * (n_ctx - n);
+        b->kv = cell * n + PLAN_KV_STAGING_BUFFERS * row * (n_ctx - n);
+    }
+}
+
 cleave_status plan_make(const plan_request *req, plan *out) {
     memset(out, 0, sizeof *out);
     const model_hparams *hp = req->hp;
@@ -237,6 +282,7 @@ cleave_status plan_make(const plan_request *req, plan *out) {
         place_layer(req, w, out);
     else
         st = place_tensor(req, w, out);
+    if (!st) apply_tiers(req, out);
     if (!st) st = check_budgets(req, out);
     if (!st && req->mode != SPLIT_NONE) memcpy(out->shares, w, sizeof(double) * req->n_devices);
     if (st) plan_free(out);

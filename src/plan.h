@@ -49,6 +49,12 @@ typedef struct plan_request {
      * (q, k, v, o and their biases/norms) and with the FFN rows (gate, up,
      * down); what is left (the block's norms) is replicated. */
     const size_t *layer_attn_bytes, *layer_ffn_bytes;
+    /* A tiered KV cache: cells [0, kv_vram_cells) of each layer's K and V
+     * in device memory, the rest in host memory, and four staging buffers
+     * of a layer's host part in device memory (kv.h); kv_vram_auto: the
+     * largest count that fits every budget after weights and compute. */
+    bool kv_tiered, kv_vram_auto;
+    uint32_t kv_vram_cells;
 } plan_request;
 
 /* A half-open range [lo, hi). */
@@ -57,7 +63,8 @@ typedef struct plan_range {
 } plan_range;
 
 typedef struct plan_device_bytes {
-    size_t weights, kv, compute;
+    size_t weights, kv, compute; /* in device memory (kv: a tiered cache's head and staging) */
+    size_t kv_host;              /* a tiered cache's tail, in host memory */
 } plan_device_bytes;
 
 typedef struct plan {
@@ -72,7 +79,10 @@ typedef struct plan {
     plan_range kv_heads[PLAN_MAX_DEVICES], ff_rows[PLAN_MAX_DEVICES], vocab_rows[PLAN_MAX_DEVICES];
     plan_device_bytes bytes[PLAN_MAX_DEVICES];
     double shares[PLAN_MAX_DEVICES]; /* the shares used (layer, tensor) */
+    uint32_t kv_vram_cells;          /* cells of each layer in device memory (n_ctx: all) */
 } plan;
+/* A tiered KV cache's staging: buffers of one layer's host part, per device. */
+#define PLAN_KV_STAGING_BUFFERS 4
 
 /* Builds the plan or explains why there is none (bad shares, a device over
  * budget: the message names each device's need and budget). */

@@ -3,7 +3,7 @@
  * message, leak nothing (the sanitizer build checks) and leave the process
  * able to try again. Also on several virtual CPU devices: a layer split
  * with a micro-batch pipeline, and a tensor split with a batch of two
- * sequences. */
+ * sequences; with a tiered KV cache, on one device and on three. */
 #include <string.h>
 
 #include "error.h"
@@ -13,6 +13,7 @@ typedef struct {
     const char *devices;
     cleave_split_mode mode;
     uint32_t n_batch, n_ubatch;
+    int64_t kv_vram_cells;
 } placement;
 
 static cleave_status attempt(const char *path, const placement *pl) {
@@ -28,6 +29,7 @@ static cleave_status attempt(const char *path, const placement *pl) {
         cp.split_mode = pl->mode;
         cp.n_batch = pl->n_batch;
         cp.n_ubatch = pl->n_ubatch;
+        cp.kv_vram_cells = pl->kv_vram_cells;
         st = cleave_context_new(m, &cp, &ctx);
     }
     int32_t toks[4] = {1, 300, 301, 302}, pos[4] = {0, 1, 0, 1}, seq[4] = {0, 0, 1, 1};
@@ -72,9 +74,12 @@ int main(void) {
     const char *path = tu_tiny_model("qwen2", CLEAVE_TYPE_F16);
     if (!path) return tu_finish("test_alloc_failures");
     const placement cases[] = {
-        {NULL, CLEAVE_SPLIT_NONE, 0, 0},
-        {"cpu:2", CLEAVE_SPLIT_LAYER, 4, 2},
-        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0},
+        {NULL, CLEAVE_SPLIT_NONE, 0, 0, CLEAVE_KV_VRAM_ALL},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, 4, 2, CLEAVE_KV_VRAM_ALL},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0, CLEAVE_KV_VRAM_ALL},
+        /* a tiered KV cache: its tables and staging fail in turn too */
+        {NULL, CLEAVE_SPLIT_NONE, 0, 0, 0},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sweep(path, &cases[i]);
     return tu_finish("test_alloc_failures");

@@ -301,7 +301,7 @@ static void test_kv(void) {
     kv_cache kv;
     const bool all[4] = {true, true, true, true};
     const size_t width = 64;
-    CHECK_OK(kv_init(&kv, &dev, 1, all, &width, 8, 2, CLEAVE_TYPE_F16));
+    CHECK_OK(kv_init(&kv, &dev, 1, all, &width, 8, 2, CLEAVE_TYPE_F16, UINT32_MAX));
     CHECK(kv.row_bytes[0] == 128);
     int32_t cells[8];
     CHECK(kv.dirty_hi <= kv.dirty_lo); /* a clear cache has nothing to upload */
@@ -327,7 +327,7 @@ static void test_kv(void) {
     /* a budget too small for the cache: clean failure, nothing leaked */
     be_device *small;
     CHECK_OK(be_cpu_create("small", 1, 4096, &small));
-    CHECK(kv_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32) == CLEAVE_ERR_OOM);
+    CHECK(kv_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32, UINT32_MAX) == CLEAVE_ERR_OOM);
     be_mem_stats ms;
     small->ops->mem_stats(small, &ms);
     CHECK(ms.used == 0);

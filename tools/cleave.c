@@ -108,7 +108,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
 #define IS(s) (!strcmp(flag, s))
     if (!(IS("--device") || IS("--devices") || IS("-ngl") || IS("--n-gpu-layers") || IS("-sm") ||
           IS("--split-mode") || IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu") ||
-          IS("--vram-budget") || IS("--fit") || IS("--fit-ctx")))
+          IS("--vram-budget") || IS("--fit") || IS("--fit-ctx") || IS("--kv-vram-cells")))
         return 0;
     if (!v) {
         fprintf(stderr, "cleave: %s needs a value\n", flag);
@@ -139,6 +139,10 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
         p->fit = !strcmp(v, "on");
     } else if (IS("--fit-ctx")) {
         if (!cli_int(flag, v, 1, 1 << 24, &p->fit_ctx)) return -1;
+    } else if (IS("--kv-vram-cells")) {
+        if (!strcmp(v, "auto")) p->kv_vram_cells = CLEAVE_KV_VRAM_AUTO;
+        else if (!strcmp(v, "all")) p->kv_vram_cells = CLEAVE_KV_VRAM_ALL;
+        else if (!cli_int(flag, v, 0, 1 << 24, &p->kv_vram_cells)) return -1;
     } else if (IS("-mg") || IS("--main-gpu")) {
         if (!cli_int(flag, v, 0, CLI_MAX_DEVICES - 1, &p->main_device)) return -1;
     } else {
@@ -159,6 +163,9 @@ void cli_memory_report(const cleave_context *ctx, bool peak) {
         fprintf(stderr, "cleave: %-28s planned %9.1f MiB (weights %.1f, KV %.1f, compute %.1f)",
                 m.name, planned / mib, m.planned_weights / mib, m.planned_kv / mib,
                 m.planned_compute / mib);
+        if (m.planned_kv_host)
+            fprintf(stderr, "; KV tiers: %u cells a layer in device memory, host %.1f MiB, staging %.1f MiB",
+                    m.kv_vram_cells, m.planned_kv_host / mib, m.kv_staging / mib);
         if (peak) fprintf(stderr, ", peak %.1f MiB", m.peak / mib);
         if (m.budget) fprintf(stderr, ", budget %.1f MiB", m.budget / mib);
         /* GPUs: the device's own count, as nvidia-smi shows it (the CUDA
@@ -187,6 +194,7 @@ cli_placement cli_placement_default(void) {
     cli_placement p;
     memset(&p, 0, sizeof p);
     p.fit = -1;
+    p.kv_vram_cells = CLEAVE_KV_VRAM_ALL;
     return p;
 }
 
@@ -200,6 +208,7 @@ void cli_placement_apply(const cli_placement *p, cleave_context_params *cp) {
     cp->budgets = p->n_budgets ? p->budgets : NULL;
     cp->n_budgets = p->n_budgets;
     cp->main_device = (int)p->main_device;
+    cp->kv_vram_cells = p->kv_vram_cells;
 }
 
 bool cli_progress(float fraction, void *label) {

@@ -29,6 +29,7 @@ typedef struct cli_placement {
     int fit;             /* -1: default (on unless -ts or -ngl was given), 0 off, 1 on */
     bool explicit_split; /* -ts or -ngl given */
     long long fit_ctx;
+    long long kv_vram_cells; /* --kv-vram-cells: CLEAVE_KV_VRAM_ALL (default), _AUTO or a count */
 } cli_placement;
 /* Flags every benchmark shares: -t/--threads N, -b/--batch-size N,
  * -ub/--ubatch-size N, -ctk/-ctv TYPE. Same contract as cli_placement_flag. */
@@ -50,7 +51,7 @@ int cli_split_mode(const char *flag, const char *value, cleave_split_mode *out);
 cli_placement cli_placement_default(void);
 /* If flag is a placement flag (--device/--devices D, -ngl N, -sm MODE,
  * -ts A,B,..., -mg I, --vram-budget MiB[,MiB...], --fit on|off,
- * --fit-ctx N) parses its value:
+ * --fit-ctx N, --kv-vram-cells N|auto|all) parses its value:
  * returns 1 (the value is used), 0 (not a placement flag), or -1 after
  * printing why the value is bad. */
 int cli_placement_flag(const char *flag, const char *v, cli_placement *p);
@@ -69,7 +70,9 @@ void cli_memory_report(const cleave_context *ctx, bool peak);
     "                          smaller cards (GPUs default to their free memory)\n"          \
     "  --fit on|off            shrink the context until every device fits with 5%% to spare,\n" \
     "                          shares from the devices' memory (default on unless -ts/-ngl)\n" \
-    "  --fit-ctx N             the smallest context fit may choose (default 512)\n"
+    "  --fit-ctx N             the smallest context fit may choose (default 512)\n"          \
+    "  --kv-vram-cells N|auto  tiered KV cache: cells [0, N) of every layer in device memory,\n" \
+    "                          the rest in pinned host memory (auto: the most that fits)\n"
 /* A progress bar on stderr. */
 bool cli_progress(float fraction, void *label);
 double cli_now(void);

@@ -321,6 +321,16 @@ int cmd_run(int argc, char **argv) {
             o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
             cleave_type_name(o.kv_type), cleave_context_device(ctx));
     if (cleave_context_n_devices(ctx) > 1 || o.mem_report) cli_memory_report(ctx, false);
+    for (size_t i = 0; i < cleave_context_n_devices(ctx); i++) {
+        cleave_device_memory mem;
+        if (cleave_context_memory(ctx, i, &mem) || !mem.planned_kv_host) continue;
+        char asked[32];
+        if (cp.kv_vram_cells == CLEAVE_KV_VRAM_AUTO) snprintf(asked, sizeof asked, "auto");
+        else snprintf(asked, sizeof asked, "%lld", (long long)cp.kv_vram_cells);
+        fprintf(stderr, "cleave: KV cache in two tiers on %s: %u of %u cells of each layer in device memory "
+                        "(asked %s, rounded down to the device's granularity), the rest in host memory\n",
+                mem.name, mem.kv_vram_cells, cleave_context_n_ctx(ctx), asked);
+    }
     if (n >= cleave_context_n_ctx(ctx)) {
         fprintf(stderr,
                 "cleave run: the prompt has %zu tokens but the context holds %u; use a larger -c\n",

@@ -63,7 +63,17 @@ struct cuda_device {
     struct threadpool *up_pool;
     unsigned up_next;
     int up_state;
+    /* tiered KV cache (cuda_tier.cu): staging buffers by slot and size */
+    struct cuda_staging *tier_staging;
 };
+
+/* The tiered KV cache's buffers (cuda_tier.cu; be_ops.tier_*). */
+size_t cuda_tier_granularity(be_device *d);
+cleave_status cuda_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, const char *what,
+                                         be_tier *out);
+cleave_status cuda_tier_stage(be_device *d, const be_tier *t, size_t used);
+void cuda_tier_free(be_device *d, be_tier *t);
+void cuda_tier_destroy(cuda_device *d); /* at the device's end */
 
 /* Whether device a reads and writes b's memory directly (peer access,
  * enabled both ways on first ask; always for two handles of one GPU).

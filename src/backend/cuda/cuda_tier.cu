@@ -1,0 +1,302 @@
+/* The tiered KV cache on a GPU, with the driver's virtual memory calls:
+ * a K or V buffer reserves one address range and maps a device
+ * allocation over its head and a pinned host allocation
+ * (CU_MEM_LOCATION_TYPE_HOST) over the rest, so kernels and copies see
+ * one array; a second range maps the same device allocation followed by
+ * the device's staging buffer of the buffer's slot, which the copy engine
+ * fills from the host part before attention reads that range. The driver
+ * calls are reached through cudaGetDriverEntryPoint, so cleave links the
+ * runtime alone. */
+#include <cuda.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+#include "mem.h"
+
+typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                              unsigned long long);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*reserve_fn)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+typedef CUresult (*free_va_fn)(CUdeviceptr, size_t);
+typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult (*unmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*access_fn)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+typedef CUresult (*gran_fn)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+
+static struct {
+    bool tried, ok;
+    create_fn create;
+    release_fn release;
+    reserve_fn reserve;
+    free_va_fn free_va;
+    map_fn map;
+    unmap_fn unmap;
+    access_fn access;
+    gran_fn gran;
+} vmm;
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool entry(const char *name, void **fn) {
+    cudaDriverEntryPointQueryResult q;
+    /* the calls as of CUDA 12.0, whose signatures these types spell */
+    return cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+           q == cudaDriverEntryPointSuccess && *fn;
+}
+
+/* The driver's virtual memory calls, looked up once. */
+static bool vmm_ready(void) {
+    pthread_mutex_lock(&vmm_lock);
+    if (!vmm.tried) {
+        vmm.tried = true;
+        vmm.ok = entry("cuMemCreate", (void **)&vmm.create) && entry("cuMemRelease", (void **)&vmm.release) &&
+                 entry("cuMemAddressReserve", (void **)&vmm.reserve) &&
+                 entry("cuMemAddressFree", (void **)&vmm.free_va) && entry("cuMemMap", (void **)&vmm.map) &&
+                 entry("cuMemUnmap", (void **)&vmm.unmap) && entry("cuMemSetAccess", (void **)&vmm.access) &&
+                 entry("cuMemGetAllocationGranularity", (void **)&vmm.gran);
+        cudaGetLastError();
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return vmm.ok;
+}
+
+static CUmemAllocationProp prop_of(const cuda_device *d, bool host) {
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = host ? 0 : d->ordinal;
+    return p;
+}
+
+static cleave_status drv_fail(CUresult r, const char *call, const cuda_device *d) {
+    return err_set(r == CUDA_ERROR_OUT_OF_MEMORY ? CLEAVE_ERR_OOM : CLEAVE_ERR_DEVICE,
+                   "%s: tiered KV cache: %s failed (CUresult %d)", d->name, call, (int)r);
+}
+
+/* A staging buffer of the device: one per slot and size, shared. */
+struct cuda_staging {
+    int slot;
+    size_t bytes;
+    unsigned refs;
+    CUmemGenericAllocationHandle h;
+    struct cuda_staging *next;
+};
+
+typedef struct {
+    CUmemGenericAllocationHandle head_h, tail_h;
+    bool head_made, tail_made;
+    size_t span;
+    struct cuda_staging *staging;
+} cuda_tier;
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+size_t cuda_tier_granularity(be_device *dev) {
+    cuda_device *d = cuda_dev(dev);
+    if (!vmm_ready()) return 0;
+    size_t g_dev = 0, g_host = 0;
+    CUmemAllocationProp pd = prop_of(d, false), ph = prop_of(d, true);
+    if (vmm.gran(&g_dev, &pd, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) g_dev = 0;
+    if (vmm.gran(&g_host, &ph, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) g_host = 0;
+    size_t g = g_dev > g_host ? g_dev : g_host;
+    return g ? g : (size_t)2 << 20;
+}
+
+static bool reserve_budget(cuda_device *d, size_t bytes, const char *what) {
+    pthread_mutex_lock(&d->lock);
+    bool over = d->budget && d->used + bytes > d->budget;
+    if (!over) d->used += bytes;
+    size_t used = d->used;
+    pthread_mutex_unlock(&d->lock);
+    if (over)
+        err_set(CLEAVE_ERR_OOM, "out of memory on %s: %zu bytes for %s; %zu of %zu budget bytes in use",
+                d->name, bytes, what, used, d->budget);
+    return !over;
+}
+
+static void release_budget(cuda_device *d, size_t bytes) {
+    pthread_mutex_lock(&d->lock);
+    d->used -= bytes;
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Gives this device, and every device with peer access to it (a
+ * split-mode switch copies caches between GPUs), access to [p, p + n). */
+static CUresult grant(const cuda_device *d, CUdeviceptr p, size_t n) {
+    int count = 0;
+    cudaGetDeviceCount(&count);
+    CUmemAccessDesc acc[CUDA_MAX_ORDINALS];
+    size_t k = 0;
+    for (int o = 0; o < count && o < CUDA_MAX_ORDINALS; o++) {
+        int can = o == d->ordinal;
+        if (!can) cudaDeviceCanAccessPeer(&can, o, d->ordinal);
+        if (!can) continue;
+        acc[k].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        acc[k].location.id = o;
+        acc[k].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        k++;
+    }
+    cudaGetLastError();
+    return vmm.access(p, n, acc, k);
+}
+
+static cleave_status staging_get(cuda_device *d, int slot, size_t bytes, const char *what,
+                                 struct cuda_staging **out) {
+    pthread_mutex_lock(&d->lock);
+    for (struct cuda_staging *s = d->tier_staging; s; s = s->next)
+        if (s->slot == slot && s->bytes == bytes) {
+            s->refs++;
+            *out = s;
+            pthread_mutex_unlock(&d->lock);
+            return CLEAVE_OK;
+        }
+    pthread_mutex_unlock(&d->lock);
+    struct cuda_staging *s = (struct cuda_staging *)mem_calloc(1, sizeof *s, "KV staging");
+    if (!s) return CLEAVE_ERR_OOM;
+    if (!reserve_budget(d, bytes, what)) {
+        free(s);
+        return CLEAVE_ERR_OOM;
+    }
+    CUmemAllocationProp p = prop_of(d, false);
+    CUresult r = bytes ? vmm.create(&s->h, bytes, &p, 0) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS) {
+        release_budget(d, bytes);
+        free(s);
+        return drv_fail(r, "cuMemCreate (staging)", d);
+    }
+    s->slot = slot, s->bytes = bytes, s->refs = 1;
+    pthread_mutex_lock(&d->lock);
+    s->next = d->tier_staging, d->tier_staging = s;
+    pthread_mutex_unlock(&d->lock);
+    *out = s;
+    return CLEAVE_OK;
+}
+
+static void staging_put(cuda_device *d, struct cuda_staging *s) {
+    if (!s) return;
+    pthread_mutex_lock(&d->lock);
+    bool last = --s->refs == 0;
+    if (last)
+        for (struct cuda_staging **p = &d->tier_staging; *p; p = &(*p)->next)
+            if (*p == s) {
+                *p = s->next;
+                break;
+            }
+    pthread_mutex_unlock(&d->lock);
+    if (!last) return;
+    if (s->bytes) vmm.release(s->h);
+    release_budget(d, s->bytes);
+    free(s);
+}
+
+/* span bytes of address space: `head` bytes of head_h, then `rest` of
+ * tail_h; 0 with the error set. */
+static CUdeviceptr map_two(const cuda_device *d, size_t span, size_t gran, CUmemGenericAllocationHandle head_h,
+                           size_t head, CUmemGenericAllocationHandle tail_h) {
+    CUdeviceptr p = 0;
+    CUresult r = vmm.reserve(&p, span, gran, 0, 0);
+    if (r != CUDA_SUCCESS) {
+        drv_fail(r, "cuMemAddressReserve", d);
+        return 0;
+    }
+    bool head_mapped = false, tail_mapped = false;
+    if (head && (r = vmm.map(p, head, 0, head_h, 0)) != CUDA_SUCCESS) goto fail;
+    head_mapped = head > 0;
+    if (span > head && (r = vmm.map(p + head, span - head, 0, tail_h, 0)) != CUDA_SUCCESS) goto fail;
+    tail_mapped = span > head;
+    if ((r = grant(d, p, span)) != CUDA_SUCCESS) goto fail;
+    return p;
+fail:
+    drv_fail(r, head_mapped && tail_mapped ? "cuMemSetAccess" : "cuMemMap", d);
+    if (head_mapped) vmm.unmap(p, head);
+    if (tail_mapped) vmm.unmap(p + head, span - head);
+    vmm.free_va(p, span);
+    return 0;
+}
+
+cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slot,
+                                         const char *what, be_tier *out) {
+    cuda_device *d = cuda_dev(dev);
+    memset(out, 0, sizeof *out);
+    if (!what) what = "tiered KV cache";
+    if (!vmm_ready())
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "%s: the driver offers no virtual memory calls: no tiered KV cache",
+                       d->name);
+    size_t gran = cuda_tier_granularity(dev);
+    if (!bytes || head > bytes || head % gran)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%s: %zu of %zu bytes in device memory (a multiple of %zu)", what,
+                       head, bytes, gran);
+    cudaSetDevice(d->ordinal);
+    size_t span = round_up(bytes, gran), tail = span - head;
+    cuda_tier *t = (cuda_tier *)mem_calloc(1, sizeof *t, what);
+    if (!t) return CLEAVE_ERR_OOM;
+    t->span = span;
+    out->impl = t;
+    out->bytes = bytes, out->head = head;
+    if (!reserve_budget(d, head, what)) {
+        free(t);
+        memset(out, 0, sizeof *out);
+        return CLEAVE_ERR_OOM;
+    }
+    cleave_status st = staging_get(d, slot, tail, what, &t->staging);
+    CUmemAllocationProp pd = prop_of(d, false), ph = prop_of(d, true);
+    CUresult r;
+    if (!st && head) {
+        if ((r = vmm.create(&t->head_h, head, &pd, 0)) != CUDA_SUCCESS) st = drv_fail(r, "cuMemCreate (device)", d);
+        else t->head_made = true;
+    }
+    if (!st && tail) {
+        if ((r = vmm.create(&t->tail_h, tail, &ph, 0)) != CUDA_SUCCESS) st = drv_fail(r, "cuMemCreate (host)", d);
+        else t->tail_made = true;
+    }
+    CUdeviceptr base = 0, alias = 0;
+    if (!st && !(base = map_two(d, span, gran, t->head_h, head, t->tail_h))) st = CLEAVE_ERR_DEVICE;
+    out->base = (void *)base;
+    if (!st && !(alias = map_two(d, span, gran, t->head_h, head, t->staging->h))) st = CLEAVE_ERR_DEVICE;
+    out->alias = (void *)alias;
+    if (st) {
+        cuda_tier_free(dev, out);
+        return st;
+    }
+    pthread_mutex_lock(&d->lock);
+    if (d->used > d->peak) d->peak = d->used;
+    pthread_mutex_unlock(&d->lock);
+    return CLEAVE_OK;
+}
+
+cleave_status cuda_tier_stage(be_device *dev, const be_tier *t, size_t used) {
+    cuda_device *d = cuda_dev(dev);
+    if (used > t->bytes)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: %zu bytes staged of %zu", used, t->bytes);
+    if (used <= t->head) return CLEAVE_OK;
+    CUDA_TRY(cudaMemcpyAsync((char *)t->alias + t->head, (const char *)t->base + t->head, used - t->head,
+                             cudaMemcpyDefault, d->stream));
+    return CLEAVE_OK;
+}
+
+void cuda_tier_free(be_device *dev, be_tier *t) {
+    cuda_tier *ct = t ? (cuda_tier *)t->impl : NULL;
+    if (!ct) return;
+    cuda_device *d = cuda_dev(dev);
+    cudaSetDevice(d->ordinal);
+    cudaStreamSynchronize(d->stream); /* copies and kernels may still use it */
+    if (t->base) vmm.unmap((CUdeviceptr)t->base, ct->span), vmm.free_va((CUdeviceptr)t->base, ct->span);
+    if (t->alias) vmm.unmap((CUdeviceptr)t->alias, ct->span), vmm.free_va((CUdeviceptr)t->alias, ct->span);
+    if (ct->head_made) vmm.release(ct->head_h);
+    if (ct->tail_made) vmm.release(ct->tail_h);
+    staging_put(d, ct->staging);
+    release_budget(d, t->head);
+    cudaGetLastError();
+    free(ct);
+    memset(t, 0, sizeof *t);
+}
+
+void cuda_tier_destroy(cuda_device *d) {
+    for (struct cuda_staging *s = d->tier_staging, *next; s; s = next) { /* of tiers never freed */
+        next = s->next;
+        if (s->bytes) vmm.release(s->h);
+        free(s);
+    }
+    d->tier_staging = NULL;
+}

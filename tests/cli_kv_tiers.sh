@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The tiered KV cache (--kv-vram-cells) on virtual CPU devices: with the
+# first N cells of every layer in "device" memory and the rest in "host"
+# memory, read through the staging buffer, the 256 greedy tokens are the
+# same bytes as with the cache in one tier (sha256), for N = 0, 1, below,
+# at and above the prompt's length and n_ctx - 1, under the split modes,
+# through a split-mode switch, with a q8_0 cache whose rows straddle the
+# tiers' boundary, and with N chosen to fit a budget (auto).
+set -u
+cli=$1 shared=$2 tmp=$3
+mkdir -p "$tmp"
+models=$shared/models
+fail=0
+sha() { sha256sum | cut -d' ' -f1; }
+prompt="$tmp/prompt.txt"
+for i in $(seq 12); do printf 'Once upon a time there was a little dog named Max who liked to run. '; done > "$prompt"
+
+if [ -f "$models/stories260K.bin" ]; then
+  "$cli" convert --from llama2c "$models/stories260K.bin" "$models/tok512.bin" -o "$tmp/stories.gguf" \
+    >/dev/null 2>&1 || { echo "FAIL: convert"; exit 1; }
+  m=$tmp/stories.gguf
+  ref=$("$cli" run -m "$m" -f "$prompt" -n 256 --temp 0 -t 1 -c 512 2>/dev/null | sha)
+  n_prompt=$("$cli" run -m "$m" -f "$prompt" -n 1 --temp 0 -t 1 -c 512 2>&1 >/dev/null | sed -n 's/^prompt: *\([0-9]*\) tokens.*/\1/p')
+  [ -n "$n_prompt" ] || { echo "FAIL: no prompt length"; exit 1; }
+  for args in "" "--devices cpu:2 -sm layer" "--devices cpu:2 -sm tensor" "--devices cpu:3 -sm tensor -ts 1,0,2" \
+              "--devices cpu:2 -psm layer -sm tensor" "--devices cpu:2 -psm tensor -sm layer"; do
+    for n in 0 1 128 "$n_prompt" 400 511; do
+      got=$("$cli" run -m "$m" -f "$prompt" -n 256 --temp 0 -t 1 -c 512 --kv-vram-cells "$n" $args 2>"$tmp/err" | sha)
+      if [ "$got" != "$ref" ] || ! grep -q "KV cache in two tiers" "$tmp/err"; then
+        echo "FAIL: --kv-vram-cells $n $args: not the one-tier story, or no tiers reported"; cat "$tmp/err"; fail=1
+      fi
+    done
+  done
+  # the most that fits a budget: tiers, the same story
+  got=$("$cli" run -m "$m" -f "$prompt" -n 256 --temp 0 -t 1 -c 16384 --kv-vram-cells auto --vram-budget 8 --fit off 2>"$tmp/err" | sha)
+  ref16=$("$cli" run -m "$m" -f "$prompt" -n 256 --temp 0 -t 1 -c 16384 2>/dev/null | sha)
+  if [ "$got" != "$ref16" ] || ! grep -q "of 16384 cells of each layer in device memory (asked auto" "$tmp/err"; then
+    echo "FAIL: --kv-vram-cells auto"; cat "$tmp/err"; fail=1
+  fi
+  # all of it fits: one tier, nothing said
+  "$cli" run -m "$m" -f "$prompt" -n 8 --temp 0 -t 1 -c 512 --kv-vram-cells auto --vram-budget 64 --fit off >/dev/null 2>"$tmp/err"
+  if grep -q "two tiers" "$tmp/err"; then echo "FAIL: auto tiered a cache that fits"; cat "$tmp/err"; fail=1; fi
+else
+  echo "stories260K absent: its cases skipped"
+fi
+
+# a q8_0 cache: 68-byte rows, so the page-sized head ends inside a row
+"$cli" gen --preset tiny --arch qwen3 -o "$tmp/qwen3.gguf" >/dev/null 2>&1 || { echo "FAIL: gen"; exit 1; }
+q=$tmp/qwen3.gguf
+ref=$("$cli" run -m "$q" -p "hello world" -n 256 --temp 0 -t 1 -c 512 -ctk q8_0 2>/dev/null | sha)
+for args in "" "--devices cpu:2 -sm tensor" "--devices cpu:2 -psm layer -sm tensor"; do
+  for n in 0 70 300; do
+    got=$("$cli" run -m "$q" -p "hello world" -n 256 --temp 0 -t 1 -c 512 -ctk q8_0 --kv-vram-cells "$n" $args 2>"$tmp/err" | sha)
+    if [ "$got" != "$ref" ]; then echo "FAIL: q8_0 --kv-vram-cells $n $args"; cat "$tmp/err"; fail=1; fi
+  done
+done
+
+# bad values
+for v in -3 x; do
+  "$cli" run -m "$q" -p "x" -n 2 --kv-vram-cells "$v" >/dev/null 2>"$tmp/err"
+  if [ $? -ne 2 ] || ! grep -q "kv-vram-cells" "$tmp/err"; then
+    echo "FAIL: --kv-vram-cells $v should be refused"; cat "$tmp/err"; fail=1
+  fi
+done
+
+[ $fail -eq 0 ] && echo "cli_kv_tiers: all checks passed"
+exit $fail

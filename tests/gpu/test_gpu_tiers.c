@@ -1,0 +1,123 @@
+/* The tiered KV cache on a GPU: the backend's buffers (one range over
+ * device memory and pinned host memory, an alias over the same device
+ * memory and a staging buffer), then whole runs: a 40-token prompt and 280
+ * greedy steps (crossing graph buckets) with the cache all in device
+ * memory and with every cell past N in host memory, on stories260K and
+ * tiny generated models, f16 and q8_0 caches, one GPU and a tensor split:
+ * the same logits bit for bit and the same tokens.
+ * Needs a CUDA device; run on the GPU machine (not part of CI). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "testutil.h"
+
+#define N_PROMPT 40
+#define N_STEPS 280
+
+static void test_buffers(void) {
+    be_device *d = NULL;
+    CHECK_OK(be_cuda_create(0, 0, &d));
+    if (!d) return;
+    const be_ops *o = d->ops;
+    size_t g = o->tier_granularity(d);
+    CHECK_MSG(g > 0, "no granularity");
+    size_t bytes = 3 * g + 100, head = g;
+    be_tier a, b;
+    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "K", &a));
+    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "V", &b));
+    unsigned char *host = malloc(bytes), *back = malloc(bytes);
+    if (a.base && b.base && host && back) {
+        for (size_t i = 0; i < bytes; i++) host[i] = (unsigned char)(i * 13 + 5);
+        CHECK_OK(o->write(d, a.base, host, bytes)); /* across both tiers */
+        CHECK_OK(o->read(d, back, a.base, bytes));
+        CHECK_MSG(!memcmp(back, host, bytes), "the base range does not read back what was written");
+        CHECK_OK(o->tier_stage(d, &a, head + 2 * g));
+        CHECK_OK(o->read(d, back, a.alias, head + 2 * g));
+        CHECK_MSG(!memcmp(back, host, head + 2 * g), "the alias does not read the staged cache");
+        CHECK_OK(o->read(d, back, b.alias, head + 2 * g));
+        CHECK_MSG(!memcmp(back + head, host + head, 2 * g), "two buffers of one slot, two stagings");
+        CHECK(o->tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
+        be_tier c;
+        CHECK(o->tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
+    }
+    free(host);
+    free(back);
+    o->tier_free(d, &a);
+    o->tier_free(d, &b);
+    be_mem_stats ms;
+    o->mem_stats(d, &ms);
+    CHECK_MSG(ms.used == 0, "%zu bytes still counted", ms.used);
+    o->destroy(d);
+}
+
+static cleave_context *ctx_on(cleave_model *m, const char *devs, cleave_split_mode mode, cleave_type kv,
+                              int64_t vram_cells) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 512;
+    cp.kv_type = kv;
+    cp.devices = devs;
+    cp.split_mode = mode;
+    cp.kv_vram_cells = vram_cells;
+    cleave_context *c = NULL;
+    CHECK_OK(cleave_context_new(m, &cp, &c));
+    return c;
+}
+
+/* Runs the prompt and the greedy steps; every row of logits into out. */
+static bool run(cleave_context *c, cleave_model *m, size_t nv, float *out) {
+    int32_t toks[N_PROMPT];
+    toks[0] = cleave_token_bos(m) >= 0 ? cleave_token_bos(m) : 1;
+    for (int i = 1; i < N_PROMPT; i++) toks[i] = (int32_t)((i * 7919 + 11) % nv);
+    if (cleave_decode(c, toks, N_PROMPT, 0, 0, false)) return false;
+    for (int s = 0; s < N_STEPS; s++) {
+        const float *l = cleave_get_logits(c, -1);
+        if (!l) return false;
+        memcpy(out + (size_t)s * nv, l, nv * sizeof(float));
+        int32_t t = tu_argmax(l, nv);
+        if (cleave_decode(c, &t, 1, N_PROMPT + s, 0, false)) return false;
+    }
+    return true;
+}
+
+static void compare(const char *label, const char *path, const char *devs, cleave_split_mode mode,
+                    cleave_type kv, int64_t vram_cells) {
+    size_t nv = 0;
+    cleave_model *m = tu_load(path, &nv);
+    if (!m) return;
+    float *a = malloc((size_t)N_STEPS * nv * sizeof(float)), *b = malloc((size_t)N_STEPS * nv * sizeof(float));
+    cleave_context *one = ctx_on(m, devs, mode, kv, CLEAVE_KV_VRAM_ALL);
+    cleave_context *two = ctx_on(m, devs, mode, kv, vram_cells);
+    bool ok = a && b && one && two && run(one, m, nv, a) && run(two, m, nv, b);
+    CHECK_MSG(ok, "%s: a run failed: %s", label, cleave_last_error());
+    bool same = ok && !memcmp(a, b, (size_t)N_STEPS * nv * sizeof(float));
+    cleave_device_memory mem;
+    uint32_t cells = two && !cleave_context_memory(two, 0, &mem) ? mem.kv_vram_cells : 0;
+    fprintf(stderr, "%-22s %-16s %-6s N=%-5lld (%u in device memory): %s\n", label, devs,
+            kv == CLEAVE_TYPE_Q8_0 ? "q8_0" : "f16", (long long)vram_cells, cells,
+            same ? "bit-identical" : "DIFFERENT   <-- FAIL");
+    CHECK(same);
+    cleave_context_free(one);
+    cleave_context_free(two);
+    free(a);
+    free(b);
+    cleave_model_free(m);
+}
+
+int main(void) {
+    be_device *probe = NULL;
+    if (be_cuda_create(0, 0, &probe) != CLEAVE_OK) tu_skip("no CUDA device");
+    probe->ops->destroy(probe);
+    test_buffers();
+    const char *stories = tu_stories_model();
+    const char *qwen3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F16);
+    /* a 2 MiB granularity holds thousands of these small rows: N = 0 puts
+     * the whole cache in host memory, so every read goes through staging */
+    if (stories) compare("stories260K", stories, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 0);
+    if (qwen3) {
+        compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 0);
+        compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_Q8_0, 0);
+        compare("tiny qwen3", qwen3, "cuda:0,cuda:0", CLEAVE_SPLIT_TENSOR, CLEAVE_TYPE_F16, 0);
+    }
+    return tu_finish("test_gpu_tiers");
+}
