@@ -4,7 +4,10 @@
  * greedy steps (crossing graph buckets) with the cache all in device
  * memory and with every cell past N in host memory, on stories260K and
  * tiny generated models, f16 and q8_0 caches, one GPU and a tensor split:
- * the same logits bit for bit and the same tokens.
+ * the same logits bit for bit and the same tokens. With
+ * CLEAVE_TIERS_MODEL=PATH (an 8B-shape model from `cleave gen`), also
+ * prompts of 4k, 20k and 40k tokens and 256 greedy steps with N = 2048,
+ * f16 and q8_0 caches.
  * Needs a CUDA device; run on the GPU machine (not part of CI). */
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +15,10 @@
 #include "backend/backend.h"
 #include "testutil.h"
 
-#define N_PROMPT 40
-#define N_STEPS 280
+typedef struct {
+    uint32_t n_ctx, n_prompt, n_steps;
+} shape;
+static const shape small_run = {512, 40, 280};
 
 static void test_buffers(void) {
     be_device *d = NULL;
@@ -52,9 +57,10 @@ static void test_buffers(void) {
 }
 
 static cleave_context *ctx_on(cleave_model *m, const char *devs, cleave_split_mode mode, cleave_type kv,
-                              int64_t vram_cells) {
+                              int64_t vram_cells, uint32_t n_ctx) {
     cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = 512;
+    cp.n_ctx = n_ctx;
+    cp.n_batch = 2048;
     cp.kv_type = kv;
     cp.devices = devs;
     cp.split_mode = mode;
@@ -65,36 +71,39 @@ static cleave_context *ctx_on(cleave_model *m, const char *devs, cleave_split_mo
 }
 
 /* Runs the prompt and the greedy steps; every row of logits into out. */
-static bool run(cleave_context *c, cleave_model *m, size_t nv, float *out) {
-    int32_t toks[N_PROMPT];
+static bool run(cleave_context *c, cleave_model *m, size_t nv, const shape *sh, float *out) {
+    int32_t *toks = malloc(sh->n_prompt * sizeof *toks);
+    if (!toks) return false;
     toks[0] = cleave_token_bos(m) >= 0 ? cleave_token_bos(m) : 1;
-    for (int i = 1; i < N_PROMPT; i++) toks[i] = (int32_t)((i * 7919 + 11) % nv);
-    if (cleave_decode(c, toks, N_PROMPT, 0, 0, false)) return false;
-    for (int s = 0; s < N_STEPS; s++) {
+    for (uint32_t i = 1; i < sh->n_prompt; i++) toks[i] = (int32_t)(((uint64_t)i * 7919 + 11) % nv);
+    bool ok = cleave_decode(c, toks, sh->n_prompt, 0, 0, false) == CLEAVE_OK;
+    free(toks);
+    for (uint32_t s = 0; ok && s < sh->n_steps; s++) {
         const float *l = cleave_get_logits(c, -1);
         if (!l) return false;
         memcpy(out + (size_t)s * nv, l, nv * sizeof(float));
         int32_t t = tu_argmax(l, nv);
-        if (cleave_decode(c, &t, 1, N_PROMPT + s, 0, false)) return false;
+        ok = cleave_decode(c, &t, 1, (int32_t)(sh->n_prompt + s), 0, false) == CLEAVE_OK;
     }
-    return true;
+    return ok;
 }
 
 static void compare(const char *label, const char *path, const char *devs, cleave_split_mode mode,
-                    cleave_type kv, int64_t vram_cells) {
+                    cleave_type kv, int64_t vram_cells, const shape *sh) {
     size_t nv = 0;
     cleave_model *m = tu_load(path, &nv);
     if (!m) return;
-    float *a = malloc((size_t)N_STEPS * nv * sizeof(float)), *b = malloc((size_t)N_STEPS * nv * sizeof(float));
-    cleave_context *one = ctx_on(m, devs, mode, kv, CLEAVE_KV_VRAM_ALL);
-    cleave_context *two = ctx_on(m, devs, mode, kv, vram_cells);
-    bool ok = a && b && one && two && run(one, m, nv, a) && run(two, m, nv, b);
+    size_t rows = (size_t)sh->n_steps * nv;
+    float *a = malloc(rows * sizeof(float)), *b = malloc(rows * sizeof(float));
+    cleave_context *one = ctx_on(m, devs, mode, kv, CLEAVE_KV_VRAM_ALL, sh->n_ctx);
+    cleave_context *two = ctx_on(m, devs, mode, kv, vram_cells, sh->n_ctx);
+    bool ok = a && b && one && two && run(one, m, nv, sh, a) && run(two, m, nv, sh, b);
     CHECK_MSG(ok, "%s: a run failed: %s", label, cleave_last_error());
-    bool same = ok && !memcmp(a, b, (size_t)N_STEPS * nv * sizeof(float));
+    bool same = ok && !memcmp(a, b, rows * sizeof(float));
     cleave_device_memory mem;
     uint32_t cells = two && !cleave_context_memory(two, 0, &mem) ? mem.kv_vram_cells : 0;
-    fprintf(stderr, "%-22s %-16s %-6s N=%-5lld (%u in device memory): %s\n", label, devs,
-            kv == CLEAVE_TYPE_Q8_0 ? "q8_0" : "f16", (long long)vram_cells, cells,
+    fprintf(stderr, "%-22s %-16s %-6s prompt %-6u N=%-5lld (%u in device memory): %s\n", label, devs,
+            kv == CLEAVE_TYPE_Q8_0 ? "q8_0" : "f16", sh->n_prompt, (long long)vram_cells, cells,
             same ? "bit-identical" : "DIFFERENT   <-- FAIL");
     CHECK(same);
     cleave_context_free(one);
@@ -113,11 +122,21 @@ int main(void) {
     const char *qwen3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F16);
     /* a 2 MiB granularity holds thousands of these small rows: N = 0 puts
      * the whole cache in host memory, so every read goes through staging */
-    if (stories) compare("stories260K", stories, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 0);
+    const shape *sh = &small_run;
+    if (stories) compare("stories260K", stories, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 0, sh);
     if (qwen3) {
-        compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 0);
-        compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_Q8_0, 0);
-        compare("tiny qwen3", qwen3, "cuda:0,cuda:0", CLEAVE_SPLIT_TENSOR, CLEAVE_TYPE_F16, 0);
+        compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 0, sh);
+        compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_Q8_0, 0, sh);
+        compare("tiny qwen3", qwen3, "cuda:0,cuda:0", CLEAVE_SPLIT_TENSOR, CLEAVE_TYPE_F16, 0, sh);
+    }
+    const char *big = getenv("CLEAVE_TIERS_MODEL");
+    if (big && *big) {
+        static const uint32_t prompts[] = {4096, 20480, 40960};
+        for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
+            shape s = {prompts[i] + 256 + 64, prompts[i], 256};
+            compare("8B shape", big, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 2048, &s);
+            compare("8B shape", big, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_Q8_0, 2048, &s);
+        }
     }
     return tu_finish("test_gpu_tiers");
 }
