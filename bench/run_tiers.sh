@@ -23,7 +23,7 @@ echo "### depth"
 for d in 4096 32768 65536 131072; do
   for cells in all $((d / 2)); do
     echo "#### depth $d, --kv-vram-cells $cells"
-    $B bench -m "$M" --device cuda:0 -b 2048 -d $d -p 512 -n 128 -r 2 --kv-vram-cells $cells 2>&1 |
+    $B bench -m "$M" --device cuda:0 -b 4096 -d $d -p 512 -n 128 -r 2 --kv-vram-cells $cells 2>&1 |
       grep -aE '^\| llama|rror'
   done
 done
