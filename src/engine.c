@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 #include "mem.h"
@@ -267,6 +268,28 @@ cleave_status engine_context_on(cleave_model *model, const cleave_context_params
     return build(model, params, devs, n, src, piecewise, out);
 }
 
+/* CLEAVE_LOAD_TRACE=1: how long each step of making a context took, on
+ * stderr (where a load's seconds go: device set-up, weights, ...). */
+typedef struct {
+    bool on;
+    double last, total;
+    char line[512];
+} load_trace;
+
+static double trace_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void load_mark(load_trace *lt, const char *what) {
+    if (!lt->on) return;
+    double t = trace_now(), dt = t - lt->last;
+    size_t at = strlen(lt->line);
+    snprintf(lt->line + at, sizeof lt->line - at, "%s %s %.3f s", at ? "," : "", what, dt);
+    lt->total += dt, lt->last = t;
+}
+
 /* A context on devices of its own, or (borrow) on n_borrow open ones. */
 static cleave_status build(cleave_model *model, const cleave_context_params *params,
                            be_device *const *borrow, size_t n_borrow,
@@ -290,6 +313,9 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     uint32_t n_batch = p.n_batch ? p.n_batch : 512;
     if (n_batch > n_ctx) n_batch = n_ctx;
 
+    const char *trace = getenv("CLEAVE_LOAD_TRACE");
+    load_trace lt = {.on = trace && *trace && *trace != '0'};
+    lt.last = lt.on ? trace_now() : 0;
     struct cleave_context *c = mem_calloc(1, sizeof *c, "context");
     if (!c) return CLEAVE_ERR_OOM;
     c->model = model;
@@ -302,10 +328,12 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
             st = err_set(CLEAVE_ERR_INVALID_ARG, "%zu split shares for %zu devices", p.n_shares, n_borrow);
     } else {
         st = open_devices(c, &p);
+        load_mark(&lt, "devices");
     }
     if (st) goto fail;
     save_params(c, &p);
     if ((st = make_plan(c, &p, n_ctx, n_batch))) goto fail;
+    load_mark(&lt, "plan");
     n_ctx = c->plan.n_ctx; /* fit may have taken a smaller context */
     if (n_batch > n_ctx) n_batch = c->plan.n_batch = n_ctx;
     size_t n_active = 0;
@@ -320,6 +348,7 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     for (size_t d = 0; d < c->n_dev; d++) c->total_bytes += c->plan.bytes[d].weights;
     c->copy_src = src;
     st = piecewise ? engine_place_tables(c) : engine_place_weights(c);
+    load_mark(&lt, "weights");
     c->copy_src = NULL;
     /* a device may still be copying the last weights (a write returns once
      * it has read the source): their errors and their time are the load's */
@@ -329,7 +358,9 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     if (c->progress && !piecewise) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active && (st = alloc_scratch(c, (int)d))) goto fail;
+    load_mark(&lt, "scratch");
     if ((st = init_kv(c, n_ctx, p.kv_type, piecewise))) goto fail;
+    load_mark(&lt, "KV cache");
     size_t floats = (size_t)n_batch * model->hp.n_embd;
     if (n_active > 1 && !tensor) {
         /* layer split: the hidden state handed from device to device where
@@ -372,6 +403,13 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
                                    c->devs[d].dev->ops->name(c->devs[d].dev));
         if (at < sizeof c->name)
             snprintf(c->name + at, sizeof c->name - at, " (%s)", plan_mode_name(c->plan.mode));
+    }
+    load_mark(&lt, "the rest");
+    if (lt.on && !borrow) {
+        size_t weights = 0;
+        for (size_t d = 0; d < c->n_dev; d++) weights += c->plan.bytes[d].weights;
+        fprintf(stderr, "cleave: context made in %.3f s:%s (%.2f GB of weights)\n", lt.total, lt.line,
+                weights / 1e9);
     }
     *out = c;
     return CLEAVE_OK;
