@@ -105,6 +105,9 @@ static cleave_status place_mat(struct cleave_context *c, int d, const gguf_tenso
 static cleave_status place_cols(struct cleave_context *c, int d, const gguf_tensor *t, size_t c0,
                                 size_t c1, be_mat *m) {
     if (c->copy_src) return engine_copy_mat(c, d, t, true, c0, c1, m);
+    /* every column: the rows as they are (mapped where the device reads
+     * host memory, one upload otherwise), no gather */
+    if (c0 == 0 && c1 == (size_t)t->ne[0]) return place_mat(c, d, t, m);
     memset(m, 0, sizeof *m);
     size_t be, bb, ne0 = (size_t)t->ne[0], rows = (size_t)(t->n_elems / t->ne[0]);
     if (!quant_type_info(t->type, NULL, &be, &bb)) return err_set(CLEAVE_ERR_UNSUPPORTED, "%s: type", t->name);
