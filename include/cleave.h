@@ -263,6 +263,36 @@ void cleave_kv_clear(cleave_context *ctx);
 /* Number of positions cached for seq (its next position). */
 int32_t cleave_kv_seq_len(const cleave_context *ctx, int32_t seq);
 
+/* ---- sequence state ------------------------------------------------------ */
+
+/* A sequence's cached tokens as a blob that does not depend on where they
+ * were cached: the cells' positions, every layer's K and V by cell and kv
+ * head, the logits of the last token, and optionally the caller's token
+ * ids; versioned, with the model's fingerprint and a checksum (format in
+ * README.md). Saved under one placement (split mode, devices, tiering),
+ * it restores under any other of the same model; into another KV type
+ * where no precision is lost (any type into f32), else only with
+ * allow_lossy. Restoring replaces the sequence's cells; a blob that is
+ * corrupt, truncated, of another model or version, or that does not fit,
+ * is refused with the context untouched.
+ * size: the bytes get writes (n_tokens: 0, or one id per cached cell). */
+typedef struct cleave_state_options {
+    bool allow_lossy; /* restore into a KV type that loses precision (e.g. q8_0 into f16) */
+} cleave_state_options;
+cleave_status cleave_state_seq_size(cleave_context *ctx, int32_t seq, size_t n_tokens, size_t *out);
+cleave_status cleave_state_seq_get(cleave_context *ctx, int32_t seq, const int32_t *tokens, size_t n_tokens,
+                                   void *buf, size_t cap, size_t *written);
+cleave_status cleave_state_seq_set(cleave_context *ctx, int32_t seq, const void *buf, size_t n,
+                                   const cleave_state_options *opt);
+cleave_status cleave_state_seq_save_file(cleave_context *ctx, int32_t seq, const int32_t *tokens,
+                                         size_t n_tokens, const char *path);
+cleave_status cleave_state_seq_load_file(cleave_context *ctx, int32_t seq, const char *path,
+                                         const cleave_state_options *opt);
+/* The token ids a blob holds (n_tokens 0 when it holds none), after the
+ * same checks as a restore against ctx's model; nothing is restored. */
+cleave_status cleave_state_tokens(cleave_context *ctx, const void *buf, size_t n, int32_t *tokens, size_t cap,
+                                  size_t *n_tokens);
+
 /* ---- sampling ----------------------------------------------------------- */
 
 typedef struct cleave_sampler_params {
