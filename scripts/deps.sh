@@ -22,3 +22,9 @@ if [ ! -f /usr/include/cjson/cJSON.h ] && [ "$(id -u)" -eq 0 ] && command -v apt
   { apt-get update -qq && apt-get install -y -qq --no-install-recommends libcjson-dev; } ||
     echo "cleave: could not install libcjson-dev; building without the Hugging Face import" >&2
 fi
+# Optional: xxhash (header only) for sequence states; the build works without it.
+if [ ! -f /usr/include/xxhash.h ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libxxhash-dev; } ||
+    echo "cleave: could not install libxxhash-dev; building without sequence states" >&2
+fi

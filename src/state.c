@@ -246,7 +246,7 @@ static cleave_status check(const struct cleave_context *c, const void *buf, size
     if (!lossless && !(opt && opt->allow_lossy))
         return err_set(CLEAVE_ERR_UNSUPPORTED,
                        "state: a %s KV cache restored into %s loses precision; allow it explicitly (allow_lossy, "
-                       "--state-lossy)",
+                       "run --prompt-cache-lossy)",
                        cleave_type_name(from), cleave_type_name(to));
     if (to == CLEAVE_TYPE_Q8_0 && hp->head_dim % 32)
         return err_set(CLEAVE_ERR_UNSUPPORTED, "state: a q8_0 cache needs heads of a multiple of 32");

@@ -44,6 +44,10 @@ static void run_usage(FILE *out) {
             "                          with seed + i); their texts are printed when all are done\n"
             "  --np-stagger K          the sequences' prompts arrive K steps apart (default 0: together)\n"
             "  --np-dwell K            with -psm and -np: a mode is kept at least K steps (default 8)\n"
+            "  --prompt-cache FILE     restore the processed prompt from FILE when it holds a prefix\n"
+            "                          of this one, process the rest, and save it there\n"
+            "  --prompt-cache-ro       use --prompt-cache's file, never write it\n"
+            "  --prompt-cache-lossy    restore it into a KV type that loses precision (q8_0 into f16)\n"
             "  --mem-report            print planned and peak memory per device\n");
 }
 
@@ -111,6 +115,9 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("-np", "--parallel")) { if (!cli_int(a, v, 1, 256, &o->n_parallel)) return false; i++; }
         else if (IS("--np-stagger", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_stagger)) return false; i++; }
         else if (IS("--np-dwell", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_dwell)) return false; i++; }
+        else if (IS("--prompt-cache", NULL) && v) o->prompt_cache = v, i++;
+        else if (IS("--prompt-cache-ro", NULL)) o->prompt_cache_ro = true;
+        else if (IS("--prompt-cache-lossy", NULL)) o->prompt_cache_lossy = true;
         else if (IS("--no-bos", NULL)) o->no_bos = true;
         else if (IS("--mem-report", NULL)) o->mem_report = true;
         else {
@@ -218,12 +225,56 @@ static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
     }
 }
 
+/* --prompt-cache: restores the file's state when it holds a prefix of the
+ * prompt (with the logits of its last token when it is the whole prompt);
+ * the count of prompt tokens it covers, 0 when it is absent or not used
+ * (said why). */
+static size_t restore_prompt_cache(cleave_context *ctx, const run_opts *o, const int32_t *prompt, size_t n) {
+    FILE *f = fopen(o->prompt_cache, "rb");
+    if (!f) return 0; /* none yet */
+    size_t len = 0, cap = 1 << 20, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
+        len += got;
+        if (len == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    fclose(f);
+    size_t cap_ids = len / sizeof(int32_t) + 1; /* more than a state of len bytes holds */
+    int32_t *ids = buf ? malloc(cap_ids * sizeof *ids) : NULL;
+    size_t n_ids = 0, used = 0;
+    const char *why = NULL;
+    if (!buf || !ids) why = "out of memory";
+    else if (cleave_state_tokens(ctx, buf, len, ids, cap_ids, &n_ids)) why = cleave_last_error();
+    else if (!n_ids || n_ids > n || memcmp(ids, prompt, n_ids * sizeof *ids)) why = "it holds another prompt";
+    else if (cleave_state_seq_set(ctx, 0, buf, len, &(cleave_state_options){.allow_lossy = o->prompt_cache_lossy}))
+        why = cleave_last_error();
+    else if (n_ids == n && !cleave_get_logits(ctx, -1)) {
+        cleave_kv_clear(ctx);
+        why = "it has no logits for the last token";
+    } else
+        used = n_ids;
+    if (why) fprintf(stderr, "cleave: prompt cache %s not used: %s\n", o->prompt_cache, why);
+    else fprintf(stderr, "cleave: prompt cache %s: %zu of %zu prompt tokens restored\n", o->prompt_cache, used, n);
+    free(buf);
+    free(ids);
+    return used;
+}
+
 static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, const run_opts *o,
                     const char *text, size_t text_len, const int32_t *prompt, size_t n_prompt) {
     double t0 = cli_now();
-    cleave_status st = cleave_decode(ctx, prompt, n_prompt, 0, 0, false);
+    size_t cached = o->prompt_cache ? restore_prompt_cache(ctx, o, prompt, n_prompt) : 0;
+    cleave_status st = cached < n_prompt ? cleave_decode(ctx, prompt + cached, n_prompt - cached, (int32_t)cached, 0, false)
+                                         : CLEAVE_OK;
     if (st) return cli_fail("prompt processing", st);
     double t_prompt = cli_now() - t0;
+    if (o->prompt_cache && !o->prompt_cache_ro && cached < n_prompt &&
+        (st = cleave_state_seq_save_file(ctx, 0, prompt, n_prompt, o->prompt_cache)))
+        fprintf(stderr, "cleave: warning: prompt cache not saved: %s\n", cleave_last_error());
     fwrite(text, 1, text_len, stdout);
     fflush(stdout);
     for (size_t i = 0; i < n_prompt; i++) cleave_sampler_accept(smp, prompt[i]);
@@ -250,8 +301,12 @@ static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, c
     double t_gen = cli_now() - t1;
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "\nprompt:     %6zu tokens in %8.2f ms (%8.2f tok/s)\n", n_prompt,
-            t_prompt * 1e3, n_prompt / t_prompt);
+    if (cached)
+        fprintf(stderr, "\nprompt:     %6zu tokens processed, %zu restored from the cache, in %8.2f ms\n",
+                n_prompt - cached, cached, t_prompt * 1e3);
+    else
+        fprintf(stderr, "\nprompt:     %6zu tokens in %8.2f ms (%8.2f tok/s)\n", n_prompt, t_prompt * 1e3,
+                n_prompt / t_prompt);
     fprintf(stderr, "generation: %6lld tokens in %8.2f ms (%8.2f tok/s)\n", generated,
             t_gen * 1e3, generated ? generated / t_gen : 0.0);
     return 0;

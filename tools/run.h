@@ -19,6 +19,9 @@ typedef struct {
     const char *psm_policy;  /* off, always (the default) or auto */
     const char *psm_rates;   /* auto: the rates file of `cleave calibrate` */
     bool psm_keep_both;      /* keep the placement a switch leaves resident */
+    const char *prompt_cache; /* --prompt-cache: a state file of a processed prompt */
+    bool prompt_cache_ro;     /* --prompt-cache-ro: read it, never write it */
+    bool prompt_cache_lossy;  /* --prompt-cache-lossy: restore into a KV type that loses precision */
     cleave_sampler_params sp;
 } run_opts;
 
