@@ -7,7 +7,9 @@
  * the same logits bit for bit and the same tokens. With
  * CLEAVE_TIERS_MODEL=PATH (an 8B-shape model from `cleave gen`), also
  * prompts of 4k, 20k and 40k tokens and 256 greedy steps with N = 2048,
- * f16 and q8_0 caches.
+ * f16 and q8_0 caches. Also: a switch from the layer to the tensor split
+ * with the cache tiered, and a state saved from a tiered GPU cache
+ * restored on the CPU and on one GPU.
  * Needs a CUDA device; run on the GPU machine (not part of CI). */
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +19,10 @@
 
 typedef struct {
     uint32_t n_ctx, n_prompt, n_steps;
+    bool then;                   /* after the prompt, switch to mode `to` */
+    cleave_split_mode to;
 } shape;
-static const shape small_run = {512, 40, 280};
+static const shape small_run = {512, 40, 280, false, CLEAVE_SPLIT_NONE};
 
 static void test_buffers(void) {
     be_device *d = NULL;
@@ -78,6 +82,7 @@ static bool run(cleave_context *c, cleave_model *m, size_t nv, const shape *sh, 
     for (uint32_t i = 1; i < sh->n_prompt; i++) toks[i] = (int32_t)(((uint64_t)i * 7919 + 11) % nv);
     bool ok = cleave_decode(c, toks, sh->n_prompt, 0, 0, false) == CLEAVE_OK;
     free(toks);
+    if (ok && sh->then) ok = cleave_context_set_split_mode(c, sh->to, NULL, 0) == CLEAVE_OK;
     for (uint32_t s = 0; ok && s < sh->n_steps; s++) {
         const float *l = cleave_get_logits(c, -1);
         if (!l) return false;
@@ -113,6 +118,47 @@ static void compare(const char *label, const char *path, const char *devs, cleav
     cleave_model_free(m);
 }
 
+/* A state saved on the GPU (tiered, layer split over two handles)
+ * restores on the CPU and on one GPU untiered: the continuation's tokens
+ * are the uninterrupted run's. */
+static void state_elsewhere(const char *path) {
+    size_t nv = 0;
+    cleave_model *m = tu_load(path, &nv);
+    if (!m) return;
+    cleave_context *a = ctx_on(m, "cuda:0,cuda:0", CLEAVE_SPLIT_LAYER, CLEAVE_TYPE_F16, 0, 512);
+    int32_t toks[40], ref[40], got[40];
+    toks[0] = cleave_token_bos(m) >= 0 ? cleave_token_bos(m) : 1;
+    for (int i = 1; i < 40; i++) toks[i] = (int32_t)((i * 7919 + 11) % nv);
+    size_t need = 0, n = 0;
+    void *st = NULL;
+    if (a && !cleave_decode(a, toks, 40, 0, 0, false) && !cleave_state_seq_size(a, 0, 0, &need) &&
+        (st = malloc(need)) && !cleave_state_seq_get(a, 0, NULL, 0, st, need, &n)) {
+        for (int s = 0; s < 40; s++) {
+            ref[s] = tu_argmax(cleave_get_logits(a, -1), nv);
+            CHECK_OK(cleave_decode(a, &ref[s], 1, 40 + s, 0, false));
+        }
+        const char *where[] = {"cpu", "cuda:0"};
+        for (int w = 0; w < 2; w++) {
+            cleave_context *b = ctx_on(m, where[w], CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, CLEAVE_KV_VRAM_ALL, 512);
+            bool ok = b && cleave_state_seq_set(b, 0, st, n, NULL) == CLEAVE_OK;
+            for (int s = 0; ok && s < 40; s++) {
+                got[s] = tu_argmax(cleave_get_logits(b, -1), nv);
+                ok = cleave_decode(b, &got[s], 1, 40 + s, 0, false) == CLEAVE_OK;
+            }
+            bool same = ok && !memcmp(ref, got, sizeof ref);
+            fprintf(stderr, "state saved on cuda:0 (layer, tiered) restored on %-8s %s\n", where[w],
+                    same ? "same tokens" : "DIFFERENT   <-- FAIL");
+            CHECK_MSG(same, "%s: %s", where[w], cleave_last_error());
+            cleave_context_free(b);
+        }
+    } else {
+        CHECK_MSG(false, "state on the GPU: %s", cleave_last_error());
+    }
+    free(st);
+    cleave_context_free(a);
+    cleave_model_free(m);
+}
+
 int main(void) {
     be_device *probe = NULL;
     if (be_cuda_create(0, 0, &probe) != CLEAVE_OK) tu_skip("no CUDA device");
@@ -128,12 +174,16 @@ int main(void) {
         compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 0, sh);
         compare("tiny qwen3", qwen3, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_Q8_0, 0, sh);
         compare("tiny qwen3", qwen3, "cuda:0,cuda:0", CLEAVE_SPLIT_TENSOR, CLEAVE_TYPE_F16, 0, sh);
+        /* the split-mode switch moves head and tail alike */
+        const shape sw = {512, 40, 280, true, CLEAVE_SPLIT_TENSOR};
+        compare("tiny qwen3, switched", qwen3, "cuda:0,cuda:0", CLEAVE_SPLIT_LAYER, CLEAVE_TYPE_F16, 0, &sw);
+        state_elsewhere(qwen3);
     }
     const char *big = getenv("CLEAVE_TIERS_MODEL");
     if (big && *big) {
         static const uint32_t prompts[] = {4096, 20480, 40960};
         for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
-            shape s = {prompts[i] + 256 + 64, prompts[i], 256};
+            shape s = {prompts[i] + 256 + 64, prompts[i], 256, false, CLEAVE_SPLIT_NONE};
             compare("8B shape", big, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 2048, &s);
             compare("8B shape", big, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_Q8_0, 2048, &s);
         }
