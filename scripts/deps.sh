@@ -28,3 +28,9 @@ if [ ! -f /usr/include/xxhash.h ] && [ "$(id -u)" -eq 0 ] && command -v apt-get 
   { apt-get update -qq && apt-get install -y -qq --no-install-recommends libxxhash-dev; } ||
     echo "cleave: could not install libxxhash-dev; building without sequence states" >&2
 fi
+# Optional: PCRE2 for byte-level BPE tokenizers; the build works without it.
+if [ ! -f /usr/include/pcre2.h ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libpcre2-dev; } ||
+    echo "cleave: could not install libpcre2-dev; building without BPE tokenizers" >&2
+fi

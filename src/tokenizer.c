@@ -1,8 +1,11 @@
-/* SentencePiece (tokenizer.ggml.model = "llama") tokenizer over a GGUF
- * vocabulary, behaving as llama.cpp's SPM tokenizer: spaces become U+2581,
+/* The vocabulary of a GGUF (texts, types, the lookup), and the
+ * SentencePiece (tokenizer.ggml.model = "llama") tokenizer over it,
+ * behaving as llama.cpp's SPM tokenizer (byte-level BPE, "gpt2", is
+ * tokenizer_bpe.c): spaces become U+2581,
  * adjacent symbols merge by the best vocab score, leftovers fall back to
  * <0xXX> byte tokens, and pieces turn back into bytes for streaming. */
 #include "tokenizer.h"
+#include "tokenizer_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,20 +18,6 @@
 /* U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's visible space. */
 static const char SPM_SPACE[3] = {'\xe2', '\x96', '\x81'};
 
-struct tokenizer {
-    size_t n_vocab;
-    char *arena;      /* every token text, back to back (not NUL-terminated) */
-    size_t *off;      /* n_vocab + 1 offsets: token i is arena[off[i] .. off[i+1]) */
-    float *scores;
-    uint8_t *types;   /* enum tok_type; 0 for a type GGUF does not define */
-    int32_t *slots;   /* open-addressing text -> id table; -1 = empty */
-    size_t mask;      /* number of slots - 1 (a power of two) */
-    size_t max_len;   /* longest token text: longer pairs need no lookup */
-    int32_t byte_tok[256]; /* token for each raw byte, -1 if none */
-    int32_t bos, eos, unk, eot, eom;
-    bool add_bos, add_space_prefix;
-};
-
 /* ---- text -> id table ---- */
 
 static uint64_t hash_bytes(const char *s, size_t n) {
@@ -37,7 +26,7 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
-static int32_t lookup(const tokenizer *t, const char *s, size_t n) {
+int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
     for (size_t h = hash_bytes(s, n) & t->mask;; h = (h + 1) & t->mask) {
         int32_t id = t->slots[h];
         if (id < 0) return -1;
@@ -161,14 +150,36 @@ static void build_tables(tokenizer *t) {
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
-        int32_t id = lookup(t, name, 6);
+        int32_t id = tok_lookup(t, name, 6);
         /* llama.cpp falls back to a token that is the raw byte itself */
         if (id < 0) {
             char raw = (char)b;
-            id = lookup(t, &raw, 1);
+            id = tok_lookup(t, &raw, 1);
         }
         t->byte_tok[b] = id;
     }
+}
+
+static const tokenizer *sort_t; /* the vocabulary cmp_longer reads (qsort has no user pointer) */
+static int cmp_longer(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    size_t la = sort_t->off[a + 1] - sort_t->off[a], lb = sort_t->off[b + 1] - sort_t->off[b];
+    return la != lb ? (la < lb) - (la > lb) : (a > b) - (a < b);
+}
+
+/* The tokens taken out of the text before tokenizing it: control,
+ * user-defined and unknown ones with some text, longest first. */
+static cleave_status load_specials(tokenizer *t) {
+    t->special = mem_alloc((t->n_vocab + 1) * sizeof *t->special, "special tokens");
+    if (!t->special) return CLEAVE_ERR_OOM;
+    for (size_t i = 0; i < t->n_vocab; i++) {
+        uint8_t ty = t->types[i];
+        if ((ty == TOK_CONTROL || ty == TOK_USER_DEFINED || ty == TOK_UNKNOWN) && t->off[i + 1] > t->off[i])
+            t->special[t->n_special++] = (int32_t)i;
+    }
+    sort_t = t;
+    qsort(t->special, t->n_special, sizeof *t->special, cmp_longer);
+    return CLEAVE_OK;
 }
 
 cleave_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out) {
@@ -178,8 +189,10 @@ cleave_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out) {
     size_t model_len;
     cleave_status st = gguf_get_str(f, "tokenizer.ggml.model", &model, &model_len);
     if (st != CLEAVE_OK) return st;
-    if (model_len != 5 || memcmp(model, "llama", 5) != 0)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "tokenizer model '%.*s' is not supported yet",
+    bool spm = model_len == 5 && !memcmp(model, "llama", 5), bpe = model_len == 4 && !memcmp(model, "gpt2", 4);
+    if (!spm && !bpe)
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "tokenizer model '%.*s' is not supported (llama: SentencePiece, gpt2: byte-level BPE)",
                        (int)(model_len > 64 ? 64 : model_len), model);
 
     const char *tokens_key = "tokenizer.ggml.tokens";
@@ -205,8 +218,8 @@ cleave_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out) {
         (st = read_id(f, "tokenizer.ggml.unknown_token_id", n, &t->unk)) ||
         (st = read_id(f, "tokenizer.ggml.eot_token_id", n, &t->eot)) ||
         (st = read_id(f, "tokenizer.ggml.eom_token_id", n, &t->eom)) ||
-        (st = read_bool(f, "tokenizer.ggml.add_bos_token", true, &t->add_bos)) ||
-        (st = read_bool(f, "tokenizer.ggml.add_space_prefix", true, &t->add_space_prefix)))
+        (st = read_bool(f, "tokenizer.ggml.add_bos_token", spm, &t->add_bos)) ||
+        (st = read_bool(f, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix)))
         goto fail;
     t->slots = mem_alloc(n_slots * sizeof *t->slots, "vocabulary hash table");
     if (!t->slots) {
@@ -215,6 +228,9 @@ cleave_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out) {
     }
     memset(t->slots, 0xff, n_slots * sizeof *t->slots); /* all -1 */
     build_tables(t);
+    if ((st = read_bool(f, "tokenizer.ggml.add_eos_token", false, &t->add_eos)) || (st = load_specials(t)) ||
+        (bpe && (st = tok_bpe_load(t, f))))
+        goto fail;
     *out = t;
     return CLEAVE_OK;
 fail:
@@ -229,6 +245,8 @@ void tokenizer_free(tokenizer *t) {
     free(t->scores);
     free(t->types);
     free(t->slots);
+    free(t->special);
+    tok_bpe_free(t->bpe);
     free(t);
 }
 
@@ -236,6 +254,7 @@ size_t tokenizer_n_vocab(const tokenizer *t) { return t ? t->n_vocab : 0; }
 int32_t tokenizer_bos(const tokenizer *t) { return t ? t->bos : -1; }
 int32_t tokenizer_eos(const tokenizer *t) { return t ? t->eos : -1; }
 bool tokenizer_add_bos(const tokenizer *t) { return t && t->add_bos; }
+bool tokenizer_add_eos(const tokenizer *t) { return t && t->add_eos; }
 
 bool tokenizer_is_eog(const tokenizer *t, int32_t token) {
     return t && token >= 0 && (token == t->eos || token == t->eot || token == t->eom);
@@ -303,7 +322,7 @@ static void try_bigram(spm_session *s, uint32_t left, uint32_t right) {
     if (left == NONE || right == NONE) return;
     uint32_t size = s->sym[left].n + s->sym[right].n;
     if (size > s->t->max_len) return;
-    int32_t id = lookup(s->t, s->text + s->sym[left].start, size);
+    int32_t id = tok_lookup(s->t, s->text + s->sym[left].start, size);
     if (id < 0) return;
     bigram b = {s->t->scores[id], left, right, size};
     heap_push(s, b);
@@ -319,7 +338,7 @@ static void emit(spm_session *s, int32_t id) {
  * single character that is not in the vocab, into byte tokens. */
 static cleave_status emit_symbol(spm_session *s, const symbol *sym) {
     const char *p = s->text + sym->start;
-    int32_t id = lookup(s->t, p, sym->n);
+    int32_t id = tok_lookup(s->t, p, sym->n);
     if (id >= 0) {
         emit(s, id);
         return CLEAVE_OK;
@@ -344,12 +363,12 @@ static size_t utf8_len(uint8_t c) {
     return lens[c >> 4];
 }
 
-static cleave_status spm_encode(const tokenizer *t, const char *text, size_t len, int32_t *out,
+static cleave_status spm_encode(const tokenizer *t, const char *text, size_t len, bool prefix, int32_t *out,
                                 size_t cap, size_t *count) {
     if (len > TOKENIZER_MAX_TEXT)
         return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: text of %zu bytes is over the %zu limit",
                        len, TOKENIZER_MAX_TEXT);
-    size_t m = t->add_space_prefix ? 3 : 0; /* normalized length */
+    size_t m = prefix ? 3 : 0; /* normalized length */
     for (size_t i = 0; i < len; i++) m += text[i] == ' ' ? 3 : 1;
     spm_session s = {.t = t, .out = out, .cap = cap, .count = *count};
     /* Each merge pops at least one queued pair and pushes at most two, so
@@ -361,7 +380,7 @@ static cleave_status spm_encode(const tokenizer *t, const char *text, size_t len
     if (!norm || !s.sym || !s.heap) goto done;
 
     size_t at = 0;
-    if (t->add_space_prefix) {
+    if (prefix) {
         memcpy(norm, SPM_SPACE, 3);
         at = 3;
     }
@@ -409,25 +428,69 @@ done:
     return st;
 }
 
+/* Raw text between special tokens, through the model's own tokenizer;
+ * SentencePiece's space prefix goes before text that starts the input or
+ * follows a special token, as in llama.cpp. */
+static cleave_status encode_raw(const tokenizer *t, const char *text, size_t len, bool after_special,
+                                int32_t *out, size_t cap, size_t *count) {
+    if (!len) return CLEAVE_OK;
+    return t->bpe ? tok_bpe_encode(t, text, len, out, cap, count)
+                  : spm_encode(t, text, len, t->add_space_prefix && after_special, out, cap, count);
+}
+
+static void push(int32_t *out, size_t cap, size_t *count, int32_t id) {
+    if (*count < cap) out[*count] = id;
+    (*count)++;
+}
+
+cleave_status tokenizer_encode_ex(const tokenizer *t, const char *text, size_t len, bool add_special,
+                                  bool parse_special, int32_t *tokens, size_t cap, size_t *n_out) {
+    if (!t || !n_out || (!text && len) || (!tokens && cap))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: NULL argument");
+    *n_out = 0;
+    size_t count = 0;
+    if (add_special && t->add_bos && t->bos >= 0) push(tokens, cap, &count, t->bos);
+    cleave_status st = CLEAVE_OK;
+    size_t plain = 0;
+    const bool after_special = true; /* raw text only ever starts the input or follows a special token */
+    for (size_t i = 0; !st && i < len; i++) {
+        int32_t hit = -1;
+        for (size_t k = 0; k < t->n_special && hit < 0; k++) {
+            int32_t id = t->special[k];
+            if (!parse_special && t->types[id] != TOK_USER_DEFINED) continue;
+            size_t n = t->off[id + 1] - t->off[id];
+            if (n <= len - i && !memcmp(text + i, t->arena + t->off[id], n)) hit = id;
+        }
+        if (hit < 0) continue;
+        st = encode_raw(t, text + plain, i - plain, after_special, tokens, cap, &count);
+        push(tokens, cap, &count, hit);
+        i += t->off[hit + 1] - t->off[hit] - 1;
+        plain = i + 1;
+    }
+    if (!st && plain < len) st = encode_raw(t, text + plain, len - plain, after_special, tokens, cap, &count);
+    if (st) return st;
+    if (add_special && t->add_eos && t->eos >= 0) push(tokens, cap, &count, t->eos);
+    *n_out = count;
+    if (count > cap)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: %zu tokens do not fit in room for %zu", count, cap);
+    return CLEAVE_OK;
+}
+
 cleave_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                                int32_t *tokens, size_t cap, size_t *n_out) {
     if (!t || !n_out || (!text && len) || (!tokens && cap))
         return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: NULL argument");
     *n_out = 0;
     size_t count = 0;
-    if (add_bos && t->bos >= 0) {
-        if (cap) tokens[0] = t->bos;
-        count = 1;
-    }
-    /* An empty text gets no space prefix either: "" encodes to nothing. */
-    if (len) {
-        cleave_status st = spm_encode(t, text, len, tokens, cap, &count);
-        if (st != CLEAVE_OK) return st;
-    }
-    *n_out = count;
-    if (count > cap)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: %zu tokens do not fit in room for %zu",
-                       count, cap);
+    if (add_bos && t->bos >= 0) push(tokens, cap, &count, t->bos);
+    size_t n = 0;
+    /* the text as it is (user-defined tokens taken out), into what is left */
+    cleave_status st = tokenizer_encode_ex(t, text, len, false, false, cap > count ? tokens + count : NULL,
+                                           cap > count ? cap - count : 0, &n);
+    if (st && !(st == CLEAVE_ERR_INVALID_ARG && n)) return st;
+    *n_out = count + n;
+    if (count + n > cap)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: %zu tokens do not fit in room for %zu", count + n, cap);
     return CLEAVE_OK;
 }
 
@@ -472,6 +535,14 @@ cleave_status tokenizer_piece(const tokenizer *t, int32_t prev, int32_t token, c
     if (token < 0 || (size_t)token >= t->n_vocab)
         return err_set(CLEAVE_ERR_INVALID_ARG, "token_to_piece: token %d is outside 0..%zu",
                        (int)token, t->n_vocab - 1);
+    if (t->bpe && (t->types[token] == TOK_NORMAL || t->types[token] == TOK_USER_DEFINED)) {
+        size_t need = tok_bpe_piece(t, token, NULL);
+        *n_out = need;
+        if (need > cap)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "token_to_piece: piece of %zu bytes, room for %zu", need, cap);
+        tok_bpe_piece(t, token, buf);
+        return CLEAVE_OK;
+    }
     const char *s = t->arena + t->off[token];
     size_t n = t->off[token + 1] - t->off[token];
     bool unescape = false;

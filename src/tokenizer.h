@@ -40,6 +40,12 @@ bool tokenizer_is_eog(const tokenizer *t, int32_t token);
  * with *n_out = needed). Control-token text in the input is plain text. */
 cleave_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                                int32_t *tokens, size_t cap, size_t *n_out);
+/* As llama.cpp tokenizes: add_special adds BOS and EOS where the vocab's
+ * metadata says so; parse_special takes control tokens written in the
+ * text as those tokens (user-defined ones always are). */
+cleave_status tokenizer_encode_ex(const tokenizer *t, const char *text, size_t len, bool add_special,
+                                  bool parse_special, int32_t *tokens, size_t cap, size_t *n_out);
+bool tokenizer_add_eos(const tokenizer *t);
 /* Same contract as cleave_token_to_piece. Control tokens render as "". */
 cleave_status tokenizer_piece(const tokenizer *t, int32_t prev, int32_t token, char *buf,
                               size_t cap, size_t *n_out);

@@ -1,0 +1,148 @@
+/* Every vocabulary in the shared vocab folder against llama.cpp's own
+ * test cases (tests/test-tokenizer-0's format: inputs separated by
+ * "\n__ggml_vocab_test__\n", one line of ids per input, tokenized without
+ * BOS/EOS and without parsing special tokens): each case checked and named,
+ * then the round trip ids -> text -> ids. */
+#include <dirent.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "error.h"
+#include "gguf.h"
+#include "testutil.h"
+#include "tokenizer.h"
+
+#define SEP "\n__ggml_vocab_test__\n"
+#define MAXTOK 8192
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, fp)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    fclose(fp);
+    if (buf) buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* Case names: the input's first 40 bytes, escaped. */
+static void name_of(const char *s, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 5 < cap && i < 40; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') o += (size_t)snprintf(out + o, cap - o, "\\n");
+        else if (c == '\t') o += (size_t)snprintf(out + o, cap - o, "\\t");
+        else if (c < 32) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+        else out[o++] = (char)c;
+    }
+    out[o] = 0;
+}
+
+static size_t detok(const tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        if (tokenizer_piece(t, i ? ids[i - 1] : -1, ids[i], out + o, cap - o, &k)) return (size_t)-1;
+        o += k;
+    }
+    return o;
+}
+
+static void one_vocab(const char *dir, const char *file, int *vocabs_ok) {
+    char path[1024], inp_path[1100], out_path[1100];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(inp_path, sizeof inp_path, "%s.inp", path);
+    snprintf(out_path, sizeof out_path, "%s.out", path);
+    gguf_file *f = NULL;
+    tokenizer *t = NULL;
+    CHECK_OK(gguf_open(path, &f));
+    if (f) CHECK_OK(tokenizer_from_gguf(f, &t));
+    size_t inp_len = 0, out_len = 0;
+    char *inp = read_all(inp_path, &inp_len), *exp = read_all(out_path, &out_len);
+    if (!t || !inp || !exp) {
+        CHECK_MSG(0, "%s: cannot load the vocabulary or its cases", file);
+        goto done;
+    }
+    static int32_t want[MAXTOK], got[MAXTOK], again[MAXTOK];
+    static char text[1 << 17];
+    int cases = 0, pass = 0, trips = 0, trip_pass = 0;
+    char *ip = inp, *op = exp;
+    for (char *sep; (sep = strstr(ip, SEP)) != NULL; ip = sep + strlen(SEP)) {
+        size_t len = (size_t)(sep - ip);
+        char *eol = strchr(op, '\n');
+        if (!eol) {
+            CHECK_MSG(0, "%s has fewer lines than cases", out_path);
+            break;
+        }
+        *eol = 0;
+        size_t nw = 0;
+        for (char *q = op, *end; nw < MAXTOK; q = end) {
+            long v = strtol(q, &end, 10);
+            if (end == q) break;
+            want[nw++] = (int32_t)v;
+        }
+        op = eol + 1;
+        cases++;
+        char name[256];
+        name_of(ip, len, name, sizeof name);
+        size_t ng = 0;
+        cleave_status st = tokenizer_encode(t, ip, len, false, got, MAXTOK, &ng);
+        bool ok = !st && ng == nw && !memcmp(want, got, nw * sizeof *want);
+        pass += ok;
+        if (!ok) {
+            fprintf(stderr, "  FAIL %s case %d '%s': expected", file, cases, name);
+            for (size_t i = 0; i < nw && i < 24; i++) fprintf(stderr, " %d", want[i]);
+            fprintf(stderr, "\n                got     ");
+            for (size_t i = 0; !st && i < ng && i < 24; i++) fprintf(stderr, " %d", got[i]);
+            fprintf(stderr, "%s\n", st ? cleave_last_error() : "");
+        }
+        /* round trip: the ids' text tokenizes to the same ids */
+        if (ok) {
+            trips++;
+            size_t n = detok(t, got, ng, text, sizeof text), n2 = 0;
+            bool same = n != (size_t)-1 && !tokenizer_encode(t, text, n, false, again, MAXTOK, &n2) && n2 == ng &&
+                        !memcmp(again, got, ng * sizeof *got);
+            trip_pass += same;
+            if (!same) fprintf(stderr, "  round trip %s case %d '%s' differs\n", file, cases, name);
+        }
+    }
+    fprintf(stderr, "%-34s %2d/%d cases match llama.cpp, %d/%d round-trip\n", file, pass, cases, trip_pass, trips);
+    CHECK_MSG(pass == cases && cases > 0, "%s: %d of %d cases", file, pass, cases);
+    CHECK_MSG(trip_pass == trips, "%s: %d of %d round trips", file, trip_pass, trips);
+    *vocabs_ok += pass == cases && cases > 0;
+done:
+    free(inp);
+    free(exp);
+    tokenizer_free(t);
+    gguf_close(f);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(void) {
+    const char *dir = tu_shared("vocab");
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) tu_skip("the shared vocab folder is absent");
+    char *names[64];
+    size_t n = 0;
+    for (struct dirent *e; n < 64 && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && !strcmp(e->d_name + len - 5, ".gguf")) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    int ok = 0;
+    for (size_t i = 0; i < n; i++) one_vocab(dir, names[i], &ok), free(names[i]);
+    fprintf(stderr, "%d of %zu vocabularies pass every case\n", ok, n);
+    CHECK(n > 0);
+    return tu_finish("test_vocab_cases");
+}
