@@ -56,6 +56,9 @@ typedef bool (*cleave_progress_fn)(float fraction, void *user);
 typedef struct cleave_model_params {
     cleave_progress_fn progress; /* may be NULL */
     void *progress_user;
+    /* the vocabulary alone (a vocab-only GGUF works): tokenizing and
+     * pieces, no contexts */
+    bool vocab_only;
 } cleave_model_params;
 
 cleave_model_params cleave_model_default_params(void);
@@ -89,6 +92,13 @@ bool cleave_token_is_eog(const cleave_model *model, int32_t token);
  * with *n_out set to the needed capacity. */
 cleave_status cleave_tokenize(const cleave_model *model, const char *text, size_t len,
                               bool add_bos, int32_t *tokens, size_t cap, size_t *n_out);
+/* As llama.cpp's llama_tokenize: add_special adds BOS and EOS where the
+ * vocabulary's metadata asks for them; parse_special takes control tokens
+ * written in the text (<|im_start|>, <s>, ...) as those tokens, never
+ * otherwise (user-defined tokens always are). Same contract as
+ * cleave_tokenize. */
+cleave_status cleave_tokenize_ex(const cleave_model *model, const char *text, size_t len, bool add_special,
+                                 bool parse_special, int32_t *tokens, size_t cap, size_t *n_out);
 /* Text of one token for streaming output; prev is the token before it (-1 at
  * the start) so a leading space after BOS is dropped as SentencePiece does.
  * Writes up to cap bytes (no terminator) and sets *n_out. */

@@ -10,14 +10,14 @@
 #include "tokenizer.h"
 
 cleave_model_params cleave_model_default_params(void) {
-    cleave_model_params p = {NULL, NULL};
+    cleave_model_params p = {NULL, NULL, false};
     return p;
 }
 
 cleave_status cleave_model_load(const char *path, const cleave_model_params *params,
                                 cleave_model **out) {
     if (!path || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "model load: path and out required");
-    cleave_status st = model_load(path, out);
+    cleave_status st = params && params->vocab_only ? model_load_vocab(path, out) : model_load(path, out);
     /* The file is mapped, not read, so loading itself is quick; report the
      * end so progress bars close. */
     if (!st && params && params->progress) params->progress(1.0f, params->progress_user);
@@ -98,6 +98,13 @@ cleave_status cleave_tokenize(const cleave_model *m, const char *text, size_t le
         return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: null argument");
     if (!m->tok) return no_tokenizer(m);
     return tokenizer_encode(m->tok, text ? text : "", len, add_bos, tokens, cap, n_out);
+}
+
+cleave_status cleave_tokenize_ex(const cleave_model *m, const char *text, size_t len, bool add_special,
+                                 bool parse_special, int32_t *tokens, size_t cap, size_t *n_out) {
+    if (!m || (!text && len) || !n_out) return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: null argument");
+    if (!m->tok) return no_tokenizer(m);
+    return tokenizer_encode_ex(m->tok, text ? text : "", len, add_special, parse_special, tokens, cap, n_out);
 }
 
 cleave_status cleave_token_to_piece(const cleave_model *m, int32_t prev, int32_t token, char *buf,

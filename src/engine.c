@@ -296,6 +296,8 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
                            const struct cleave_context *src, bool piecewise, cleave_context **out) {
     if (!model || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "context: model and out required");
     *out = NULL;
+    if (!model->tok_embd)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "context: the model was loaded as a vocabulary alone (vocab_only)");
     cleave_context_params p = params ? *params : cleave_context_default_params();
     if (!quant_type_supported(p.kv_type))
         return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %d: use f32, f16, bf16 or q8_0",

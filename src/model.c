@@ -211,6 +211,23 @@ fail:
     return st;
 }
 
+cleave_status model_load_vocab(const char *path, struct cleave_model **out) {
+    *out = NULL;
+    struct cleave_model *m = mem_calloc(1, sizeof *m, "model");
+    if (!m) return CLEAVE_ERR_OOM;
+    cleave_status st = gguf_open(path, &m->file);
+    if (!st) st = tokenizer_from_gguf(m->file, &m->tok);
+    if (st) {
+        err_wrap(st, "%s", path);
+        model_free(m);
+        return st;
+    }
+    snprintf(m->hp.arch_name, sizeof m->hp.arch_name, "vocab only");
+    m->hp.n_vocab = (uint32_t)tokenizer_n_vocab(m->tok);
+    *out = m;
+    return CLEAVE_OK;
+}
+
 void model_free(struct cleave_model *m) {
     if (!m) return;
     tokenizer_free(m->tok);
@@ -220,6 +237,7 @@ void model_free(struct cleave_model *m) {
 }
 
 void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, void *user) {
+    if (!m->tok_embd) return; /* a vocabulary alone */
     fn(m->tok_embd, user);
     fn(m->output_norm, user);
     if (m->output != m->tok_embd) fn(m->output, user);

@@ -63,6 +63,9 @@ struct cleave_model {
  * and a supported type) and builds the tokenizer. */
 cleave_status model_load(const char *path, struct cleave_model **out);
 void model_free(struct cleave_model *m);
+/* The vocabulary alone (any GGUF with tokenizer.ggml.*): tokenizing and
+ * pieces work, contexts are refused. */
+cleave_status model_load_vocab(const char *path, struct cleave_model **out);
 
 /* Calls fn for every tensor the forward pass uses, once each. */
 typedef void (*model_tensor_fn)(const gguf_tensor *t, void *user);

@@ -163,12 +163,15 @@ static void build_tables(tokenizer *t) {
 static const tokenizer *sort_t; /* the vocabulary cmp_longer reads (qsort has no user pointer) */
 static int cmp_longer(const void *x, const void *y) {
     int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    unsigned fa = (uint8_t)sort_t->arena[sort_t->off[a]], fb = (uint8_t)sort_t->arena[sort_t->off[b]];
     size_t la = sort_t->off[a + 1] - sort_t->off[a], lb = sort_t->off[b + 1] - sort_t->off[b];
+    if (fa != fb) return (fa > fb) - (fa < fb); /* by first byte, then longest first */
     return la != lb ? (la < lb) - (la > lb) : (a > b) - (a < b);
 }
 
 /* The tokens taken out of the text before tokenizing it: control,
- * user-defined and unknown ones with some text, longest first. */
+ * user-defined and unknown ones with some text, by first byte and, for
+ * one first byte, longest first. */
 static cleave_status load_specials(tokenizer *t) {
     t->special = mem_alloc((t->n_vocab + 1) * sizeof *t->special, "special tokens");
     if (!t->special) return CLEAVE_ERR_OOM;
@@ -179,6 +182,12 @@ static cleave_status load_specials(tokenizer *t) {
     }
     sort_t = t;
     qsort(t->special, t->n_special, sizeof *t->special, cmp_longer);
+    size_t k = 0;
+    for (unsigned c = 0; c < 256; c++) {
+        t->special_at[c] = (uint32_t)k;
+        while (k < t->n_special && (uint8_t)t->arena[t->off[t->special[k]]] == c) k++;
+    }
+    t->special_at[256] = (uint32_t)k;
     return CLEAVE_OK;
 }
 
@@ -455,7 +464,8 @@ cleave_status tokenizer_encode_ex(const tokenizer *t, const char *text, size_t l
     const bool after_special = true; /* raw text only ever starts the input or follows a special token */
     for (size_t i = 0; !st && i < len; i++) {
         int32_t hit = -1;
-        for (size_t k = 0; k < t->n_special && hit < 0; k++) {
+        uint8_t c = (uint8_t)text[i]; /* only the specials that start with this byte */
+        for (size_t k = t->special_at[c]; k < t->special_at[c + 1] && hit < 0; k++) {
             int32_t id = t->special[k];
             if (!parse_special && t->types[id] != TOK_USER_DEFINED) continue;
             size_t n = t->off[id + 1] - t->off[id];

@@ -23,6 +23,7 @@ struct tokenizer {
      * when special tokens are parsed), longest first */
     int32_t *special;
     size_t n_special;
+    uint32_t special_at[257]; /* special[special_at[c] .. special_at[c + 1]) start with byte c */
     struct tok_bpe *bpe; /* tokenizer.ggml.model = "gpt2": byte-level BPE; NULL for SentencePiece */
 };
 

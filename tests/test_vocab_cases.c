@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 #include "gguf.h"
@@ -57,6 +58,37 @@ static size_t detok(const tokenizer *t, const int32_t *ids, size_t n, char *out,
     return o;
 }
 
+/* Empty input, bytes that are not UTF-8, and a megabyte: a defined
+ * result, no crash; the megabyte's time is printed (a benchmark, not a
+ * check: bench/RESULTS.md). */
+static void edge_cases(const tokenizer *t, const char *file, const char *sample, size_t sample_len) {
+    size_t n = 99;
+    CHECK(!tokenizer_encode(t, "", 0, false, NULL, 0, &n) && n == 0);
+    unsigned char junk[4096];
+    uint32_t r = 7;
+    for (size_t i = 0; i < sizeof junk; i++) r = r * 1664525u + 1013904223u, junk[i] = (unsigned char)(r >> 24);
+    static int32_t a[MAXTOK * 2], b[MAXTOK * 2];
+    size_t na = 0, nb = 0;
+    CHECK_OK(tokenizer_encode(t, (const char *)junk, sizeof junk, false, a, MAXTOK * 2, &na));
+    CHECK_OK(tokenizer_encode(t, (const char *)junk, sizeof junk, false, b, MAXTOK * 2, &nb));
+    CHECK_MSG(na > 0 && na == nb && !memcmp(a, b, na * sizeof *a), "%s: invalid UTF-8 not tokenized alike twice", file);
+    size_t big = 1 << 20;
+    char *mb = malloc(big);
+    int32_t *toks = malloc(big * sizeof *toks);
+    if (mb && toks && sample_len) {
+        for (size_t i = 0; i < big; i++) mb[i] = sample[i % sample_len];
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        cleave_status st = tokenizer_encode(t, mb, big, false, toks, big, &n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        CHECK_MSG(!st && n > 0, "%s: a megabyte: %s", file, cleave_last_error());
+        fprintf(stderr, "%-34s 1 MiB of its cases' text -> %zu tokens in %.0f ms; 4 KiB of random bytes -> %zu tokens\n",
+                file, n, (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6, na);
+    }
+    free(mb);
+    free(toks);
+}
+
 static void one_vocab(const char *dir, const char *file, int *vocabs_ok) {
     char path[1024], inp_path[1100], out_path[1100];
     snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -105,17 +137,18 @@ static void one_vocab(const char *dir, const char *file, int *vocabs_ok) {
             for (size_t i = 0; !st && i < ng && i < 24; i++) fprintf(stderr, " %d", got[i]);
             fprintf(stderr, "%s\n", st ? cleave_last_error() : "");
         }
-        /* round trip: the ids' text tokenizes to the same ids */
+        /* round trip: the ids give back the text, and the text the ids */
         if (ok) {
             trips++;
             size_t n = detok(t, got, ng, text, sizeof text), n2 = 0;
-            bool same = n != (size_t)-1 && !tokenizer_encode(t, text, n, false, again, MAXTOK, &n2) && n2 == ng &&
-                        !memcmp(again, got, ng * sizeof *got);
+            bool same = n == len && !memcmp(text, ip, len) && !tokenizer_encode(t, text, n, false, again, MAXTOK, &n2) &&
+                        n2 == ng && !memcmp(again, got, ng * sizeof *got);
             trip_pass += same;
             if (!same) fprintf(stderr, "  round trip %s case %d '%s' differs\n", file, cases, name);
         }
     }
     fprintf(stderr, "%-34s %2d/%d cases match llama.cpp, %d/%d round-trip\n", file, pass, cases, trip_pass, trips);
+    edge_cases(t, file, inp, inp_len);
     CHECK_MSG(pass == cases && cases > 0, "%s: %d of %d cases", file, pass, cases);
     CHECK_MSG(trip_pass == trips, "%s: %d of %d round trips", file, trip_pass, trips);
     *vocabs_ok += pass == cases && cases > 0;

@@ -270,6 +270,7 @@ static void usage(FILE *out) {
             "                                 cleave convert --from hf HF_DIR [--type bf16] -o OUT.gguf\n"
             "  gen      random-weight model of real shapes:  cleave gen --preset 1b --type f16 -o OUT.gguf\n"
             "  info     describe a model:  cleave info MODEL.gguf\n"
+            "  tokenize token ids of a text:  cleave tokenize -m MODEL.gguf -p TEXT [--ids]\n"
             "  logits   dump logits of token ids:  cleave logits -m MODEL.gguf --tokens 1,2,3 -o OUT.f32\n"
             "  bench-psm  whole requests, prefill and generation under their own split modes:\n"
             "           cleave bench-psm -m MODEL.gguf --devices cuda:0,cuda:1 -psm layer -sm tensor -p 58248\n"
@@ -294,6 +295,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-psm")) return cmd_bench_psm(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -93,5 +93,6 @@ int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_bench_psm(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif
