@@ -273,6 +273,23 @@ void cleave_kv_clear(cleave_context *ctx);
 /* Number of positions cached for seq (its next position). */
 int32_t cleave_kv_seq_len(const cleave_context *ctx, int32_t seq);
 
+/* ---- chat templates ------------------------------------------------------ */
+
+/* A conversation as the prompt text of a model family: "llama3", "chatml"
+ * (Qwen and others), "mistral" or "llama2". cleave_chat_template_of names
+ * the family of the model's tokenizer.chat_template by its markers, or
+ * fails (UNSUPPORTED, saying so) when the model has none or another.
+ * cleave_chat_apply writes the text (n_out: its length; too little room
+ * is INVALID_ARG with n_out the size needed); add_assistant opens the
+ * assistant's turn. Roles: "system", "user", "assistant". The text holds
+ * the family's control tokens: tokenize it with parse_special. */
+typedef struct cleave_chat_message {
+    const char *role, *content;
+} cleave_chat_message;
+cleave_status cleave_chat_template_of(const cleave_model *model, const char **name);
+cleave_status cleave_chat_apply(const char *name, const cleave_chat_message *msgs, size_t n_msgs,
+                                bool add_assistant, char *buf, size_t cap, size_t *n_out);
+
 /* ---- sequence state ------------------------------------------------------ */
 
 /* A sequence's cached tokens as a blob that does not depend on where they

@@ -44,6 +44,10 @@ static void run_usage(FILE *out) {
             "                          with seed + i); their texts are printed when all are done\n"
             "  --np-stagger K          the sequences' prompts arrive K steps apart (default 0: together)\n"
             "  --np-dwell K            with -psm and -np: a mode is kept at least K steps (default 8)\n"
+            "  --chat                  the prompt is a user's message, in the model's chat template\n"
+            "                          (llama3, chatml, mistral or llama2, known by its markers)\n"
+            "  --chat-template NAME    that template instead (implies --chat)\n"
+            "  --system TEXT           with --chat: a system message first\n"
             "  --prompt-cache FILE     restore the processed prompt from FILE when it holds a prefix\n"
             "                          of this one, process the rest, and save it there\n"
             "  --prompt-cache-ro       use --prompt-cache's file, never write it\n"
@@ -115,6 +119,9 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("-np", "--parallel")) { if (!cli_int(a, v, 1, 256, &o->n_parallel)) return false; i++; }
         else if (IS("--np-stagger", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_stagger)) return false; i++; }
         else if (IS("--np-dwell", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_dwell)) return false; i++; }
+        else if (IS("--chat", NULL)) o->chat = true;
+        else if (IS("--chat-template", NULL) && v) o->chat_template = v, o->chat = true, i++;
+        else if (IS("--system", NULL) && v) o->system = v, i++;
         else if (IS("--prompt-cache", NULL) && v) o->prompt_cache = v, i++;
         else if (IS("--prompt-cache-ro", NULL)) o->prompt_cache_ro = true;
         else if (IS("--prompt-cache-lossy", NULL)) o->prompt_cache_lossy = true;
@@ -316,7 +323,7 @@ int cmd_run(int argc, char **argv) {
     run_opts o;
     memset(&o, 0, sizeof o);
     if (!parse(argc, argv, &o)) return 2;
-    char *file_text = NULL;
+    char *file_text = NULL, *chat_text = NULL;
     size_t plen = 0;
     const char *ptext = o.prompt ? o.prompt : "";
     if (o.prompt_file) {
@@ -349,13 +356,32 @@ int cmd_run(int argc, char **argv) {
     }
     cleave_model_desc d;
     cleave_model_describe(m, &d);
+    if (o.chat) { /* the prompt as the user's turn of a conversation */
+        const char *name = o.chat_template;
+        if (!name && cleave_chat_template_of(m, &name)) {
+            fprintf(stderr, "cleave run: --chat: %s: --chat-template chatml\n", cleave_last_error());
+            goto out;
+        }
+        cleave_chat_message msgs[2] = {{"system", o.system}, {"user", ptext}};
+        size_t first = o.system ? 0 : 1, need = 0;
+        cleave_chat_apply(name, msgs + first, 2 - first, true, NULL, 0, &need);
+        chat_text = malloc(need + 1);
+        if (!chat_text || (st = cleave_chat_apply(name, msgs + first, 2 - first, true, chat_text, need + 1, &plen))) {
+            rc = chat_text ? cli_fail("--chat", st) : 1;
+            goto out;
+        }
+        ptext = chat_text;
+        fprintf(stderr, "cleave: chat template %s%s\n", name, o.chat_template ? " (asked)" : " (the model's)");
+    }
     size_t cap = plen + 8, n = 0;
     toks = malloc(cap * sizeof *toks);
     if (!toks) {
         fprintf(stderr, "cleave run: out of memory for the prompt\n");
         goto out;
     }
-    if ((st = cleave_tokenize(m, ptext, plen, !o.no_bos, toks, cap, &n))) {
+    /* a chat's markers are control tokens: parsed; a plain prompt's text stays text */
+    if ((st = o.chat ? cleave_tokenize_ex(m, ptext, plen, !o.no_bos, true, toks, cap, &n)
+                     : cleave_tokenize(m, ptext, plen, !o.no_bos, toks, cap, &n))) {
         rc = cli_fail("tokenizing the prompt", st);
         goto out;
     }
@@ -400,11 +426,13 @@ int cmd_run(int argc, char **argv) {
     /* a prompt of several batches shows its progress on stderr, so the
      * prompt text is echoed once it has been processed */
     cleave_context_set_progress(ctx, cli_progress, (void *)"prompt");
-    rc = o.n_parallel > 1 ? run_parallel(m, ctx, &o, ptext, plen, toks, n)
-                          : generate(m, ctx, smp, &o, ptext, plen, toks, n);
+    /* a chat shows the answer alone, not the template's text */
+    rc = o.n_parallel > 1 ? run_parallel(m, ctx, &o, ptext, o.chat ? 0 : plen, toks, n)
+                          : generate(m, ctx, smp, &o, ptext, o.chat ? 0 : plen, toks, n);
 out:
     free(toks);
     free(file_text);
+    free(chat_text);
     cleave_sampler_free(smp);
     if (ctx && o.mem_report) cli_memory_report(ctx, true);
     cleave_context_free(ctx);

@@ -22,6 +22,9 @@ typedef struct {
     const char *prompt_cache; /* --prompt-cache: a state file of a processed prompt */
     bool prompt_cache_ro;     /* --prompt-cache-ro: read it, never write it */
     bool prompt_cache_lossy;  /* --prompt-cache-lossy: restore into a KV type that loses precision */
+    bool chat;                /* --chat: the prompt is a user's message in the model's chat template */
+    const char *chat_template; /* --chat-template NAME: this family instead of the model's */
+    const char *system;       /* --system TEXT: a system message first */
     cleave_sampler_params sp;
 } run_opts;
 

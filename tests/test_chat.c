@@ -1,0 +1,100 @@
+/* Chat templates: each family's text for a conversation, the family named
+ * by the markers of a model's tokenizer.chat_template, an unknown or
+ * missing template refused naming the fallback, and the markers taken as
+ * control tokens only when special tokens are parsed. */
+#include <string.h>
+
+#include "gguf.h"
+#include "testutil.h"
+
+static const cleave_chat_message conv[] = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Name a colour."}};
+
+static void expect(const char *name, const char *want) {
+    char buf[1024];
+    size_t n = 0;
+    CHECK_OK(cleave_chat_apply(name, conv, 4, true, buf, sizeof buf, &n));
+    CHECK_MSG(n == strlen(want) && !memcmp(buf, want, n), "%s:\n%.*s", name, (int)n, buf);
+    size_t need = 0;
+    CHECK(cleave_chat_apply(name, conv, 4, true, buf, 3, &need) == CLEAVE_ERR_INVALID_ARG && need == n);
+}
+
+/* A vocabulary-only GGUF (two control tokens and the bytes) with a template. */
+static const char *vocab_with(const char *tmpl, const char *file) {
+    const char *path = tu_tmp(file);
+    static char bytes[256][8];
+    const char *texts[259];
+    float scores[259];
+    int32_t types[259];
+    texts[0] = "<unk>", texts[1] = "<|im_start|>", texts[2] = "<|im_end|>";
+    types[0] = 2, types[1] = 3, types[2] = 3;
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        texts[3 + b] = bytes[b], types[3 + b] = 6;
+    }
+    for (int i = 0; i < 259; i++) scores[i] = 0;
+    gguf_writer *w = NULL;
+    cleave_status st = gguf_writer_new(&w);
+    if (!st) st = gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    if (!st) st = gguf_set_arr_str(w, "tokenizer.ggml.tokens", texts, 259);
+    if (!st) st = gguf_set_arr(w, "tokenizer.ggml.scores", GGUF_T_FLOAT32, scores, 259);
+    if (!st) st = gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types, 259);
+    if (!st) st = gguf_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    if (!st && tmpl) st = gguf_set_str(w, "tokenizer.chat_template", tmpl);
+    if (!st) st = gguf_writer_write(w, path, NULL, NULL);
+    gguf_writer_free(w);
+    CHECK_OK(st);
+    return path;
+}
+
+static void detect(const char *tmpl, const char *want) {
+    cleave_model_params mp = {NULL, NULL, true};
+    cleave_model *m = NULL;
+    CHECK_OK(cleave_model_load(vocab_with(tmpl, "chat.gguf"), &mp, &m));
+    const char *name = NULL;
+    cleave_status st = m ? cleave_chat_template_of(m, &name) : CLEAVE_ERR_INTERNAL;
+    if (want) CHECK_MSG(!st && name && !strcmp(name, want), "'%s' -> %s", tmpl, name ? name : cleave_last_error());
+    else CHECK_MSG(st == CLEAVE_ERR_UNSUPPORTED && strstr(cleave_last_error(), "fallback chatml"), "'%s'", tmpl);
+    cleave_model_free(m);
+}
+
+int main(void) {
+    expect("llama3", "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                     "<|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|>"
+                     "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect("chatml", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                     "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n"
+                     "<|im_start|>assistant\n");
+    expect("llama2", "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello. </s>[INST] Name a colour. [/INST]");
+    expect("mistral", "[INST] Be brief.\n\nHi [/INST]Hello.</s>[INST] Name a colour. [/INST]");
+    size_t n;
+    char buf[64];
+    CHECK(cleave_chat_apply("zephyr", conv, 4, true, buf, sizeof buf, &n) == CLEAVE_ERR_UNSUPPORTED);
+    cleave_chat_message bad = {"user", NULL};
+    CHECK(cleave_chat_apply("chatml", &bad, 1, true, buf, sizeof buf, &n) == CLEAVE_ERR_INVALID_ARG);
+
+    detect("{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>{% endfor %}", "llama3");
+    detect("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}", "chatml");
+    detect("{{ bos_token }}[INST] <<SYS>>\n{{ system }}\n<</SYS>>\n\n{{ user }} [/INST]", "llama2");
+    detect("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}", "mistral");
+    detect("{% for m in messages %}<|user|>{{ m.content }}{% endfor %}", NULL);
+    detect(NULL, NULL);
+
+    /* the markers: control tokens when parsed, text otherwise */
+    cleave_model_params mp = {NULL, NULL, true};
+    cleave_model *m = NULL;
+    CHECK_OK(cleave_model_load(vocab_with(NULL, "chat2.gguf"), &mp, &m));
+    int32_t t[64];
+    if (m) {
+        CHECK_OK(cleave_tokenize_ex(m, "<|im_start|>", 12, false, true, t, 64, &n));
+        CHECK(n == 1 && t[0] == 1);
+        CHECK_OK(cleave_tokenize_ex(m, "<|im_start|>", 12, false, false, t, 64, &n));
+        CHECK(n > 1);
+        cleave_context *ctx = NULL;
+        CHECK(cleave_context_new(m, NULL, &ctx) == CLEAVE_ERR_INVALID_ARG && !ctx); /* a vocabulary alone */
+    }
+    cleave_model_free(m);
+    return tu_finish("test_chat");
+}
