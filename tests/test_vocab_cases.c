@@ -130,6 +130,7 @@ static void one_vocab(const char *dir, const char *file, int *vocabs_ok) {
         cleave_status st = tokenizer_encode(t, ip, len, false, got, MAXTOK, &ng);
         bool ok = !st && ng == nw && !memcmp(want, got, nw * sizeof *want);
         pass += ok;
+        if (ok) fprintf(stderr, "  ok   %s case %d '%s'\n", file, cases, name);
         if (!ok) {
             fprintf(stderr, "  FAIL %s case %d '%s': expected", file, cases, name);
             for (size_t i = 0; i < nw && i < 24; i++) fprintf(stderr, " %d", want[i]);
