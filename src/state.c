@@ -102,6 +102,7 @@ static size_t payload_bytes(const state_header *h) {
            (h->flags & STATE_LOGITS ? (size_t)h->n_vocab * 4 : 0) + 2 * (size_t)h->n_layer * n * h->n_head_kv * hr;
 }
 
+#ifdef CLEAVE_WITH_XXHASH
 /* Device d's share of layer l's K/V: heads [lo, hi) in its rows. */
 static plan_range dev_heads(const struct cleave_context *c, size_t d, uint32_t l) {
     return reshard_units(&c->plan, &c->model->hp, d, RESHARD_HEADS, l);
@@ -145,6 +146,8 @@ static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, 
     return st;
 }
 
+#endif
+
 cleave_status cleave_state_seq_size(cleave_context *c, int32_t seq, size_t n_tokens, size_t *out) {
     if (!c || !out || seq < 0) return err_set(CLEAVE_ERR_INVALID_ARG, "state size: context, sequence and out required");
     int32_t *cells;
@@ -161,6 +164,7 @@ cleave_status cleave_state_seq_size(cleave_context *c, int32_t seq, size_t n_tok
     return CLEAVE_OK;
 }
 
+#ifdef CLEAVE_WITH_XXHASH
 static void put32(char **p, uint32_t v) { memcpy(*p, &v, 4), *p += 4; }
 static void put64(char **p, uint64_t v) { memcpy(*p, &v, 8), *p += 8; }
 static uint32_t get32(const char **p) {
@@ -173,6 +177,7 @@ static uint64_t get64(const char **p) {
     memcpy(&v, *p, 8), *p += 8;
     return v;
 }
+#endif
 
 cleave_status cleave_state_seq_get(cleave_context *c, int32_t seq, const int32_t *tokens, size_t n_tokens, void *buf,
                                    size_t cap, size_t *written) {

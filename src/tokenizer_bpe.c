@@ -19,7 +19,6 @@
 #ifdef CLEAVE_WITH_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
-#endif
 
 /* Pre-tokenizers by tokenizer.ggml.pre: the regexes llama.cpp applies, in
  * order. */
@@ -53,9 +52,7 @@ struct tok_bpe {
     size_t n_merges;
     int32_t *merge_slots; /* open addressing: merge text -> rank, -1 empty */
     size_t merge_mask;
-#ifdef CLEAVE_WITH_PCRE2
     pcre2_code *re[MAX_RE];
-#endif
     size_t n_re;
 };
 
@@ -103,17 +100,11 @@ void tok_bpe_free(struct tok_bpe *b) {
     free(b->merges);
     free(b->merge_off);
     free(b->merge_slots);
-#ifdef CLEAVE_WITH_PCRE2
     for (size_t i = 0; i < b->n_re; i++) pcre2_code_free(b->re[i]);
-#endif
     free(b);
 }
 
 cleave_status tok_bpe_load(tokenizer *t, const gguf_file *f) {
-#ifndef CLEAVE_WITH_PCRE2
-    (void)f;
-    return err_set(CLEAVE_ERR_UNSUPPORTED, "BPE tokenizer: this build has no PCRE2 (install libpcre2-dev and rebuild)");
-#else
     const char *pre = "default";
     size_t pre_len = 7;
     if (gguf_find_key(f, "tokenizer.ggml.pre") >= 0) {
@@ -187,7 +178,6 @@ cleave_status tok_bpe_load(tokenizer *t, const gguf_file *f) {
         b->merge_off[i + 1] = at;
     }
     return CLEAVE_OK;
-#endif
 }
 
 /* ---- encoding ---- */
@@ -297,7 +287,6 @@ static cleave_status word(bpe_session *s, const char *w, size_t n) {
     return st;
 }
 
-#ifdef CLEAVE_WITH_PCRE2
 typedef struct {
     size_t lo, hi;
     bool raw; /* not UTF-8: no regex sees it */
@@ -386,14 +375,9 @@ static cleave_status pretokenize(const struct tok_bpe *b, const char *text, size
     else *out = cur;
     return st;
 }
-#endif
 
 cleave_status tok_bpe_encode(const tokenizer *t, const char *text, size_t len, int32_t *out, size_t cap,
                              size_t *count) {
-#ifndef CLEAVE_WITH_PCRE2
-    (void)t, (void)text, (void)len, (void)out, (void)cap, (void)count;
-    return err_set(CLEAVE_ERR_UNSUPPORTED, "BPE tokenizer: this build has no PCRE2");
-#else
     bpe_session s = {.t = t, .out = out, .cap = cap, .count = *count};
     pieces w = {0};
     cleave_status st = pretokenize(t->bpe, text, 0, len, &w);
@@ -404,7 +388,6 @@ cleave_status tok_bpe_encode(const tokenizer *t, const char *text, size_t len, i
     free(s.heap);
     *count = s.count;
     return st;
-#endif
 }
 
 size_t tok_bpe_piece(const tokenizer *t, int32_t id, char *dst) {
@@ -433,3 +416,28 @@ size_t tok_bpe_piece(const tokenizer *t, int32_t id, char *dst) {
     }
     return o;
 }
+
+#else /* no PCRE2: a BPE vocabulary is refused when loaded, so nothing else is reached */
+
+struct tok_bpe {
+    int unused;
+};
+
+cleave_status tok_bpe_load(tokenizer *t, const gguf_file *f) {
+    (void)t, (void)f;
+    return err_set(CLEAVE_ERR_UNSUPPORTED, "BPE tokenizer: this build has no PCRE2 (install libpcre2-dev and rebuild)");
+}
+
+void tok_bpe_free(struct tok_bpe *b) { free(b); }
+
+cleave_status tok_bpe_encode(const tokenizer *t, const char *text, size_t len, int32_t *out, size_t cap,
+                             size_t *count) {
+    (void)t, (void)text, (void)len, (void)out, (void)cap, (void)count;
+    return err_set(CLEAVE_ERR_UNSUPPORTED, "BPE tokenizer: this build has no PCRE2");
+}
+
+size_t tok_bpe_piece(const tokenizer *t, int32_t id, char *dst) {
+    (void)t, (void)id, (void)dst;
+    return 0;
+}
+#endif

@@ -20,6 +20,7 @@ ref=$(run -p "Once upon a time" 2>/dev/null)
 ref_long=$(run -p "Once upon a time there was a cat" 2>/dev/null)
 
 got=$(run -p "Once upon a time" --prompt-cache "$pc" --devices cpu:2 -sm layer 2>"$tmp/err")
+if grep -q "no xxhash" "$tmp/err"; then echo "skipped: this build has no sequence states (xxhash)"; exit 77; fi
 if [ "$got" != "$ref" ] || [ ! -s "$pc" ]; then echo "FAIL: first run with a cache"; cat "$tmp/err"; fail=1; fi
 got=$(run -p "Once upon a time" --prompt-cache "$pc" --devices cpu:3 -sm tensor 2>"$tmp/err")
 if [ "$got" != "$ref" ] || ! grep -q "prompt: *0 tokens processed, [0-9]* restored" "$tmp/err"; then
