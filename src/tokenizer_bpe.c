@@ -39,6 +39,21 @@ static const struct {
     {"starcoder refact command-r smollm codeshell exaone minerva", {"\\p{N}", GPT2_RE}},
     {"falcon", {"[\\p{P}\\$\\+<=>\\^~\\|`]+", GPT2_RE, "[0-9][0-9][0-9]"}},
     {"deepseek-coder", {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\xe4\xb8\x80-\xe9\xbe\xa5\xe0\xa0\x80-\xe4\xb8\x80\xea\xb0\x80-\xed\x9f\xbf]+", "\\p{N}"}},
+    {"deepseek-llm",
+     {"[\\r\\n]",
+      "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
+      "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481"
+      "\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf"
+      "\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d"
+      "\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4"
+      "\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107"
+      "\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f"
+      "\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d"
+      "\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17"
+      "\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb"
+      "\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+",
+      "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", "\\s+$",
+      "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", "\\p{N}+"}},
     {"llama3 llama-bpe dbrx smaug-bpe", {LLAMA3_RE}},
     {"qwen2", {QWEN2_RE}},
     {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_RE, "\\p{N}+", "[0-9][0-9][0-9]"}},
@@ -121,7 +136,7 @@ cleave_status tok_bpe_load(tokenizer *t, const gguf_file *f) {
     if (which < 0)
         return err_set(CLEAVE_ERR_UNSUPPORTED,
                        "BPE pre-tokenizer '%.*s' is not supported (known: gpt-2, mpt, starcoder, refact, falcon, "
-                       "deepseek-coder, llama3, qwen2, default and their aliases)",
+                       "deepseek-coder, deepseek-llm, llama3, qwen2, default and their aliases)",
                        (int)(pre_len > 64 ? 64 : pre_len), pre);
     struct tok_bpe *b = mem_calloc(1, sizeof *b, "BPE tokenizer");
     if (!b) return CLEAVE_ERR_OOM;
@@ -177,6 +192,20 @@ cleave_status tok_bpe_load(tokenizer *t, const gguf_file *f) {
         at += len;
         b->merge_off[i + 1] = at;
     }
+    return CLEAVE_OK;
+}
+
+cleave_status tok_bpe_check_pretokenizers(void) {
+    for (size_t i = 0; i < sizeof PRE / sizeof *PRE; i++)
+        for (size_t r = 0; r < MAX_RE && PRE[i].re[r]; r++) {
+            int code;
+            PCRE2_SIZE at;
+            pcre2_code *re =
+                pcre2_compile((PCRE2_SPTR)PRE[i].re[r], PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+            if (!re) return err_set(CLEAVE_ERR_INTERNAL, "pre-tokenizer '%s' regex %zu: error %d at %zu", PRE[i].names, r,
+                                    code, (size_t)at);
+            pcre2_code_free(re);
+        }
     return CLEAVE_OK;
 }
 
@@ -439,5 +468,9 @@ cleave_status tok_bpe_encode(const tokenizer *t, const char *text, size_t len, i
 size_t tok_bpe_piece(const tokenizer *t, int32_t id, char *dst) {
     (void)t, (void)id, (void)dst;
     return 0;
+}
+
+cleave_status tok_bpe_check_pretokenizers(void) {
+    return err_set(CLEAVE_ERR_UNSUPPORTED, "BPE tokenizer: this build has no PCRE2");
 }
 #endif

@@ -38,5 +38,7 @@ cleave_status tok_bpe_encode(const tokenizer *t, const char *text, size_t len, i
                              size_t *count);
 /* The bytes token `id` stands for, into dst (NULL: measure); the count. */
 size_t tok_bpe_piece(const tokenizer *t, int32_t id, char *dst);
+/* Compiles every known pre-tokenizer's regexes (for tests). */
+cleave_status tok_bpe_check_pretokenizers(void);
 
 #endif
