@@ -104,6 +104,31 @@ int cli_split_mode(const char *flag, const char *v, cleave_split_mode *out) {
     return 0;
 }
 
+const char *cli_mode_name(cleave_split_mode m) {
+    return m == CLEAVE_SPLIT_TENSOR ? "tensor" : m == CLEAVE_SPLIT_LAYER ? "layer" : "none";
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    bool failed = ferror(f) != 0;
+    fclose(f);
+    if (buf && failed) free(buf), buf = NULL;
+    if (buf) buf[n] = '\0', *len = n;
+    return buf;
+}
+
 int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
 #define IS(s) (!strcmp(flag, s))
     if (!(IS("--device") || IS("--devices") || IS("-ngl") || IS("--n-gpu-layers") || IS("-sm") ||

@@ -47,6 +47,11 @@ int cli_bench_flag(const char *flag, const char *v, long long *n_ctx, cli_contex
 /* A split mode by name (none, layer, tensor; "row" is tensor): 0, or -1
  * after a message naming the flag. */
 int cli_split_mode(const char *flag, const char *value, cleave_split_mode *out);
+/* "none", "layer" or "tensor". */
+const char *cli_mode_name(cleave_split_mode m);
+/* A whole file, NUL-terminated (len excludes the NUL); NULL when it
+ * cannot be read or memory runs out. */
+char *cli_read_file(const char *path, size_t *len);
 /* Initial placement: CPU, no split, fit by default. */
 cli_placement cli_placement_default(void);
 /* If flag is a placement flag (--device/--devices D, -ngl N, -sm MODE,

@@ -114,10 +114,6 @@ static bool parse(int argc, char **argv, psm_opts *o) {
     return true;
 }
 
-static const char *mode_name(cleave_split_mode m) {
-    return m == CLEAVE_SPLIT_TENSOR ? "tensor" : m == CLEAVE_SPLIT_LAYER ? "layer" : "none";
-}
-
 /* The context in `mode`, its cache emptied first (a switch then moves the
  * weights alone); progress hidden. */
 static int enter_mode(cleave_context *ctx, cleave_split_mode mode) {
@@ -204,8 +200,8 @@ static int one_request(const psm_opts *o, double t_start) {
     if (!rc) {
         double load = t_loaded - t_start, gen = t.end[0] - t.prefill - t.sw;
         char plan[48];
-        if (pre_mode == gen_mode) snprintf(plan, sizeof plan, "%s", mode_name(gen_mode));
-        else snprintf(plan, sizeof plan, "%s, then %s", mode_name(pre_mode), mode_name(gen_mode));
+        if (pre_mode == gen_mode) snprintf(plan, sizeof plan, "%s", cli_mode_name(gen_mode));
+        else snprintf(plan, sizeof plan, "%s, then %s", cli_mode_name(pre_mode), cli_mode_name(gen_mode));
         printf("| plan | prompt | generated | load s | prefill s | pp tok/s | switch s | switch GB | "
                "generation s | tg tok/s | wall s |\n");
         printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");

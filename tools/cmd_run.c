@@ -169,23 +169,6 @@ static int choose_modes(run_opts *o, size_t n_prompt, uint32_t n_ctx) {
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
-
 /* Streams one token's text to stdout. */
 static void emit(cleave_model *m, int32_t prev, int32_t tok) {
     char piece[256];
@@ -194,10 +177,6 @@ static void emit(cleave_model *m, int32_t prev, int32_t tok) {
         fwrite(piece, 1, n, stdout);
         fflush(stdout);
     }
-}
-
-const char *run_mode_name(cleave_split_mode m) {
-    return m == CLEAVE_SPLIT_TENSOR ? "tensor" : m == CLEAVE_SPLIT_LAYER ? "layer" : "none";
 }
 
 /* -psm: the prompt is in; the live context moves to -sm for generation,
@@ -215,7 +194,7 @@ static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
         return;
     }
     fprintf(stderr, "\ncleave: switched from %s to %s split in %.1f ms, now on %s\n",
-            run_mode_name(o->psm), run_mode_name(o->place.mode), (cli_now() - t0) * 1e3,
+            cli_mode_name(o->psm), cli_mode_name(o->place.mode), (cli_now() - t0) * 1e3,
             cleave_context_device(ctx));
     cleave_switch_report r;
     if (cleave_context_switch_report(ctx, &r) == CLEAVE_OK) {
@@ -237,24 +216,14 @@ static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
  * the count of prompt tokens it covers, 0 when it is absent or not used
  * (said why). */
 static size_t restore_prompt_cache(cleave_context *ctx, const run_opts *o, const int32_t *prompt, size_t n) {
-    FILE *f = fopen(o->prompt_cache, "rb");
-    if (!f) return 0; /* none yet */
-    size_t len = 0, cap = 1 << 20, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    fclose(f);
+    size_t len = 0;
+    char *buf = cli_read_file(o->prompt_cache, &len);
+    if (!buf) return 0; /* none yet (or unreadable: it is written anew) */
     size_t cap_ids = len / sizeof(int32_t) + 1; /* more than a state of len bytes holds */
-    int32_t *ids = buf ? malloc(cap_ids * sizeof *ids) : NULL;
+    int32_t *ids = malloc(cap_ids * sizeof *ids);
     size_t n_ids = 0, used = 0;
     const char *why = NULL;
-    if (!buf || !ids) why = "out of memory";
+    if (!ids) why = "out of memory";
     else if (cleave_state_tokens(ctx, buf, len, ids, cap_ids, &n_ids)) why = cleave_last_error();
     else if (!n_ids || n_ids > n || memcmp(ids, prompt, n_ids * sizeof *ids)) why = "it holds another prompt";
     else if (cleave_state_seq_set(ctx, 0, buf, len, &(cleave_state_options){.allow_lossy = o->prompt_cache_lossy}))
@@ -327,7 +296,7 @@ int cmd_run(int argc, char **argv) {
     size_t plen = 0;
     const char *ptext = o.prompt ? o.prompt : "";
     if (o.prompt_file) {
-        if (!(file_text = read_file(o.prompt_file, &plen))) {
+        if (!(file_text = cli_read_file(o.prompt_file, &plen))) {
             fprintf(stderr, "cleave run: cannot read prompt file %s\n", o.prompt_file);
             return 1;
         }

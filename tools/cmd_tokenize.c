@@ -17,24 +17,6 @@ static void usage(FILE *out) {
             "  --no-parse-special      control tokens written in the text stay text\n");
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
-
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL;
     bool ids_only = false, add_special = true, parse_special = true;
@@ -62,7 +44,7 @@ int cmd_tokenize(int argc, char **argv) {
     }
     size_t len = text ? strlen(text) : 0;
     char *buf = NULL;
-    if (file && !(buf = slurp(file, &len))) {
+    if (file && !(buf = cli_read_file(file, &len))) {
         fprintf(stderr, "cleave tokenize: cannot read %s\n", file);
         return 1;
     }

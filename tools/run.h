@@ -28,7 +28,6 @@ typedef struct {
     cleave_sampler_params sp;
 } run_opts;
 
-const char *run_mode_name(cleave_split_mode m);
 /* -np N: N sequences of the same prompt share the context (sequence i
  * samples with seed + i); their prompts arrive np_stagger steps apart and
  * run in the same batches as the others' generated tokens; with -psm, the
