@@ -20,14 +20,14 @@ static const char SPM_SPACE[3] = {'\xe2', '\x96', '\x81'};
 
 /* ---- text -> id table ---- */
 
-static uint64_t hash_bytes(const char *s, size_t n) {
+uint64_t tok_hash(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
     return h ^ (h >> 29);
 }
 
 int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
-    for (size_t h = hash_bytes(s, n) & t->mask;; h = (h + 1) & t->mask) {
+    for (size_t h = tok_hash(s, n) & t->mask;; h = (h + 1) & t->mask) {
         int32_t id = t->slots[h];
         if (id < 0) return -1;
         size_t len = t->off[id + 1] - t->off[id];
@@ -39,7 +39,7 @@ int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
 static void insert(tokenizer *t, int32_t id) {
     const char *s = t->arena + t->off[id];
     size_t n = t->off[id + 1] - t->off[id];
-    for (size_t h = hash_bytes(s, n) & t->mask;; h = (h + 1) & t->mask) {
+    for (size_t h = tok_hash(s, n) & t->mask;; h = (h + 1) & t->mask) {
         int32_t cur = t->slots[h];
         if (cur >= 0) {
             size_t len = t->off[cur + 1] - t->off[cur];

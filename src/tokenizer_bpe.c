@@ -71,19 +71,13 @@ struct tok_bpe {
     size_t n_re;
 };
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
 /* The rank of merging a and b (texts), -1 if they do not merge. */
 static int32_t merge_rank(const struct tok_bpe *b, const char *a, size_t na, const char *c, size_t nc) {
     char key[512];
     if (na + nc + 1 > sizeof key) return -1;
     memcpy(key, a, na), key[na] = ' ', memcpy(key + na + 1, c, nc);
     size_t n = na + nc + 1;
-    for (size_t h = hash_bytes(key, n) & b->merge_mask;; h = (h + 1) & b->merge_mask) {
+    for (size_t h = tok_hash(key, n) & b->merge_mask;; h = (h + 1) & b->merge_mask) {
         int32_t r = b->merge_slots[h];
         if (r < 0) return -1;
         size_t len = b->merge_off[r + 1] - b->merge_off[r];
@@ -181,7 +175,7 @@ cleave_status tok_bpe_load(tokenizer *t, const gguf_file *f) {
         gguf_get_arr_str(f, "tokenizer.ggml.merges", i, &s, &len);
         b->merge_off[i] = at;
         memcpy(b->merges + at, s, len);
-        for (size_t h = hash_bytes(s, len) & b->merge_mask;; h = (h + 1) & b->merge_mask)
+        for (size_t h = tok_hash(s, len) & b->merge_mask;; h = (h + 1) & b->merge_mask)
             if (b->merge_slots[h] < 0) { /* a repeated merge keeps its first (lowest) rank */
                 b->merge_slots[h] = (int32_t)i;
                 break;

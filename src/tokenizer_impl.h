@@ -27,6 +27,8 @@ struct tokenizer {
     struct tok_bpe *bpe; /* tokenizer.ggml.model = "gpt2": byte-level BPE; NULL for SentencePiece */
 };
 
+/* The hash the vocabulary's and the merges' open-addressing tables use. */
+uint64_t tok_hash(const char *s, size_t n);
 /* The id of a token text, -1 if none. */
 int32_t tok_lookup(const tokenizer *t, const char *s, size_t n);
 
