@@ -13,25 +13,6 @@
 
 /* ---- helpers ---- */
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, fp)) > 0;) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    fclose(fp);
-    if (buf) buf[n < cap ? n : cap - 1] = 0;
-    *len = n;
-    return buf;
-}
-
 /* Encodes text (no BOS) into toks (room for cap); returns the count or -1. */
 static long encode(const tokenizer *t, const char *text, size_t len, int32_t *toks, size_t cap) {
     size_t n = 0;
@@ -66,8 +47,6 @@ static void print_ids(const char *label, const int32_t *t, long n) {
 
 /* ---- llama.cpp reference cases ---- */
 
-#define SEP "\n__ggml_vocab_test__\n"
-
 static void test_llama_spm(void) {
     const char *vocab = tu_shared("vocab/ggml-vocab-llama-spm.gguf");
     const char *inp_path = tu_shared("vocab/ggml-vocab-llama-spm.gguf.inp");
@@ -90,29 +69,16 @@ static void test_llama_spm(void) {
     CHECK(tokenizer_add_bos(t));
     CHECK(tokenizer_is_eog(t, 2) && !tokenizer_is_eog(t, 1) && !tokenizer_is_eog(t, -1));
 
-    size_t inp_len = 0, out_len = 0;
-    char *inp = read_all(inp_path, &inp_len), *exp = read_all(out_path, &out_len);
-    CHECK(inp && exp);
+    tu_vocab_cases vc = {0};
+    tu_vocab_cases_open(&vc, vocab);
     enum { MAXTOK = 4096 };
     static int32_t want[MAXTOK], got[MAXTOK];
     static char text[1 << 16];
     int cases = 0, pass = 0, trips = 0, trip_pass = 0;
-    char *ip = inp, *op = exp;
-    for (char *sep; inp && exp && (sep = strstr(ip, SEP)) != NULL; ip = sep + strlen(SEP)) {
-        size_t len = (size_t)(sep - ip);
-        char *eol = strchr(op, '\n');
-        if (!eol) {
-            CHECK_MSG(0, "%s has fewer lines than cases", out_path);
-            break;
-        }
-        *eol = 0;
-        long nw = 0;
-        for (char *q = op, *end; nw < MAXTOK; q = end) {
-            long v = strtol(q, &end, 10);
-            if (end == q) break;
-            want[nw++] = (int32_t)v;
-        }
-        op = eol + 1;
+    const char *ip;
+    size_t len, n_want;
+    while (tu_vocab_case_next(&vc, &ip, &len, want, MAXTOK, &n_want)) {
+        long nw = (long)n_want;
         cases++;
 
         long ng = encode(t, ip, len, got, MAXTOK);
@@ -185,8 +151,7 @@ static void test_llama_spm(void) {
     }
     free(long_text);
     free(long_toks);
-    free(inp);
-    free(exp);
+    tu_vocab_cases_close(&vc);
     tokenizer_free(t);
     gguf_close(f);
 

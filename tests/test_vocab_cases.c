@@ -14,27 +14,7 @@
 #include "tokenizer.h"
 #include "tokenizer_impl.h"
 
-#define SEP "\n__ggml_vocab_test__\n"
 #define MAXTOK 8192
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, fp)) > 0;) {
-        n += got;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    fclose(fp);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 /* Case names: the input's first 40 bytes, escaped. */
 static void name_of(const char *s, size_t n, char *out, size_t cap) {
@@ -91,12 +71,11 @@ static void edge_cases(const tokenizer *t, const char *file, const char *sample,
 }
 
 static void one_vocab(const char *dir, const char *file, int *vocabs_ok) {
-    char path[1024], inp_path[1100], out_path[1100];
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    snprintf(inp_path, sizeof inp_path, "%s.inp", path);
-    snprintf(out_path, sizeof out_path, "%s.out", path);
     gguf_file *f = NULL;
     tokenizer *t = NULL;
+    tu_vocab_cases vc = {0};
     CHECK_OK(gguf_open(path, &f));
     cleave_status lst = f ? tokenizer_from_gguf(f, &t) : CLEAVE_ERR_IO;
     if (lst == CLEAVE_ERR_UNSUPPORTED && strstr(cleave_last_error(), "no PCRE2")) { /* an optional part */
@@ -106,31 +85,13 @@ static void one_vocab(const char *dir, const char *file, int *vocabs_ok) {
         return;
     }
     CHECK_MSG(!lst, "%s: %s", file, cleave_last_error());
-    size_t inp_len = 0, out_len = 0;
-    char *inp = read_all(inp_path, &inp_len), *exp = read_all(out_path, &out_len);
-    if (!t || !inp || !exp) {
-        CHECK_MSG(0, "%s: cannot load the vocabulary or its cases", file);
-        goto done;
-    }
+    if (!t || !tu_vocab_cases_open(&vc, path)) goto done;
     static int32_t want[MAXTOK], got[MAXTOK], again[MAXTOK];
     static char text[1 << 17];
     int cases = 0, pass = 0, trips = 0, trip_pass = 0;
-    char *ip = inp, *op = exp;
-    for (char *sep; (sep = strstr(ip, SEP)) != NULL; ip = sep + strlen(SEP)) {
-        size_t len = (size_t)(sep - ip);
-        char *eol = strchr(op, '\n');
-        if (!eol) {
-            CHECK_MSG(0, "%s has fewer lines than cases", out_path);
-            break;
-        }
-        *eol = 0;
-        size_t nw = 0;
-        for (char *q = op, *end; nw < MAXTOK; q = end) {
-            long v = strtol(q, &end, 10);
-            if (end == q) break;
-            want[nw++] = (int32_t)v;
-        }
-        op = eol + 1;
+    const char *ip;
+    size_t len, nw;
+    while (tu_vocab_case_next(&vc, &ip, &len, want, MAXTOK, &nw)) {
         cases++;
         char name[256];
         name_of(ip, len, name, sizeof name);
@@ -157,13 +118,12 @@ static void one_vocab(const char *dir, const char *file, int *vocabs_ok) {
         }
     }
     fprintf(stderr, "%-34s %2d/%d cases match llama.cpp, %d/%d round-trip\n", file, pass, cases, trip_pass, trips);
-    edge_cases(t, file, inp, inp_len);
+    edge_cases(t, file, vc.inp, strlen(vc.inp));
     CHECK_MSG(pass == cases && cases > 0, "%s: %d of %d cases", file, pass, cases);
     CHECK_MSG(trip_pass == trips, "%s: %d of %d round trips", file, trip_pass, trips);
     *vocabs_ok += pass == cases && cases > 0;
 done:
-    free(inp);
-    free(exp);
+    tu_vocab_cases_close(&vc);
     tokenizer_free(t);
     gguf_close(f);
 }

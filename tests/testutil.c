@@ -109,10 +109,52 @@ unsigned char *tu_slurp(const char *path, size_t *n) {
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fseek(f, 0, SEEK_SET);
-    unsigned char *b = size > 0 ? malloc((size_t)size) : NULL;
+    unsigned char *b = size >= 0 ? malloc((size_t)size + 1) : NULL;
     if (b && fread(b, 1, (size_t)size, f) == (size_t)size) *n = (size_t)size;
+    else free(b), b = NULL;
+    if (b) b[*n] = 0;
     fclose(f);
     return b;
+}
+
+#define VOCAB_SEP "\n__ggml_vocab_test__\n"
+
+bool tu_vocab_cases_open(tu_vocab_cases *c, const char *vocab_path) {
+    char path[4096];
+    size_t n;
+    snprintf(path, sizeof path, "%s.inp", vocab_path);
+    c->inp = (char *)tu_slurp(path, &n);
+    snprintf(path, sizeof path, "%s.out", vocab_path);
+    c->out = (char *)tu_slurp(path, &n);
+    c->ip = c->inp, c->op = c->out;
+    CHECK_MSG(c->inp && c->out, "%s: cannot read its .inp and .out", vocab_path);
+    return c->inp && c->out;
+}
+
+bool tu_vocab_case_next(tu_vocab_cases *c, const char **text, size_t *len, int32_t *ids, size_t cap, size_t *n) {
+    char *sep = c->ip ? strstr(c->ip, VOCAB_SEP) : NULL;
+    if (!sep) return false;
+    char *eol = strchr(c->op, '\n');
+    if (!eol) {
+        CHECK_MSG(0, "the .out has fewer lines than the .inp has cases");
+        return false;
+    }
+    *eol = 0;
+    *n = 0;
+    for (char *q = c->op, *end; *n < cap; q = end) {
+        long v = strtol(q, &end, 10);
+        if (end == q) break;
+        ids[(*n)++] = (int32_t)v;
+    }
+    *text = c->ip, *len = (size_t)(sep - c->ip);
+    c->ip = sep + strlen(VOCAB_SEP), c->op = eol + 1;
+    return true;
+}
+
+void tu_vocab_cases_close(tu_vocab_cases *c) {
+    free(c->inp);
+    free(c->out);
+    c->inp = c->out = c->ip = c->op = NULL;
 }
 
 void tu_spit(const char *path, const unsigned char *data, size_t n) {

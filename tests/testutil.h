@@ -56,8 +56,21 @@ const char *tu_gen_model(const char *preset, const char *arch, cleave_type type,
 /* Converts stories260K to GGUF in the temp dir; NULL when the shared model
  * is absent. */
 const char *tu_stories_model(void);
-/* Reads a whole file into a malloc'd buffer (NULL if unreadable). */
+/* Reads a whole file into a malloc'd buffer, NUL-terminated past its n
+ * bytes (NULL if unreadable). */
 unsigned char *tu_slurp(const char *path, size_t *n);
+/* llama.cpp's tokenizer cases for a vocabulary (VOCAB.inp: inputs
+ * separated by "\n__ggml_vocab_test__\n"; VOCAB.out: a line of ids each),
+ * read one by one. open fails (a failed check) when either file is
+ * unreadable; next gives a case's text (inside the .inp, len bytes) and
+ * expected ids (*n, at most cap), false at the end (a failed check when the
+ * .out runs short). */
+typedef struct tu_vocab_cases {
+    char *inp, *out, *ip, *op;
+} tu_vocab_cases;
+bool tu_vocab_cases_open(tu_vocab_cases *c, const char *vocab_path);
+bool tu_vocab_case_next(tu_vocab_cases *c, const char **text, size_t *len, int32_t *ids, size_t cap, size_t *n);
+void tu_vocab_cases_close(tu_vocab_cases *c);
 /* Writes n bytes to path. */
 void tu_spit(const char *path, const unsigned char *data, size_t n);
 /* max |a-b| / max |b| */
