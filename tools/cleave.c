@@ -223,6 +223,17 @@ cli_placement cli_placement_default(void) {
     return p;
 }
 
+cleave_context_params cli_context_params(const cli_context_opts *cx, const cli_placement *pl, uint32_t n_ctx) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = (uint32_t)cx->n_batch;
+    cp.n_ubatch = (uint32_t)cx->n_ubatch;
+    cp.n_threads = (int)cx->threads;
+    cp.kv_type = cx->kv_type;
+    cli_placement_apply(pl, &cp);
+    return cp;
+}
+
 void cli_placement_apply(const cli_placement *p, cleave_context_params *cp) {
     cp->fit = p->fit < 0 ? !p->explicit_split : p->fit == 1;
     cp->fit_min_ctx = (uint32_t)p->fit_ctx;

@@ -61,6 +61,8 @@ cli_placement cli_placement_default(void);
  * printing why the value is bad. */
 int cli_placement_flag(const char *flag, const char *v, cli_placement *p);
 void cli_placement_apply(const cli_placement *p, cleave_context_params *cp);
+/* Context parameters from the benchmarks' flags and a placement. */
+cleave_context_params cli_context_params(const cli_context_opts *cx, const cli_placement *pl, uint32_t n_ctx);
 /* Per device on stderr: the plan's bytes (weights, KV, compute), and with
  * peak, what the allocator has seen at most. */
 void cli_memory_report(const cleave_context *ctx, bool peak);

@@ -122,13 +122,7 @@ int cmd_batched_bench(int argc, char **argv) {
                 long long kv = (long long)o.npl[k] * (o.npp[i] + o.ntg[j]);
                 if (kv > need) need = kv;
             }
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = (uint32_t)(o.n_ctx > need ? o.n_ctx : need);
-    cp.n_batch = (uint32_t)o.cx.n_batch;
-    cp.n_ubatch = (uint32_t)o.cx.n_ubatch;
-    cp.n_threads = (int)o.cx.threads;
-    cp.kv_type = o.cx.kv_type;
-    cli_placement_apply(&o.place, &cp);
+    cleave_context_params cp = cli_context_params(&o.cx, &o.place, (uint32_t)(o.n_ctx > need ? o.n_ctx : need));
     cleave_model *m;
     cleave_context *ctx;
     int rc = cli_open(o.model, &cp, &m, &ctx);

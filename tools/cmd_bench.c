@@ -153,13 +153,7 @@ int cmd_bench(int argc, char **argv) {
     cleave_context *ctx = NULL;
     int32_t *toks = NULL;
     int rc = 1;
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = (uint32_t)max_n;
-    cp.n_batch = (uint32_t)o.cx.n_batch;
-    cp.n_ubatch = (uint32_t)o.cx.n_ubatch;
-    cp.n_threads = (int)o.cx.threads;
-    cp.kv_type = o.cx.kv_type;
-    cli_placement_apply(&o.place, &cp);
+    cleave_context_params cp = cli_context_params(&o.cx, &o.place, (uint32_t)max_n);
     if ((rc = cli_open(o.model, &cp, &m, &ctx))) return rc;
     rc = 1;
     cleave_model_desc d;

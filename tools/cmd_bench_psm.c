@@ -178,14 +178,9 @@ static int32_t *make_tokens(const cleave_model *m, size_t n) {
 /* ---- one request, wall clock from the process's start -------------------- */
 
 static int one_request(const psm_opts *o, double t_start) {
-    cleave_context_params cp = cleave_context_default_params();
     size_t n_total = (size_t)(o->n_prompt + o->n_gen);
-    cp.n_ctx = (uint32_t)(o->n_ctx ? o->n_ctx : (long long)n_total);
-    cp.n_batch = (uint32_t)o->cx.n_batch;
-    cp.n_ubatch = (uint32_t)o->cx.n_ubatch;
-    cp.n_threads = (int)o->cx.threads;
-    cp.kv_type = o->cx.kv_type;
-    cli_placement_apply(&o->place, &cp);
+    cleave_context_params cp =
+        cli_context_params(&o->cx, &o->place, (uint32_t)(o->n_ctx ? o->n_ctx : (long long)n_total));
     cleave_split_mode gen_mode = cp.split_mode, pre_mode = o->has_psm ? o->psm : cp.split_mode;
     cp.split_mode = pre_mode;
     cleave_model *m;
@@ -243,13 +238,8 @@ static int grid(psm_opts *o) {
     qsort(o->grid_tg, o->n_grid_tg, sizeof(int), cmp_int);
     int max_pp = o->grid_pp[o->n_grid_pp - 1], max_tg = o->grid_tg[o->n_grid_tg - 1];
     size_t n_total = (size_t)max_pp + (size_t)max_tg;
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = (uint32_t)(o->n_ctx ? o->n_ctx : (long long)n_total);
-    cp.n_batch = (uint32_t)o->cx.n_batch;
-    cp.n_ubatch = (uint32_t)o->cx.n_ubatch;
-    cp.n_threads = (int)o->cx.threads;
-    cp.kv_type = o->cx.kv_type;
-    cli_placement_apply(&o->place, &cp);
+    cleave_context_params cp =
+        cli_context_params(&o->cx, &o->place, (uint32_t)(o->n_ctx ? o->n_ctx : (long long)n_total));
     cp.split_mode = CLEAVE_SPLIT_LAYER;
     cleave_model *m;
     cleave_context *ctx;

@@ -79,13 +79,7 @@ int cmd_calibrate(int argc, char **argv) {
     long long need = 1;
     for (size_t i = 0; i < o.n_pp; i++) pp[i] = (uint32_t)(o.pp[i] > 0 ? o.pp[i] : 0), need = o.pp[i] > need ? o.pp[i] : need;
     for (size_t i = 0; i < o.n_depth; i++) depth[i] = (uint32_t)(o.depth[i] > 0 ? o.depth[i] : 0), need = o.depth[i] > need ? o.depth[i] : need;
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = (uint32_t)(o.n_ctx ? o.n_ctx : need + 64);
-    cp.n_batch = (uint32_t)o.cx.n_batch;
-    cp.n_ubatch = (uint32_t)o.cx.n_ubatch;
-    cp.n_threads = (int)o.cx.threads;
-    cp.kv_type = o.cx.kv_type;
-    cli_placement_apply(&o.place, &cp);
+    cleave_context_params cp = cli_context_params(&o.cx, &o.place, (uint32_t)(o.n_ctx ? o.n_ctx : need + 64));
     cp.split_mode = CLEAVE_SPLIT_LAYER;
     cleave_model *m;
     cleave_context *ctx;

@@ -41,13 +41,8 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     }
     for (size_t i = 0; i < n; i++) toks[i] = ids[i];
-    cleave_context_params cp = cleave_context_default_params();
-    cp.n_ctx = (uint32_t)(n < 16 ? 16 : n);
-    cp.n_batch = cx.n_batch ? (uint32_t)cx.n_batch : cp.n_ctx;
-    cp.n_ubatch = (uint32_t)cx.n_ubatch;
-    cp.kv_type = cx.kv_type;
-    cp.n_threads = (int)cx.threads;
-    cli_placement_apply(&place, &cp);
+    cleave_context_params cp = cli_context_params(&cx, &place, (uint32_t)(n < 16 ? 16 : n));
+    if (!cx.n_batch) cp.n_batch = cp.n_ctx;
     cleave_model *m;
     cleave_context *ctx;
     int rc = cli_open(model, &cp, &m, &ctx);
