@@ -148,18 +148,34 @@ static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, 
 
 #endif
 
+/* The header of c's state for a sequence of n cells (fingerprint left 0:
+ * only the writer needs it). */
+static state_header header_of(struct cleave_context *c, uint32_t n, bool tokens) {
+    const model_hparams *hp = &c->model->hp;
+    state_header h = {STATE_VERSION, (uint32_t)c->kv.type, 0, hp->n_layer, hp->n_head_kv, hp->head_dim,
+                      hp->n_vocab, n, (tokens ? STATE_TOKENS : 0) | (cleave_get_logits(c, -1) ? STATE_LOGITS : 0)};
+    return h;
+}
+
+/* seq's cells, by position, checked against the caller's token count. */
+static cleave_status state_cells(struct cleave_context *c, int32_t seq, size_t n_tokens, int32_t **cells,
+                                 uint32_t *n) {
+    cleave_status st = seq_cells(&c->kv, seq, cells, n);
+    if (!st && n_tokens && n_tokens != *n) {
+        free(*cells), *cells = NULL;
+        st = err_set(CLEAVE_ERR_INVALID_ARG, "state: %zu token ids for %u cached cells", n_tokens, *n);
+    }
+    return st;
+}
+
 cleave_status cleave_state_seq_size(cleave_context *c, int32_t seq, size_t n_tokens, size_t *out) {
     if (!c || !out || seq < 0) return err_set(CLEAVE_ERR_INVALID_ARG, "state size: context, sequence and out required");
     int32_t *cells;
     uint32_t n;
-    cleave_status st = seq_cells(&c->kv, seq, &cells, &n);
+    cleave_status st = state_cells(c, seq, n_tokens, &cells, &n);
     free(cells);
     if (st) return st;
-    if (n_tokens && n_tokens != n)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "state: %zu token ids for %u cached cells", n_tokens, n);
-    const model_hparams *hp = &c->model->hp;
-    state_header h = {STATE_VERSION, (uint32_t)c->kv.type, 0, hp->n_layer, hp->n_head_kv, hp->head_dim,
-                      hp->n_vocab, n, (n_tokens ? STATE_TOKENS : 0) | (cleave_get_logits(c, -1) ? STATE_LOGITS : 0)};
+    state_header h = header_of(c, n, n_tokens > 0);
     *out = payload_bytes(&h) + 8;
     return CLEAVE_OK;
 }
@@ -188,25 +204,25 @@ cleave_status cleave_state_seq_get(cleave_context *c, int32_t seq, const int32_t
     return no_xxhash();
 #else
     *written = 0;
-    size_t need;
-    cleave_status st = cleave_state_seq_size(c, seq, n_tokens, &need);
-    if (st) return st;
-    if (cap < need) return err_set(CLEAVE_ERR_INVALID_ARG, "state: %zu bytes of room for %zu", cap, need);
-    if ((st = engine_sync_all(c))) return st;
     int32_t *cells;
     uint32_t n;
-    if ((st = seq_cells(&c->kv, seq, &cells, &n))) return st;
+    cleave_status st = state_cells(c, seq, n_tokens, &cells, &n);
+    if (st) return st;
+    state_header h = header_of(c, n, n_tokens > 0);
+    size_t need = payload_bytes(&h) + 8;
+    if (cap < need || (st = engine_sync_all(c))) {
+        free(cells);
+        return st ? st : err_set(CLEAVE_ERR_INVALID_ARG, "state: %zu bytes of room for %zu", cap, need);
+    }
     const model_hparams *hp = &c->model->hp;
-    const float *logits = cleave_get_logits(c, -1);
     char *p = buf;
     memcpy(p, STATE_MAGIC, 8), p += 8;
-    put32(&p, STATE_VERSION), put32(&p, (uint32_t)c->kv.type), put64(&p, fingerprint(c->model));
-    uint32_t flags = (n_tokens ? STATE_TOKENS : 0) | (logits ? STATE_LOGITS : 0);
-    uint32_t dims[] = {hp->n_layer, hp->n_head_kv, hp->head_dim, hp->n_vocab, n, flags};
+    put32(&p, h.version), put32(&p, h.kv_type), put64(&p, fingerprint(c->model));
+    uint32_t dims[] = {h.n_layer, h.n_head_kv, h.head_dim, h.n_vocab, h.n_cells, h.flags};
     for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) put32(&p, dims[i]);
     for (uint32_t i = 0; i < n; i++) put32(&p, (uint32_t)c->kv.pos[cells[i]]);
     if (n_tokens) memcpy(p, tokens, (size_t)n * 4), p += (size_t)n * 4;
-    if (logits) memcpy(p, logits, (size_t)hp->n_vocab * 4), p += (size_t)hp->n_vocab * 4;
+    if (h.flags & STATE_LOGITS) memcpy(p, cleave_get_logits(c, -1), (size_t)hp->n_vocab * 4), p += (size_t)hp->n_vocab * 4;
     size_t block = (size_t)n * hp->n_head_kv * head_row(c->kv.type, hp->head_dim);
     for (uint32_t l = 0; !st && l < hp->n_layer; l++)
         for (int v = 0; !st && v < 2; v++, p += block) st = move_rows(c, l, v, cells, n, p, false);
