@@ -178,6 +178,8 @@ typedef struct {
     size_t n_types;
     int32_t bos;
     bool tokens_as_ints;
+    const char *pre;      /* tokenizer.ggml.pre, NULL: absent */
+    bool merges;          /* a tokenizer.ggml.merges array (one merge) */
 } vocab_opts;
 
 static const struct {
@@ -229,6 +231,9 @@ static cleave_status write_vocab(const char *path, vocab_opts o) {
     if (!st)
         st = gguf_set_arr(w, "tokenizer.ggml.token_type", GGUF_T_INT32, types,
                           o.n_types ? o.n_types : N_TINY);
+    if (!st && o.pre) st = gguf_set_str(w, "tokenizer.ggml.pre", o.pre);
+    static const char *const merges[] = {"a b"};
+    if (!st && o.merges) st = gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
     if (!st) st = gguf_set_i32(w, "tokenizer.ggml.bos_token_id", o.bos);
     if (!st) st = gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
     if (!st) st = gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
@@ -241,7 +246,7 @@ static cleave_status write_vocab(const char *path, vocab_opts o) {
 }
 
 static vocab_opts good_opts(void) {
-    vocab_opts o = {"llama", 0, 0, 0, 1, false};
+    vocab_opts o = {"llama", 0, 0, 0, 1, false, NULL, false};
     return o;
 }
 
@@ -394,6 +399,32 @@ static void test_bad_vocabs(void) {
         CHECK_MSG((tst == CLEAVE_ERR_FORMAT && strstr(cleave_last_error(), "tokenizer.ggml.merges")) ||
                       (tst == CLEAVE_ERR_UNSUPPORTED && strstr(cleave_last_error(), "no PCRE2")),
                   "%s", cleave_last_error());
+        tokenizer_free(gt);
+        gguf_close(gf);
+    }
+    /* a pre-tokenizer cleave does not know: refused, naming the known ones */
+    o.pre = "bogus-pre", o.merges = true;
+    {
+        const char *path = tu_tmp("gpt2_bogus_pre.gguf");
+        gguf_file *gf = NULL;
+        tokenizer *gt = NULL;
+        CHECK_OK(write_vocab(path, o));
+        cleave_status tst = gguf_open(path, &gf) ? CLEAVE_ERR_IO : tokenizer_from_gguf(gf, &gt);
+        CHECK_MSG(tst == CLEAVE_ERR_UNSUPPORTED && !gt &&
+                      (strstr(cleave_last_error(), "pre-tokenizer 'bogus-pre' is not supported (known: gpt-2") ||
+                       strstr(cleave_last_error(), "no PCRE2")),
+                  "%s", cleave_last_error());
+        tokenizer_free(gt);
+        gguf_close(gf);
+    }
+    o.pre = "gpt-2"; /* and one it knows loads */
+    {
+        const char *path = tu_tmp("gpt2_ok.gguf");
+        gguf_file *gf = NULL;
+        tokenizer *gt = NULL;
+        CHECK_OK(write_vocab(path, o));
+        cleave_status tst = gguf_open(path, &gf) ? CLEAVE_ERR_IO : tokenizer_from_gguf(gf, &gt);
+        CHECK_MSG(!tst || strstr(cleave_last_error(), "no PCRE2"), "%s", cleave_last_error());
         tokenizer_free(gt);
         gguf_close(gf);
     }
