@@ -437,14 +437,15 @@ done:
     return st;
 }
 
-/* Raw text between special tokens, through the model's own tokenizer;
- * SentencePiece's space prefix goes before text that starts the input or
- * follows a special token, as in llama.cpp. */
-static cleave_status encode_raw(const tokenizer *t, const char *text, size_t len, bool after_special,
-                                int32_t *out, size_t cap, size_t *count) {
+/* Raw text between special tokens, through the model's own tokenizer.
+ * Such text only ever starts the input or follows a special token, so
+ * SentencePiece's space prefix goes before every piece of it, as in
+ * llama.cpp. */
+static cleave_status encode_raw(const tokenizer *t, const char *text, size_t len, int32_t *out, size_t cap,
+                                size_t *count) {
     if (!len) return CLEAVE_OK;
     return t->bpe ? tok_bpe_encode(t, text, len, out, cap, count)
-                  : spm_encode(t, text, len, t->add_space_prefix && after_special, out, cap, count);
+                  : spm_encode(t, text, len, t->add_space_prefix, out, cap, count);
 }
 
 static void push(int32_t *out, size_t cap, size_t *count, int32_t id) {
@@ -461,7 +462,6 @@ cleave_status tokenizer_encode_ex(const tokenizer *t, const char *text, size_t l
     if (add_special && t->add_bos && t->bos >= 0) push(tokens, cap, &count, t->bos);
     cleave_status st = CLEAVE_OK;
     size_t plain = 0;
-    const bool after_special = true; /* raw text only ever starts the input or follows a special token */
     for (size_t i = 0; !st && i < len; i++) {
         int32_t hit = -1;
         uint8_t c = (uint8_t)text[i]; /* only the specials that start with this byte */
@@ -472,12 +472,12 @@ cleave_status tokenizer_encode_ex(const tokenizer *t, const char *text, size_t l
             if (n <= len - i && !memcmp(text + i, t->arena + t->off[id], n)) hit = id;
         }
         if (hit < 0) continue;
-        st = encode_raw(t, text + plain, i - plain, after_special, tokens, cap, &count);
+        st = encode_raw(t, text + plain, i - plain, tokens, cap, &count);
         push(tokens, cap, &count, hit);
         i += t->off[hit + 1] - t->off[hit] - 1;
         plain = i + 1;
     }
-    if (!st && plain < len) st = encode_raw(t, text + plain, len - plain, after_special, tokens, cap, &count);
+    if (!st && plain < len) st = encode_raw(t, text + plain, len - plain, tokens, cap, &count);
     if (st) return st;
     if (add_special && t->add_eos && t->eos >= 0) push(tokens, cap, &count, t->eos);
     *n_out = count;
