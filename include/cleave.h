@@ -272,6 +272,9 @@ const float *cleave_get_logits(cleave_context *ctx, int32_t i);
 void cleave_kv_clear(cleave_context *ctx);
 /* Number of positions cached for seq (its next position). */
 int32_t cleave_kv_seq_len(const cleave_context *ctx, int32_t seq);
+/* Forgets seq's cached positions [p0, p1) (p1 < 0: p0 onwards), as
+ * llama.cpp's seq_rm does; the rest of the cache is untouched. */
+cleave_status cleave_kv_seq_rm(cleave_context *ctx, int32_t seq, int32_t p0, int32_t p1);
 
 /* ---- chat templates ------------------------------------------------------ */
 

@@ -136,6 +136,22 @@ static cleave_status open_devices(struct cleave_context *c, const cleave_context
 
 static size_t tensor_bytes(const gguf_tensor *t) { return t ? t->nbytes : 0; }
 
+/* What a tiered cache's host part may pin: 90% of the memory the kernel
+ * reports available (CLEAVE_HOST_BUDGET_MIB overrides), or 0 (unknown:
+ * unlimited). */
+static size_t host_pinnable_bytes(void) {
+    const char *env = getenv("CLEAVE_HOST_BUDGET_MIB");
+    if (env && *env) return (size_t)strtoull(env, NULL, 10) << 20;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (size_t)(kib / 10 * 9) << 10;
+}
+
 static cleave_status make_plan(struct cleave_context *c, const cleave_context_params *p,
                                uint32_t n_ctx, uint32_t n_batch) {
     const struct cleave_model *m = c->model;
@@ -175,6 +191,7 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
         .ff_align = (uint32_t)ff_align, .tied = m->output == m->tok_embd,
         .kv_tiered = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL, .kv_vram_auto = p->kv_vram_cells == CLEAVE_KV_VRAM_AUTO,
         .kv_vram_cells = p->kv_vram_cells < 0 ? 0 : p->kv_vram_cells > UINT32_MAX ? UINT32_MAX : (uint32_t)p->kv_vram_cells,
+        .host_budget = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL ? host_pinnable_bytes() : 0,
     };
     cleave_status st = CLEAVE_OK;
     if (p->kv_vram_cells < CLEAVE_KV_VRAM_AUTO)
@@ -424,7 +441,7 @@ void cleave_context_free(cleave_context *c) {
     if (!c) return;
     cleave_context_free(c->spare); /* it borrows c's devices: first */
     for (size_t d = 0; d < c->n_dev; d++)
-        for (size_t b = 0; b < ENGINE_GRAPH_BUCKETS; b++)
+        for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++)
             if (c->devs[d].graphs[b]) c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
     if (!c->comm_borrowed) comm_free(c->comm); /* before the devices it lives on */
     c->comm = NULL;
@@ -497,15 +514,14 @@ cleave_status engine_add_norm(struct cleave_context *c, be_device *d, float *x, 
     return d->ops->rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
 }
 
-/* RoPE on q and k, then k and v into this device's cache rows of layer l. */
+/* RoPE on q and k, then k and v into this device's cache rows kc, vc. */
 static cleave_status rope_and_store(struct cleave_context *c, int dv, const engine_scratch *s,
-                                    uint32_t l, size_t n, size_t n_head, size_t n_head_kv) {
+                                    size_t n, size_t n_head, size_t n_head_kv, void *kc, void *vc) {
     engine_device *D = &c->devs[dv];
     be_device *d = D->dev;
     const be_ops *o = d->ops;
     const model_hparams *hp = &c->model->hp;
     size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
-    void *kc = c->kv.k[dv][l], *vc = c->kv.v[dv][l];
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
                     .freq_factors = D->rope_freqs};
     if (o->rope_store)
@@ -536,10 +552,11 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
     }
     if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
     if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
-    TRY(rope_and_store(c, E->dev, s, l, n, n_head, n_head_kv));
     uint32_t n_kv = graph ? c->graph_cells : c->kv.hi;
-    const void *kc, *vc; /* a tiered cache's tail staged first */
-    TRY(kv_attention_view(&c->kv, (size_t)E->dev, l, n_kv, &kc, &vc));
+    void *kc, *vc; /* a tiered cache: written and read through the staged alias */
+    TRY(kv_layer_begin(&c->kv, (size_t)E->dev, l, n_kv, &kc, &vc));
+    TRY(rope_and_store(c, E->dev, s, n, n_head, n_head_kv, kc, vc));
+    TRY(kv_layer_persist(&c->kv, (size_t)E->dev, l, n_kv, s->cells, n));
     be_attn a = {
         .q = s->q, .k = kc, .v = vc, .kv_type = c->kv.type, .n_tokens = n, .n_kv = n_kv,
         .n_kv_live = graph ? s->n_kv_live : NULL, .n_head = n_head, .n_head_kv = n_head_kv,
@@ -626,8 +643,22 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
 }
 
 /* The bucket of decode graphs for a cache whose live cells end at hi, and
- * the cells its attention is sized for. */
-static size_t graph_bucket(const struct cleave_context *c, uint32_t hi, uint32_t *cells) {
+ * the cells its attention is sized for; a tiered cache's host part
+ * reached: the tier slot, its graphs freed when they were sized for other
+ * cells. */
+static size_t graph_bucket(struct cleave_context *c, uint32_t hi, uint32_t *cells) {
+    if (kv_reaches_tail(&c->kv, hi)) {
+        uint64_t n = ((uint64_t)hi + ENGINE_GRAPH_TIER_STEP - 1) / ENGINE_GRAPH_TIER_STEP * ENGINE_GRAPH_TIER_STEP;
+        *cells = n > c->kv.n_ctx ? c->kv.n_ctx : (uint32_t)n;
+        if (*cells != c->tier_graph_cells)
+            for (size_t d = 0; d < c->n_dev; d++)
+                if (c->devs[d].graphs[ENGINE_GRAPH_TIER]) {
+                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[ENGINE_GRAPH_TIER]);
+                    c->devs[d].graphs[ENGINE_GRAPH_TIER] = NULL;
+                }
+        c->tier_graph_cells = *cells;
+        return ENGINE_GRAPH_TIER;
+    }
     size_t b = 0;
     while (b + 1 < ENGINE_GRAPH_BUCKETS && (uint64_t)ENGINE_GRAPH_MIN_CELLS << b < hi &&
            (uint64_t)ENGINE_GRAPH_MIN_CELLS << b < c->kv.n_ctx)
@@ -826,4 +857,12 @@ void cleave_kv_clear(cleave_context *c) {
 
 int32_t cleave_kv_seq_len(const cleave_context *c, int32_t seq) {
     return c ? kv_seq_next_pos(&c->kv, seq) : 0;
+}
+
+cleave_status cleave_kv_seq_rm(cleave_context *c, int32_t seq, int32_t p0, int32_t p1) {
+    if (!c || seq < 0 || p0 < 0 || (p1 >= 0 && p1 < p0))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "kv_seq_rm: sequence %d, positions [%d, %d)", (int)seq,
+                       (int)p0, (int)p1);
+    kv_seq_remove(&c->kv, seq, p0, p1);
+    return CLEAVE_OK;
 }

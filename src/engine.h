@@ -26,6 +26,14 @@ typedef struct engine_layer {
  * in distinct buckets; larger contexts share the last. */
 #define ENGINE_GRAPH_MIN_CELLS 256u
 #define ENGINE_GRAPH_BUCKETS 17
+/* Once a step reads a tiered cache's host part, its graph stages the
+ * tail up to the cells it is sized for, every step: that graph has a slot
+ * of its own (ENGINE_GRAPH_TIER) and is sized for the live cells rounded
+ * up to ENGINE_GRAPH_TIER_STEP, recorded again each time they cross one,
+ * so a step copies at most that many rows more than it reads. */
+#define ENGINE_GRAPH_TIER ENGINE_GRAPH_BUCKETS
+#define ENGINE_GRAPH_TIER_STEP 128u
+#define ENGINE_GRAPH_SLOTS (ENGINE_GRAPH_BUCKETS + 1)
 
 /* Activation scratch for one batch of up to n_batch tokens. */
 typedef struct engine_scratch {
@@ -53,7 +61,7 @@ typedef struct engine_device {
     int32_t *ids_host; /* its token ids, -1 for tokens outside the slice */
     /* the recorded one-token steps of this device, one per bucket of
      * live cells (see graphs_off) */
-    void *graphs[ENGINE_GRAPH_BUCKETS];
+    void *graphs[ENGINE_GRAPH_SLOTS];
 } engine_device;
 
 /* A device allocation to free at the end. */
@@ -100,6 +108,7 @@ struct cleave_context {
      * recording, or with CLEAVE_NO_GRAPH=1. */
     bool graphs_off;
     uint32_t graph_cells; /* the cells the step being recorded is sized for */
+    uint32_t tier_graph_cells; /* the cells the ENGINE_GRAPH_TIER graphs are sized for */
     /* What the context was made with (pointer fields cleared; the arrays
      * they pointed to are copied beside), so a split-mode switch can build
      * the other placement with the same devices, context and budgets. */

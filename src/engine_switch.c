@@ -201,7 +201,7 @@ static cleave_status move_in_place(struct cleave_context *c, struct cleave_conte
         if (!back) back = engine_place_finish(c);
         c->copy_src = NULL;
         for (size_t d = 0; d < c->n_dev; d++) /* recorded with the old addresses */
-            for (size_t b = 0; b < ENGINE_GRAPH_BUCKETS; b++)
+            for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++)
                 if (c->devs[d].graphs[b]) {
                     c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
                     c->devs[d].graphs[b] = NULL;

@@ -131,17 +131,54 @@ void kv_free_layer(kv_cache *kv, size_t d, uint32_t l) {
     free_buffer(kv, d, l, true);
 }
 
-cleave_status kv_attention_view(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const void **k,
-                                const void **v) {
-    *k = kv->k[d][l], *v = kv->v[d][l];
-    size_t used = (size_t)(cells < kv->n_ctx ? cells : kv->n_ctx) * kv->row_bytes[d];
-    if (!tiered(kv, d) || used <= kv->tier_head[d]) return CLEAVE_OK; /* device memory alone */
+static bool reaches_tail(const kv_cache *kv, size_t d, uint32_t cells, size_t *used) {
+    *used = (size_t)(cells < kv->n_ctx ? cells : kv->n_ctx) * kv->row_bytes[d];
+    return tiered(kv, d) && *used > kv->tier_head[d];
+}
+
+bool kv_reaches_tail(const kv_cache *kv, uint32_t cells) {
+    size_t used;
+    for (size_t d = 0; d < kv->n_dev; d++)
+        if (kv->k[d] && reaches_tail(kv, d, cells, &used)) return true;
+    return false;
+}
+
+static cleave_status stage_layer(kv_cache *kv, size_t d, uint32_t l, size_t used) {
     be_device *dev = kv->devs[d];
+    cleave_status st = dev->ops->tier_stage(dev, &kv->tiers[d][2 * l], used);
+    return st ? st : dev->ops->tier_stage(dev, &kv->tiers[d][2 * l + 1], used);
+}
+
+cleave_status kv_layer_begin(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, void **k, void **v) {
+    *k = kv->k[d][l], *v = kv->v[d][l];
+    size_t used;
+    if (!reaches_tail(kv, d, cells, &used)) return CLEAVE_OK; /* device memory alone */
+    be_device *dev = kv->devs[d];
+    cleave_status st = CLEAVE_OK;
+    if (kv->staged_layer[d] != (int64_t)l || kv->staged_bytes[d] != used) st = stage_layer(kv, d, l, used);
+    /* The next layer's staging (the other slot: the layer before this one
+     * read it, and that is queued) copies while this layer computes. Its
+     * rows of this pass are not written yet: they reach the staging
+     * through that layer's alias writes, after it joins. */
+    kv->staged_layer[d] = -1;
+    if (!st && l + 1 < kv->n_layer && kv->k[d][l + 1]) {
+        st = stage_layer(kv, d, l + 1, used);
+        kv->staged_layer[d] = l + 1, kv->staged_bytes[d] = used;
+    }
     const be_tier *tk = &kv->tiers[d][2 * l], *tv = &kv->tiers[d][2 * l + 1];
-    cleave_status st = dev->ops->tier_stage(dev, tk, used);
-    if (!st) st = dev->ops->tier_stage(dev, tv, used);
+    if (!st) st = dev->ops->tier_join(dev, tk);
+    if (!st) st = dev->ops->tier_join(dev, tv);
     if (!st) *k = tk->alias, *v = tv->alias;
     return st;
+}
+
+cleave_status kv_layer_persist(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const int32_t *new_cells,
+                               size_t n) {
+    size_t used;
+    if (!reaches_tail(kv, d, cells, &used)) return CLEAVE_OK;
+    be_device *dev = kv->devs[d];
+    cleave_status st = dev->ops->tier_persist(dev, &kv->tiers[d][2 * l], kv->row_bytes[d], new_cells, n);
+    return st ? st : dev->ops->tier_persist(dev, &kv->tiers[d][2 * l + 1], kv->row_bytes[d], new_cells, n);
 }
 
 size_t kv_head_bytes(const kv_cache *kv, size_t d) {
@@ -178,6 +215,7 @@ void kv_clear(kv_cache *kv) {
     }
     kv->n_used = 0;
     kv->hi = 0;
+    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d] = -1;
     /* cells past hi are never read, so nothing needs uploading */
     kv->dirty_lo = kv->n_ctx;
     kv->dirty_hi = 0;
@@ -217,6 +255,8 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n) {
 }
 
 cleave_status kv_sync_cells(kv_cache *kv) {
+    /* a pass starts here: nothing was staged ahead for it */
+    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d] = -1;
     if (kv->dirty_hi <= kv->dirty_lo) return CLEAVE_OK;
     size_t lo = kv->dirty_lo, bytes = (size_t)(kv->dirty_hi - kv->dirty_lo) * sizeof(int32_t);
     cleave_status st = CLEAVE_OK;
@@ -238,4 +278,15 @@ int32_t kv_seq_next_pos(const kv_cache *kv, int32_t seq) {
     for (uint32_t c = 0; c < kv->hi; c++)
         if (kv->seq[c] == seq && kv->pos[c] + 1 > next) next = kv->pos[c] + 1;
     return next;
+}
+
+size_t kv_seq_remove(kv_cache *kv, int32_t seq, int32_t p0, int32_t p1) {
+    size_t n = 0;
+    for (uint32_t c = 0; c < kv->hi; c++) {
+        if (kv->seq[c] != seq || kv->pos[c] < p0 || (p1 >= 0 && kv->pos[c] >= p1)) continue;
+        int32_t cell = (int32_t)c;
+        kv_release_cells(kv, &cell, 1);
+        n++;
+    }
+    return n;
 }

@@ -37,10 +37,14 @@ typedef struct kv_cache {
      * granularity) in device memory and the rest in host memory, in one
      * address range (k, v above point at it); tiers[d][2 l + (0 K, 1 V)]
      * are the backend's buffers, whose alias the attention reads once the
-     * used tail is staged (kv_attention_view). */
+     * used tail is staged (kv_layer_begin). */
     uint32_t vram_cells;
     size_t tier_head[KV_MAX_DEVICES];
     be_tier *tiers[KV_MAX_DEVICES];
+    /* the layer whose staging of staged_bytes was started ahead (by the
+     * layer before it in this pass), or -1 */
+    int64_t staged_layer[KV_MAX_DEVICES];
+    size_t staged_bytes[KV_MAX_DEVICES];
 } kv_cache;
 
 /* Allocates the cell table, and on device d (when width[d] > 0) a copy of
@@ -70,17 +74,28 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n);
 /* Uploads the cell-table entries changed since the last upload. */
 cleave_status kv_sync_cells(kv_cache *kv);
 void kv_clear(kv_cache *kv);
-/* What the attention over the first `cells` cells of layer l on device d
- * reads: the buffers themselves, or for a tiered cache whose used tail
- * reaches past the head, their aliases once that tail is staged (in the
- * device's op order). */
-cleave_status kv_attention_view(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const void **k,
-                                const void **v);
+/* Where a pass whose attention covers the first `cells` cells writes and
+ * reads layer l's K and V on device d: the buffers themselves, or for a
+ * tiered cache whose used tail reaches past the head, their aliases with
+ * that tail staged (in the device's op order). A tiered layer's staging
+ * also starts the next layer's on the device's copy queue, so that copy
+ * runs while this layer computes. Call once per layer and pass, before
+ * writing the pass's rows; then kv_layer_persist after writing them. */
+cleave_status kv_layer_begin(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, void **k, void **v);
+/* Whether attention over the first `cells` cells reads some device's host part. */
+bool kv_reaches_tail(const kv_cache *kv, uint32_t cells);
+/* Copies the rows of the n cells (a device array) just written through
+ * the aliases to the host tier, which stays the authoritative copy. A
+ * no-op where kv_layer_begin gave the buffers themselves. */
+cleave_status kv_layer_persist(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const int32_t *new_cells,
+                               size_t n);
 /* Bytes of one layer's K (or V) on device d in device memory and in host
  * memory; the device's staging (four buffers of the host part). */
 size_t kv_head_bytes(const kv_cache *kv, size_t d);
 size_t kv_tail_bytes(const kv_cache *kv, size_t d);
 /* 1 + the highest position cached for seq, or 0. */
 int32_t kv_seq_next_pos(const kv_cache *kv, int32_t seq);
+/* Frees seq's cells at positions [p0, p1) (p1 < 0: to the end); returns how many. */
+size_t kv_seq_remove(kv_cache *kv, int32_t seq, int32_t p0, int32_t p1);
 
 #endif

@@ -69,6 +69,14 @@ static cleave_status check_budgets(const plan_request *req, const plan *p) {
     }
     if (over)
         return err_set(CLEAVE_ERR_OOM, "the model does not fit: %s; try a smaller context (-c)", msg);
+    size_t host = 0;
+    for (size_t d = 0; d < p->n_devices; d++) host += p->bytes[d].kv_host;
+    if (req->host_budget && host > req->host_budget)
+        return err_set(CLEAVE_ERR_OOM,
+                       "the KV cache's host part needs %.1f MiB of pinned host memory but %.1f MiB "
+                       "are available; try a smaller context (-c) or more cells in device memory "
+                       "(--kv-vram-cells)",
+                       host / 1048576.0, req->host_budget / 1048576.0);
     return CLEAVE_OK;
 }
 

@@ -55,6 +55,7 @@ typedef struct plan_request {
      * largest count that fits every budget after weights and compute. */
     bool kv_tiered, kv_vram_auto;
     uint32_t kv_vram_cells;
+    size_t host_budget;          /* bytes the host parts may take together, 0 = unlimited */
 } plan_request;
 
 /* A half-open range [lo, hi). */

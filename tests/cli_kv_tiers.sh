@@ -5,7 +5,8 @@
 # same bytes as with the cache in one tier (sha256), for N = 0, 1, below,
 # at and above the prompt's length and n_ctx - 1, under the split modes,
 # through a split-mode switch, with a q8_0 cache whose rows straddle the
-# tiers' boundary, and with N chosen to fit a budget (auto).
+# tiers' boundary, and with N chosen to fit a budget (auto); a host part
+# over the host memory allowed is refused, or fit shrinks the context.
 set -u
 cli=$1 shared=$2 tmp=$3
 mkdir -p "$tmp"
@@ -54,6 +55,17 @@ for args in "" "--devices cpu:2 -sm tensor" "--devices cpu:2 -psm layer -sm tens
     if [ "$got" != "$ref" ]; then echo "FAIL: q8_0 --kv-vram-cells $n $args"; cat "$tmp/err"; fail=1; fi
   done
 done
+
+# a host part larger than the host memory allowed: refused up front with
+# what it needs, or (--fit) a context that fits
+CLEAVE_HOST_BUDGET_MIB=1 "$cli" run -m "$q" -p "x" -n 2 -c 65536 --kv-vram-cells 0 --fit off >/dev/null 2>"$tmp/err"
+if [ $? -ne 1 ] || ! grep -q "host part needs .* MiB of pinned host memory but 1.0 MiB" "$tmp/err"; then
+  echo "FAIL: a host part over the host budget should be refused"; cat "$tmp/err"; fail=1
+fi
+CLEAVE_HOST_BUDGET_MIB=1 "$cli" run -m "$q" -p "x" -n 2 -c 65536 --kv-vram-cells 0 --mem-report >/dev/null 2>"$tmp/err"
+if [ $? -ne 0 ] || grep -q "65536 cells" "$tmp/err"; then
+  echo "FAIL: --fit should shrink the context to the host budget"; cat "$tmp/err"; fail=1
+fi
 
 # bad values
 for v in -3 x; do

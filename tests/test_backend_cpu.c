@@ -753,6 +753,22 @@ static void test_tiers(void) {
     CHECK_MSG(alias[7] == 0x5a, "tiers: a write to the head shows through the alias");
     CHECK(o->tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
     CHECK_OK(o->tier_stage(d, &a, 0));
+    CHECK_OK(o->tier_join(d, &a));
+    /* rows written through the alias reach the host tier: rows of 100
+     * bytes; the first cell lies in the head, the second straddles it */
+    int32_t c1 = (int32_t)(head / 100), c2 = c1 + 20, cells[3] = {0, c1, c2};
+    for (size_t i = 0; i < bytes; i++) alias[i] = (unsigned char)(i * 7 + 1);
+    CHECK_OK(o->tier_persist(d, &a, 100, cells, 3));
+    bool rows_in = true, rest_kept = true;
+    for (size_t i = head; i < bytes; i++) {
+        bool written = (i >= (size_t)c1 * 100 && i < (size_t)c1 * 100 + 100) ||
+                       (i >= (size_t)c2 * 100 && i < (size_t)c2 * 100 + 100);
+        if (written) rows_in &= base[i] == alias[i];
+        else rest_kept &= base[i] == (unsigned char)(i * 13 + 5);
+    }
+    CHECK_MSG(rows_in && rest_kept, "tiers: persist copies the cells' rows past the head and no more");
+    int32_t far = 1000;
+    CHECK(o->tier_persist(d, &a, 100, &far, 1) == CLEAVE_ERR_INVALID_ARG);
     be_tier c;
     CHECK(o->tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
     CHECK(o->tier_alloc(d, page, 2 * page, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);

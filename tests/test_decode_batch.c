@@ -1,7 +1,8 @@
 /* cleave_decode_batch: three sequences' prompts interleaved in one call
  * (several passes of n_batch 8), then one token of each in one pass, give
  * each sequence's logits as decoding it alone does; only each sequence's
- * last token keeps logits; bad batches are refused and change nothing.
+ * last token keeps logits; bad batches are refused and change nothing;
+ * cleave_kv_seq_rm forgets one sequence's positions and no other's.
  * Also under the layer and tensor splits on virtual CPU devices. */
 #include <string.h>
 
@@ -82,6 +83,17 @@ static void check_model(const char *path, const char *devices, cleave_split_mode
         CHECK(cleave_decode_batch(c, big, bpos, bseq, 1) == CLEAVE_ERR_INVALID_ARG);
         big[0] = 0, bpos[0] = -1;
         CHECK(cleave_decode_batch(c, big, bpos, bseq, 1) == CLEAVE_ERR_INVALID_ARG);
+        /* seq_rm drops one sequence's step and nothing else: that step
+         * taken again gives the same logits */
+        int32_t other = cleave_kv_seq_len(c, 1);
+        CHECK_OK(cleave_kv_seq_rm(c, 2, len[1], -1));
+        CHECK(cleave_kv_seq_len(c, 2) == len[1] && cleave_kv_seq_len(c, 1) == other);
+        CHECK_OK(cleave_decode(c, &next[1], 1, len[1], 2, false));
+        const float *l = cleave_get_logits(c, -1);
+        CHECK_MSG(l && tu_rel_err(l, alone + 3 * nv, nv) < 1e-5, "%s: the step after seq_rm differs", path);
+        CHECK(cleave_kv_seq_rm(c, 2, 5, 3) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(cleave_kv_seq_rm(c, -1, 0, -1) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(cleave_kv_seq_len(c, 2) == len[1] + 1);
     }
     cleave_context_free(c);
     free(alone);

@@ -77,23 +77,34 @@ static bool parse(int argc, char **argv, bench_opts *o) {
     return true;
 }
 
-/* One timed run after `depth` untimed tokens fill the cache; returns
- * seconds or a negative value on error. */
+/* One timed run with the cache holding the first `depth` tokens (filled
+ * once per depth, by fill_depth): then the run's own tokens are dropped
+ * again, so every repetition starts from the same cache without paying
+ * the depth's prefill again. Returns seconds, or a negative value on error. */
 static double run_once(cleave_context *ctx, const int32_t *toks, int depth, int n, bool gen) {
-    cleave_kv_clear(ctx);
-    cleave_status st = depth ? cleave_decode(ctx, toks, (size_t)depth, 0, 0, false) : CLEAVE_OK;
     const int32_t *t = toks + depth;
+    cleave_status st = CLEAVE_OK;
     double t0 = cli_now();
     if (gen) {
         for (int i = 0; i < n && !st; i++) st = cleave_decode(ctx, &t[i], 1, depth + i, 0, false);
-    } else if (!st) {
+    } else {
         st = cleave_decode(ctx, t, (size_t)n, depth, 0, false);
     }
+    double dt = cli_now() - t0;
+    if (!st) st = cleave_kv_seq_rm(ctx, 0, depth, -1);
     if (st) {
         cli_fail(gen ? "generation" : "prompt processing", st);
         return -1;
     }
-    return cli_now() - t0;
+    return dt;
+}
+
+/* An empty cache, then the first `depth` tokens (untimed). */
+static int fill_depth(cleave_context *ctx, const int32_t *toks, int depth) {
+    cleave_kv_clear(ctx);
+    cleave_status st = depth ? cleave_decode(ctx, toks, (size_t)depth, 0, 0, false) : CLEAVE_OK;
+    if (st) cli_fail("filling the cache to the depth", st);
+    return st ? 1 : 0;
 }
 
 static void size_label(char *buf, size_t cap, double params) {
@@ -185,6 +196,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strncmp(cols.backend, "cpu", 3)) cols.backend = "CPU";
     rc = 0;
     for (size_t k = 0; k < o.n_depth && !rc; k++) {
+        rc = fill_depth(ctx, toks, o.depth[k]);
         for (size_t i = 0; i < o.n_pp && !rc; i++)
             if (o.pp[i] > 0) rc = run_test(ctx, &o, &cols, toks, o.depth[k], o.pp[i], false);
         for (size_t i = 0; i < o.n_tg && !rc; i++)

@@ -188,14 +188,24 @@ typedef struct be_ops {
      * device's staging buffer number `slot` (one per slot and size, shared
      * by every buffer of that slot: the engine gives alternate layers
      * alternate slots, so one layer's staging is filled while the layer
-     * before reads its own). tier_stage copies base's bytes [head, used)
-     * into the staging, in the device's op order, so that what reads alias
-     * [0, used) afterwards reads the cache from device memory alone. The
-     * device's budget counts head and the staging, not the host part. */
+     * before reads its own). The device's budget counts head and the
+     * staging, not the host part.
+     *
+     * tier_stage copies base's bytes [head, used) into the staging on a
+     * side queue (a GPU's copy engine): the copy starts once every op
+     * queued before it has run, and ops queued after it run beside it
+     * until tier_join(t), after which ops wait for t's latest staging.
+     * tier_persist copies, for each of the n cells (device memory) whose
+     * row of row_bytes reaches past head, that row's bytes past head from
+     * alias to base, in op order: the engine writes new rows through the
+     * alias (device memory) and persists them to the host tier. */
     size_t (*tier_granularity)(be_device *d);
     cleave_status (*tier_alloc)(be_device *d, size_t bytes, size_t head, int slot, const char *what,
                                 be_tier *out);
     cleave_status (*tier_stage)(be_device *d, const be_tier *t, size_t used);
+    cleave_status (*tier_join)(be_device *d, const be_tier *t);
+    cleave_status (*tier_persist)(be_device *d, const be_tier *t, size_t row_bytes, const int32_t *cells,
+                                  size_t n);
     void (*tier_free)(be_device *d, be_tier *t);
 } be_ops;
 

@@ -235,6 +235,8 @@ static const be_ops cpu_ops = {
     .tier_granularity = cpu_tier_granularity,
     .tier_alloc = cpu_tier_alloc,
     .tier_stage = cpu_tier_stage,
+    .tier_join = cpu_tier_join,
+    .tier_persist = cpu_tier_persist,
     .tier_free = cpu_tier_free,
 };
 

@@ -167,6 +167,28 @@ cleave_status cpu_tier_stage(be_device *d, const be_tier *t, size_t used) {
     return CLEAVE_OK;
 }
 
+/* Ops run as they are called here, so the copy is done when this returns. */
+cleave_status cpu_tier_join(be_device *d, const be_tier *t) {
+    (void)d, (void)t;
+    return CLEAVE_OK;
+}
+
+cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t row_bytes, const int32_t *cells,
+                               size_t n) {
+    (void)d;
+    if (n && (!cells || !row_bytes)) return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: persisting rows");
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = (size_t)cells[i] * row_bytes, hi = lo + row_bytes;
+        if (cells[i] < 0 || hi > t->bytes)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: cell %d of %zu bytes", (int)cells[i],
+                           t->bytes);
+        if (hi <= t->head) continue;
+        if (lo < t->head) lo = t->head;
+        memcpy((char *)t->base + lo, (const char *)t->alias + lo, hi - lo);
+    }
+    return CLEAVE_OK;
+}
+
 void cpu_tier_free(be_device *d, be_tier *t) {
     cpu_tier *ct = t ? t->impl : NULL;
     if (!ct) return;

@@ -42,11 +42,35 @@ static void test_buffers(void) {
         CHECK_OK(o->read(d, back, a.base, bytes));
         CHECK_MSG(!memcmp(back, host, bytes), "the base range does not read back what was written");
         CHECK_OK(o->tier_stage(d, &a, head + 2 * g));
+        CHECK_OK(o->tier_join(d, &a));
         CHECK_OK(o->read(d, back, a.alias, head + 2 * g));
         CHECK_MSG(!memcmp(back, host, head + 2 * g), "the alias does not read the staged cache");
         CHECK_OK(o->read(d, back, b.alias, head + 2 * g));
         CHECK_MSG(!memcmp(back + head, host + head, 2 * g), "two buffers of one slot, two stagings");
         CHECK(o->tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
+        /* rows written through the alias persist to the host tier: rows of
+         * 1088 bytes (a q8_0 row), one inside the head, one across it,
+         * one in the tail */
+        int32_t c1 = (int32_t)(head / 1088), cells[3] = {0, c1, c1 + 100};
+        int32_t *dcells = o->alloc(d, sizeof cells, "cells");
+        unsigned char *fresh = malloc(bytes);
+        if (dcells && fresh) {
+            for (size_t i = 0; i < bytes; i++) fresh[i] = (unsigned char)(i * 7 + 1);
+            CHECK_OK(o->write(d, dcells, cells, sizeof cells));
+            CHECK_OK(o->write(d, a.alias, fresh, head + 2 * g));
+            CHECK_OK(o->tier_persist(d, &a, 1088, dcells, 3));
+            CHECK_OK(o->read(d, back, a.base, bytes));
+            bool rows_in = true, rest_kept = true;
+            for (size_t i = head; i < bytes; i++) {
+                bool in = (i >= (size_t)c1 * 1088 && i < (size_t)(c1 + 1) * 1088) ||
+                          (i >= (size_t)(c1 + 100) * 1088 && i < (size_t)(c1 + 101) * 1088);
+                if (in) rows_in &= back[i] == fresh[i];
+                else rest_kept &= back[i] == host[i];
+            }
+            CHECK_MSG(rows_in && rest_kept, "persist copies the cells' rows past the head and no more");
+        }
+        if (dcells) o->free(d, dcells);
+        free(fresh);
         be_tier c;
         CHECK(o->tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
     }

@@ -63,8 +63,12 @@ struct cuda_device {
     struct threadpool *up_pool;
     unsigned up_next;
     int up_state;
-    /* tiered KV cache (cuda_tier.cu): staging buffers by slot and size */
+    /* tiered KV cache (cuda_tier.cu): staging buffers by slot and size;
+     * the stream that fills them, made with the first tier, and the event
+     * it starts after (everything queued on `stream` so far) */
     struct cuda_staging *tier_staging;
+    cudaStream_t tier_stream;
+    cudaEvent_t tier_issued;
 };
 
 /* The tiered KV cache's buffers (cuda_tier.cu; be_ops.tier_*). */
@@ -72,6 +76,9 @@ size_t cuda_tier_granularity(be_device *d);
 cleave_status cuda_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, const char *what,
                                          be_tier *out);
 cleave_status cuda_tier_stage(be_device *d, const be_tier *t, size_t used);
+cleave_status cuda_tier_join(be_device *d, const be_tier *t);
+cleave_status cuda_tier_persist(be_device *d, const be_tier *t, size_t row_bytes, const int32_t *cells,
+                                size_t n);
 void cuda_tier_free(be_device *d, be_tier *t);
 void cuda_tier_destroy(cuda_device *d); /* at the device's end */
 

@@ -222,7 +222,8 @@ static const be_ops cuda_ops = {
     cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free,
     cuda_op_matmul_multi, cuda_op_ffn,
     cuda_event_record, cuda_event_free, cuda_copy_from, cuda_copy2d_from,
-    cuda_tier_granularity, cuda_tier_alloc, cuda_tier_stage, cuda_tier_free,
+    cuda_tier_granularity, cuda_tier_alloc, cuda_tier_stage, cuda_tier_join, cuda_tier_persist,
+    cuda_tier_free,
 };
 
 bool be_is_cuda(const be_device *d) { return d && d->ops == &cuda_ops; }

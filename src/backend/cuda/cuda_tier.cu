@@ -4,7 +4,9 @@
  * (CU_MEM_LOCATION_TYPE_HOST) over the rest, so kernels and copies see
  * one array; a second range maps the same device allocation followed by
  * the device's staging buffer of the buffer's slot, which the copy engine
- * fills from the host part before attention reads that range. The driver
+ * fills from the host part on a stream of its own, beside the kernels
+ * (the engine fills layer l + 1's while layer l computes), before
+ * attention reads that range. The driver
  * calls are reached through cudaGetDriverEntryPoint, so cleave links the
  * runtime alone. */
 #include <cuda.h>
@@ -80,6 +82,7 @@ struct cuda_staging {
     size_t bytes;
     unsigned refs;
     CUmemGenericAllocationHandle h;
+    cudaEvent_t filled; /* recorded after its latest fill */
     struct cuda_staging *next;
 };
 
@@ -165,6 +168,13 @@ static cleave_status staging_get(cuda_device *d, int slot, size_t bytes, const c
         free(s);
         return drv_fail(r, "cuMemCreate (staging)", d);
     }
+    cudaError_t e = cudaEventCreateWithFlags(&s->filled, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        if (bytes) vmm.release(s->h);
+        release_budget(d, bytes);
+        free(s);
+        return cuda_fail(e, "staging event", __FILE__, __LINE__);
+    }
     s->slot = slot, s->bytes = bytes, s->refs = 1;
     pthread_mutex_lock(&d->lock);
     s->next = d->tier_staging, d->tier_staging = s;
@@ -186,6 +196,7 @@ static void staging_put(cuda_device *d, struct cuda_staging *s) {
     pthread_mutex_unlock(&d->lock);
     if (!last) return;
     if (s->bytes) vmm.release(s->h);
+    cudaEventDestroy(s->filled);
     release_budget(d, s->bytes);
     free(s);
 }
@@ -215,6 +226,16 @@ fail:
     return 0;
 }
 
+/* The staging stream and its start event, made once per device. */
+static cleave_status stream_ready(cuda_device *d) {
+    pthread_mutex_lock(&d->lock);
+    cudaError_t e = cudaSuccess;
+    if (!d->tier_stream) e = cudaStreamCreateWithFlags(&d->tier_stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess && !d->tier_issued) e = cudaEventCreateWithFlags(&d->tier_issued, cudaEventDisableTiming);
+    pthread_mutex_unlock(&d->lock);
+    return e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "tiered KV cache: staging stream", __FILE__, __LINE__);
+}
+
 cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slot,
                                          const char *what, be_tier *out) {
     cuda_device *d = cuda_dev(dev);
@@ -228,6 +249,8 @@ cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slo
         return err_set(CLEAVE_ERR_INVALID_ARG, "%s: %zu of %zu bytes in device memory (a multiple of %zu)", what,
                        head, bytes, gran);
     cudaSetDevice(d->ordinal);
+    cleave_status sst = stream_ready(d);
+    if (sst) return sst;
     size_t span = round_up(bytes, gran), tail = span - head;
     cuda_tier *t = (cuda_tier *)mem_calloc(1, sizeof *t, what);
     if (!t) return CLEAVE_ERR_OOM;
@@ -270,8 +293,55 @@ cleave_status cuda_tier_stage(be_device *dev, const be_tier *t, size_t used) {
     if (used > t->bytes)
         return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: %zu bytes staged of %zu", used, t->bytes);
     if (used <= t->head) return CLEAVE_OK;
+    const cuda_tier *ct = (const cuda_tier *)t->impl;
+    /* after everything queued so far (the layer that last read this
+     * staging among it), beside everything queued later */
+    CUDA_TRY(cudaEventRecord(d->tier_issued, d->stream));
+    CUDA_TRY(cudaStreamWaitEvent(d->tier_stream, d->tier_issued, 0));
     CUDA_TRY(cudaMemcpyAsync((char *)t->alias + t->head, (const char *)t->base + t->head, used - t->head,
-                             cudaMemcpyDefault, d->stream));
+                             cudaMemcpyDefault, d->tier_stream));
+    CUDA_TRY(cudaEventRecord(ct->staging->filled, d->tier_stream));
+    return CLEAVE_OK;
+}
+
+cleave_status cuda_tier_join(be_device *dev, const be_tier *t) {
+    cuda_device *d = cuda_dev(dev);
+    const cuda_tier *ct = (const cuda_tier *)t->impl;
+    if (!ct) return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: join of a freed buffer");
+    CUDA_TRY(cudaStreamWaitEvent(d->stream, ct->staging->filled, 0));
+    return CLEAVE_OK;
+}
+
+/* Block i: the bytes of cell i's row past head, alias to base (W-byte words). */
+template <typename W>
+__global__ void k_tier_persist(const char *alias, char *base, size_t head, size_t row_bytes,
+                               const int32_t *cells) {
+    cuda_pdl_wait();
+    size_t lo = (size_t)cells[blockIdx.x] * row_bytes, hi = lo + row_bytes;
+    if (hi <= head) return;
+    if (lo < head) lo = head;
+    const W *src = (const W *)(alias + lo);
+    W *dst = (W *)(base + lo);
+    for (size_t i = threadIdx.x; i < (hi - lo) / sizeof(W); i += blockDim.x) dst[i] = src[i];
+}
+
+cleave_status cuda_tier_persist(be_device *dev, const be_tier *t, size_t row_bytes, const int32_t *cells,
+                                size_t n) {
+    cuda_device *d = cuda_dev(dev);
+    if (!n || t->head >= t->bytes) return CLEAVE_OK;
+    if (!cells || !row_bytes || n > 0x7fffffffu)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: persisting %zu rows", n);
+    /* head is a multiple of the granularity, so row_bytes alone decides
+     * which word every row's part past head is made of */
+    if (row_bytes % 16 == 0)
+        CUDA_LAUNCH(d, k_tier_persist<uint4>, (unsigned)n, 128, 0, (const char *)t->alias, (char *)t->base,
+                    t->head, row_bytes, cells);
+    else if (row_bytes % 4 == 0)
+        CUDA_LAUNCH(d, k_tier_persist<uint32_t>, (unsigned)n, 128, 0, (const char *)t->alias, (char *)t->base,
+                    t->head, row_bytes, cells);
+    else
+        CUDA_LAUNCH(d, k_tier_persist<unsigned char>, (unsigned)n, 128, 0, (const char *)t->alias,
+                    (char *)t->base, t->head, row_bytes, cells);
     return CLEAVE_OK;
 }
 
@@ -281,6 +351,7 @@ void cuda_tier_free(be_device *dev, be_tier *t) {
     cuda_device *d = cuda_dev(dev);
     cudaSetDevice(d->ordinal);
     cudaStreamSynchronize(d->stream); /* copies and kernels may still use it */
+    if (d->tier_stream) cudaStreamSynchronize(d->tier_stream);
     if (t->base) vmm.unmap((CUdeviceptr)t->base, ct->span), vmm.free_va((CUdeviceptr)t->base, ct->span);
     if (t->alias) vmm.unmap((CUdeviceptr)t->alias, ct->span), vmm.free_va((CUdeviceptr)t->alias, ct->span);
     if (ct->head_made) vmm.release(ct->head_h);
@@ -296,7 +367,11 @@ void cuda_tier_destroy(cuda_device *d) {
     for (struct cuda_staging *s = d->tier_staging, *next; s; s = next) { /* of tiers never freed */
         next = s->next;
         if (s->bytes) vmm.release(s->h);
+        cudaEventDestroy(s->filled);
         free(s);
     }
     d->tier_staging = NULL;
+    if (d->tier_stream) cudaStreamSynchronize(d->tier_stream), cudaStreamDestroy(d->tier_stream);
+    if (d->tier_issued) cudaEventDestroy(d->tier_issued);
+    d->tier_stream = NULL, d->tier_issued = NULL;
 }
