@@ -564,6 +564,7 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
         .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
     };
     TRY(o->attention(d, &a));
+    TRY(kv_layer_end(&c->kv, (size_t)E->dev, l, n_kv));
     return o->matmul(d, &E->wo, s->att, n, NULL, out);
 }
 

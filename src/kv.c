@@ -149,27 +149,43 @@ static cleave_status stage_layer(kv_cache *kv, size_t d, uint32_t l, size_t used
     return st ? st : dev->ops->tier_stage(dev, &kv->tiers[d][2 * l + 1], used);
 }
 
+/* Layer l's staging started for `used` bytes, unless its slot already
+ * holds it: a slot, once filled, stays in step with base through the
+ * pass's writes (alias, then persist) until another layer takes it. */
+static cleave_status ensure_staged(kv_cache *kv, size_t d, uint32_t l, size_t used) {
+    if (l >= kv->n_layer || !kv->k[d][l]) return CLEAVE_OK; /* not on this device */
+    int p = l % 2;
+    if (kv->staged_layer[d][p] == (int64_t)l && kv->staged_bytes[d][p] == used) return CLEAVE_OK;
+    kv->staged_layer[d][p] = -1;
+    cleave_status st = stage_layer(kv, d, l, used);
+    if (!st) kv->staged_layer[d][p] = l, kv->staged_bytes[d][p] = used;
+    return st;
+}
+
 cleave_status kv_layer_begin(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, void **k, void **v) {
     *k = kv->k[d][l], *v = kv->v[d][l];
     size_t used;
     if (!reaches_tail(kv, d, cells, &used)) return CLEAVE_OK; /* device memory alone */
     be_device *dev = kv->devs[d];
-    cleave_status st = CLEAVE_OK;
-    if (kv->staged_layer[d] != (int64_t)l || kv->staged_bytes[d] != used) st = stage_layer(kv, d, l, used);
-    /* The next layer's staging (the other slot: the layer before this one
-     * read it, and that is queued) copies while this layer computes. Its
-     * rows of this pass are not written yet: they reach the staging
-     * through that layer's alias writes, after it joins. */
-    kv->staged_layer[d] = -1;
-    if (!st && l + 1 < kv->n_layer && kv->k[d][l + 1]) {
-        st = stage_layer(kv, d, l + 1, used);
-        kv->staged_layer[d] = l + 1, kv->staged_bytes[d] = used;
-    }
+    /* at a pass's first layer on this device neither is staged yet; after
+     * that kv_layer_end of the layer before last started both */
+    cleave_status st = ensure_staged(kv, d, l, used);
+    if (!st) st = ensure_staged(kv, d, l + 1, used);
     const be_tier *tk = &kv->tiers[d][2 * l], *tv = &kv->tiers[d][2 * l + 1];
     if (!st) st = dev->ops->tier_join(dev, tk);
     if (!st) st = dev->ops->tier_join(dev, tv);
     if (!st) *k = tk->alias, *v = tv->alias;
     return st;
+}
+
+cleave_status kv_layer_end(kv_cache *kv, size_t d, uint32_t l, uint32_t cells) {
+    size_t used;
+    if (!reaches_tail(kv, d, cells, &used)) return CLEAVE_OK;
+    /* Layer l's attention is queued, so its slot may take layer l + 2's
+     * tail: that copy runs beside the rest of layer l and all of l + 1.
+     * Its rows of this pass are not written yet: they reach the staging
+     * through that layer's alias writes, after it joins. */
+    return ensure_staged(kv, d, l + 2, used);
 }
 
 cleave_status kv_layer_persist(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const int32_t *new_cells,
@@ -215,7 +231,7 @@ void kv_clear(kv_cache *kv) {
     }
     kv->n_used = 0;
     kv->hi = 0;
-    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d] = -1;
+    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d][0] = kv->staged_layer[d][1] = -1;
     /* cells past hi are never read, so nothing needs uploading */
     kv->dirty_lo = kv->n_ctx;
     kv->dirty_hi = 0;
@@ -256,7 +272,7 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n) {
 
 cleave_status kv_sync_cells(kv_cache *kv) {
     /* a pass starts here: nothing was staged ahead for it */
-    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d] = -1;
+    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d][0] = kv->staged_layer[d][1] = -1;
     if (kv->dirty_hi <= kv->dirty_lo) return CLEAVE_OK;
     size_t lo = kv->dirty_lo, bytes = (size_t)(kv->dirty_hi - kv->dirty_lo) * sizeof(int32_t);
     cleave_status st = CLEAVE_OK;

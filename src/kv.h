@@ -41,10 +41,11 @@ typedef struct kv_cache {
     uint32_t vram_cells;
     size_t tier_head[KV_MAX_DEVICES];
     be_tier *tiers[KV_MAX_DEVICES];
-    /* the layer whose staging of staged_bytes was started ahead (by the
-     * layer before it in this pass), or -1 */
-    int64_t staged_layer[KV_MAX_DEVICES];
-    size_t staged_bytes[KV_MAX_DEVICES];
+    /* per device and staging slot (layer parity): the layer whose tail
+     * of staged_bytes the slot holds or is being filled with in this
+     * pass, or -1 */
+    int64_t staged_layer[KV_MAX_DEVICES][2];
+    size_t staged_bytes[KV_MAX_DEVICES][2];
 } kv_cache;
 
 /* Allocates the cell table, and on device d (when width[d] > 0) a copy of
@@ -77,18 +78,21 @@ void kv_clear(kv_cache *kv);
 /* Where a pass whose attention covers the first `cells` cells writes and
  * reads layer l's K and V on device d: the buffers themselves, or for a
  * tiered cache whose used tail reaches past the head, their aliases with
- * that tail staged (in the device's op order). A tiered layer's staging
- * also starts the next layer's on the device's copy queue, so that copy
- * runs while this layer computes. Call once per layer and pass, before
- * writing the pass's rows; then kv_layer_persist after writing them. */
+ * that tail staged (in the device's op order). Stagings run on the
+ * device's copy queue, beside the kernels: kv_layer_end(l), called once
+ * layer l's attention is queued, starts layer l + 2's into the slot l
+ * used, so it copies while l finishes and l + 1 computes. Per layer and
+ * pass: kv_layer_begin before writing the pass's rows, kv_layer_persist
+ * after writing them, kv_layer_end after the attention. */
 cleave_status kv_layer_begin(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, void **k, void **v);
-/* Whether attention over the first `cells` cells reads some device's host part. */
-bool kv_reaches_tail(const kv_cache *kv, uint32_t cells);
+cleave_status kv_layer_end(kv_cache *kv, size_t d, uint32_t l, uint32_t cells);
 /* Copies the rows of the n cells (a device array) just written through
  * the aliases to the host tier, which stays the authoritative copy. A
  * no-op where kv_layer_begin gave the buffers themselves. */
 cleave_status kv_layer_persist(kv_cache *kv, size_t d, uint32_t l, uint32_t cells, const int32_t *new_cells,
                                size_t n);
+/* Whether attention over the first `cells` cells reads some device's host part. */
+bool kv_reaches_tail(const kv_cache *kv, uint32_t cells);
 /* Bytes of one layer's K (or V) on device d in device memory and in host
  * memory; the device's staging (four buffers of the host part). */
 size_t kv_head_bytes(const kv_cache *kv, size_t d);

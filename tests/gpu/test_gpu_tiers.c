@@ -7,9 +7,9 @@
  * the same logits bit for bit and the same tokens. With
  * CLEAVE_TIERS_MODEL=PATH (an 8B-shape model from `cleave gen`), also
  * prompts of 4k, 20k and 40k tokens and 256 greedy steps with N = 2048,
- * f16 and q8_0 caches. Also: a switch from the layer to the tensor split
- * with the cache tiered, and a state saved from a tiered GPU cache
- * restored on the CPU and on one GPU.
+ * f16 and q8_0 caches (CLEAVE_TIERS_PROMPTS=1: 4k only). Also: a switch
+ * from the layer to the tensor split with the cache tiered, and a state
+ * saved from a tiered GPU cache restored on the CPU and on one GPU.
  * Needs a CUDA device; run on the GPU machine (not part of CI). */
 #include <stdlib.h>
 #include <string.h>
@@ -206,7 +206,11 @@ int main(void) {
     const char *big = getenv("CLEAVE_TIERS_MODEL");
     if (big && *big) {
         static const uint32_t prompts[] = {4096, 20480, 40960};
-        for (size_t i = 0; i < sizeof prompts / sizeof *prompts; i++) {
+        /* CLEAVE_TIERS_PROMPTS=N: the first N lengths only (a quicker run) */
+        const char *np = getenv("CLEAVE_TIERS_PROMPTS");
+        size_t n_prompts = sizeof prompts / sizeof *prompts;
+        if (np && *np && (size_t)atoi(np) < n_prompts) n_prompts = (size_t)atoi(np);
+        for (size_t i = 0; i < n_prompts; i++) {
             shape s = {prompts[i] + 256 + 64, prompts[i], 256, false, CLEAVE_SPLIT_NONE};
             compare("8B shape", big, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_F16, 2048, &s);
             compare("8B shape", big, "cuda:0", CLEAVE_SPLIT_NONE, CLEAVE_TYPE_Q8_0, 2048, &s);
