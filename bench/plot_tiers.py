@@ -50,7 +50,8 @@ def overlap_ceiling(depth, cells, all_tg, devices):
 
 
 def main():
-    runs = parse(open(sys.argv[1]).read())
+    # the runs of the final code come before "## Earlier runs"
+    runs = parse(open(sys.argv[1]).read().split("## Earlier runs")[0])
     rows = []
     for (dev, depth, cells), r in sorted(runs.items()):
         if cells == "all" or (dev, depth, "all") not in runs:
