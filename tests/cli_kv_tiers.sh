@@ -56,6 +56,14 @@ for args in "" "--devices cpu:2 -sm tensor" "--devices cpu:2 -psm layer -sm tens
   done
 done
 
+# bench at a depth, tiered: a row per test and depth, each run starting
+# from the same filled cache
+out=$("$cli" bench -m "$q" -p 16 -n 4 -d 0,100 -r 2 -t 1 --kv-vram-cells 0 2>"$tmp/err")
+rows=$(printf '%s\n' "$out" | grep -cE '^\| .* \| (pp16|tg4)( @ d100)? \| [0-9.]+ ± ')
+if [ "$rows" -ne 4 ] || ! printf '%s\n' "$out" | grep -q 'tg4 @ d100'; then
+  echo "FAIL: bench -d 0,100 tiered"; printf '%s\n' "$out"; cat "$tmp/err"; fail=1
+fi
+
 # a host part larger than the host memory allowed: refused up front with
 # what it needs, or (--fit) a context that fits
 CLEAVE_HOST_BUDGET_MIB=1 "$cli" run -m "$q" -p "x" -n 2 -c 65536 --kv-vram-cells 0 --fit off >/dev/null 2>"$tmp/err"
