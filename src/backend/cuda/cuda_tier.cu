@@ -62,12 +62,30 @@ static bool vmm_ready(void) {
     return vmm.ok;
 }
 
+/* The host NUMA node closest to the GPU, where its host part belongs (on
+ * a machine with several sockets the other node's memory is a link
+ * further), or -1: none known, VMM cannot place on it, or
+ * CLEAVE_TIER_NUMA=0. */
+static int host_node(const cuda_device *d) {
+    const char *env = getenv("CLEAVE_TIER_NUMA");
+    if (env && !strcmp(env, "0")) return -1;
+    int node = -1, vmm_numa = 0;
+    if (cudaDeviceGetAttribute(&node, cudaDevAttrHostNumaId, d->ordinal) != cudaSuccess ||
+        cudaDeviceGetAttribute(&vmm_numa, (cudaDeviceAttr)141 /* HOST_NUMA with cuMemCreate */,
+                               d->ordinal) != cudaSuccess || !vmm_numa)
+        node = -1;
+    cudaGetLastError();
+    return node;
+}
+
 static CUmemAllocationProp prop_of(const cuda_device *d, bool host) {
     CUmemAllocationProp p;
     memset(&p, 0, sizeof p);
     p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
-    p.location.id = host ? 0 : d->ordinal;
+    int node = host ? host_node(d) : -1;
+    p.location.type = !host ? CU_MEM_LOCATION_TYPE_DEVICE : node >= 0 ? CU_MEM_LOCATION_TYPE_HOST_NUMA
+                                                                      : CU_MEM_LOCATION_TYPE_HOST;
+    p.location.id = !host ? d->ordinal : node >= 0 ? node : 0;
     return p;
 }
 
@@ -270,7 +288,12 @@ cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slo
         else t->head_made = true;
     }
     if (!st && tail) {
-        if ((r = vmm.create(&t->tail_h, tail, &ph, 0)) != CUDA_SUCCESS) st = drv_fail(r, "cuMemCreate (host)", d);
+        r = vmm.create(&t->tail_h, tail, &ph, 0);
+        if (r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY && ph.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
+            ph.location.type = CU_MEM_LOCATION_TYPE_HOST, ph.location.id = 0; /* any node, then */
+            r = vmm.create(&t->tail_h, tail, &ph, 0);
+        }
+        if (r != CUDA_SUCCESS) st = drv_fail(r, "cuMemCreate (host)", d);
         else t->tail_made = true;
     }
     CUdeviceptr base = 0, alias = 0;
