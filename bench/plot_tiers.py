@@ -25,7 +25,7 @@ def parse(text):
     """(devices, depth, cells) -> {test: t/s} from the '#### ...' blocks"""
     out, key = {}, None
     for line in text.splitlines():
-        m = re.match(r"#### (2x tensor )?depth (\d+), --kv-vram-cells (\w+)", line)
+        m = re.match(r"#### (2x tensor )?depth (\d+), --kv-vram-cells (\w+)\s*$", line)
         if m:
             key = (2 if m.group(1) else 1, int(m.group(2)), m.group(3))
             out.setdefault(key, {})
