@@ -100,10 +100,15 @@ static double run_once(cleave_context *ctx, const int32_t *toks, int depth, int 
     return dt;
 }
 
-/* An empty cache, then the first `depth` tokens (untimed). */
+/* An empty cache, then the first `depth` tokens (untimed; a deep one
+ * takes a while, so its progress shows, and none during the timed runs). */
 static int fill_depth(cleave_context *ctx, const int32_t *toks, int depth) {
     cleave_kv_clear(ctx);
+    char label[64];
+    snprintf(label, sizeof label, "filling the cache to depth %d", depth);
+    cleave_context_set_progress(ctx, cli_progress, label);
     cleave_status st = depth ? cleave_decode(ctx, toks, (size_t)depth, 0, 0, false) : CLEAVE_OK;
+    cleave_context_set_progress(ctx, NULL, NULL);
     if (st) cli_fail("filling the cache to the depth", st);
     return st ? 1 : 0;
 }
