@@ -224,6 +224,10 @@ void kv_free(kv_cache *kv) {
     memset(kv, 0, sizeof *kv);
 }
 
+static void forget_staged(kv_cache *kv) {
+    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d][0] = kv->staged_layer[d][1] = -1;
+}
+
 void kv_clear(kv_cache *kv) {
     for (uint32_t c = 0; c < kv->n_ctx; c++) {
         kv->pos[c] = -1;
@@ -231,7 +235,7 @@ void kv_clear(kv_cache *kv) {
     }
     kv->n_used = 0;
     kv->hi = 0;
-    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d][0] = kv->staged_layer[d][1] = -1;
+    forget_staged(kv);
     /* cells past hi are never read, so nothing needs uploading */
     kv->dirty_lo = kv->n_ctx;
     kv->dirty_hi = 0;
@@ -271,8 +275,7 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n) {
 }
 
 cleave_status kv_sync_cells(kv_cache *kv) {
-    /* a pass starts here: nothing was staged ahead for it */
-    for (size_t d = 0; d < KV_MAX_DEVICES; d++) kv->staged_layer[d][0] = kv->staged_layer[d][1] = -1;
+    forget_staged(kv); /* a pass starts here: nothing was staged ahead for it */
     if (kv->dirty_hi <= kv->dirty_lo) return CLEAVE_OK;
     size_t lo = kv->dirty_lo, bytes = (size_t)(kv->dirty_hi - kv->dirty_lo) * sizeof(int32_t);
     cleave_status st = CLEAVE_OK;

@@ -3,7 +3,8 @@
 # first N cells of every layer in "device" memory and the rest in "host"
 # memory, read through the staging buffer, the 256 greedy tokens are the
 # same bytes as with the cache in one tier (sha256), for N = 0, 1, below,
-# at and above the prompt's length and n_ctx - 1, under the split modes,
+# at and above the prompt's length and n_ctx - 1, under the split modes
+# (the layer split also as a pipeline of micro-batches),
 # through a split-mode switch, with a q8_0 cache whose rows straddle the
 # tiers' boundary, and with N chosen to fit a budget (auto); a host part
 # over the host memory allowed is refused, or fit shrinks the context.
@@ -23,8 +24,9 @@ if [ -f "$models/stories260K.bin" ]; then
   ref=$("$cli" run -m "$m" -f "$prompt" -n 256 --temp 0 -t 1 -c 512 2>/dev/null | sha)
   n_prompt=$("$cli" run -m "$m" -f "$prompt" -n 1 --temp 0 -t 1 -c 512 2>&1 >/dev/null | sed -n 's/^prompt: *\([0-9]*\) tokens.*/\1/p')
   [ -n "$n_prompt" ] || { echo "FAIL: no prompt length"; exit 1; }
-  for args in "" "--devices cpu:2 -sm layer" "--devices cpu:2 -sm tensor" "--devices cpu:3 -sm tensor -ts 1,0,2" \
-              "--devices cpu:2 -psm layer -sm tensor" "--devices cpu:2 -psm tensor -sm layer"; do
+  for args in "" "--devices cpu:2 -sm layer" "--devices cpu:2 -sm layer -ub 32" "--devices cpu:2 -sm tensor" \
+              "--devices cpu:3 -sm tensor -ts 1,0,2" "--devices cpu:2 -psm layer -sm tensor" \
+              "--devices cpu:2 -psm tensor -sm layer"; do
     for n in 0 1 128 "$n_prompt" 400 511; do
       got=$("$cli" run -m "$m" -f "$prompt" -n 256 --temp 0 -t 1 -c 512 --kv-vram-cells "$n" $args 2>"$tmp/err" | sha)
       if [ "$got" != "$ref" ] || ! grep -q "KV cache in two tiers" "$tmp/err"; then

@@ -5,10 +5,11 @@
  * one array; a second range maps the same device allocation followed by
  * the device's staging buffer of the buffer's slot, which the copy engine
  * fills from the host part on a stream of its own, beside the kernels
- * (the engine fills layer l + 1's while layer l computes), before
- * attention reads that range. The driver
- * calls are reached through cudaGetDriverEntryPoint, so cleave links the
- * runtime alone. */
+ * (the engine starts layer l + 2's once layer l's attention is queued),
+ * before attention reads that range. The host part is pinned on the GPU's
+ * NUMA node where the driver can place it there. The driver calls are
+ * reached through cudaGetDriverEntryPoint, so cleave links the runtime
+ * alone. */
 #include <cuda.h>
 #include <stdlib.h>
 #include <string.h>
