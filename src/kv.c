@@ -172,8 +172,7 @@ cleave_status kv_layer_begin(kv_cache *kv, size_t d, uint32_t l, uint32_t cells,
     cleave_status st = ensure_staged(kv, d, l, used);
     if (!st) st = ensure_staged(kv, d, l + 1, used);
     const be_tier *tk = &kv->tiers[d][2 * l], *tv = &kv->tiers[d][2 * l + 1];
-    if (!st) st = dev->ops->tier_join(dev, tk);
-    if (!st) st = dev->ops->tier_join(dev, tv);
+    if (!st) st = dev->ops->tier_join(dev, tv); /* V was staged after K: both are in */
     if (!st) *k = tk->alias, *v = tv->alias;
     return st;
 }
@@ -193,8 +192,7 @@ cleave_status kv_layer_persist(kv_cache *kv, size_t d, uint32_t l, uint32_t cell
     size_t used;
     if (!reaches_tail(kv, d, cells, &used)) return CLEAVE_OK;
     be_device *dev = kv->devs[d];
-    cleave_status st = dev->ops->tier_persist(dev, &kv->tiers[d][2 * l], kv->row_bytes[d], new_cells, n);
-    return st ? st : dev->ops->tier_persist(dev, &kv->tiers[d][2 * l + 1], kv->row_bytes[d], new_cells, n);
+    return dev->ops->tier_persist(dev, &kv->tiers[d][2 * l], 2, kv->row_bytes[d], new_cells, n); /* K and V */
 }
 
 size_t kv_head_bytes(const kv_cache *kv, size_t d) {

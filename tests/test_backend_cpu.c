@@ -758,7 +758,7 @@ static void test_tiers(void) {
      * bytes; the first cell lies in the head, the second straddles it */
     int32_t c1 = (int32_t)(head / 100), c2 = c1 + 20, cells[3] = {0, c1, c2};
     for (size_t i = 0; i < bytes; i++) alias[i] = (unsigned char)(i * 7 + 1);
-    CHECK_OK(o->tier_persist(d, &a, 100, cells, 3));
+    CHECK_OK(o->tier_persist(d, &a, 1, 100, cells, 3));
     bool rows_in = true, rest_kept = true;
     for (size_t i = head; i < bytes; i++) {
         bool written = (i >= (size_t)c1 * 100 && i < (size_t)c1 * 100 + 100) ||
@@ -768,7 +768,7 @@ static void test_tiers(void) {
     }
     CHECK_MSG(rows_in && rest_kept, "tiers: persist copies the cells' rows past the head and no more");
     int32_t far = 1000;
-    CHECK(o->tier_persist(d, &a, 100, &far, 1) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(o->tier_persist(d, &a, 1, 100, &far, 1) == CLEAVE_ERR_INVALID_ARG);
     be_tier c;
     CHECK(o->tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
     CHECK(o->tier_alloc(d, page, 2 * page, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);

@@ -194,18 +194,21 @@ typedef struct be_ops {
      * tier_stage copies base's bytes [head, used) into the staging on a
      * side queue (a GPU's copy engine): the copy starts once every op
      * queued before it has run, and ops queued after it run beside it
-     * until tier_join(t), after which ops wait for t's latest staging.
-     * tier_persist copies, for each of the n cells (device memory) whose
-     * row of row_bytes reaches past head, that row's bytes past head from
-     * alias to base, in op order: the engine writes new rows through the
-     * alias (device memory) and persists them to the host tier. */
+     * until tier_join(t), after which ops wait for t's latest staging
+     * (stagings finish in the order they were started, so joining the
+     * latest covers the ones before it). tier_persist copies, in each of
+     * the n_t buffers t[0..n_t) (of equal bytes and head) and for each of
+     * the n cells (device memory) whose row of row_bytes reaches past
+     * head, that row's bytes past head from alias to base, in op order:
+     * the engine writes new rows through the alias (device memory) and
+     * persists them to the host tier. */
     size_t (*tier_granularity)(be_device *d);
     cleave_status (*tier_alloc)(be_device *d, size_t bytes, size_t head, int slot, const char *what,
                                 be_tier *out);
     cleave_status (*tier_stage)(be_device *d, const be_tier *t, size_t used);
     cleave_status (*tier_join)(be_device *d, const be_tier *t);
-    cleave_status (*tier_persist)(be_device *d, const be_tier *t, size_t row_bytes, const int32_t *cells,
-                                  size_t n);
+    cleave_status (*tier_persist)(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
+                                  const int32_t *cells, size_t n);
     void (*tier_free)(be_device *d, be_tier *t);
 } be_ops;
 

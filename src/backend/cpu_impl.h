@@ -49,8 +49,8 @@ cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, 
                              be_tier *out);
 cleave_status cpu_tier_stage(be_device *d, const be_tier *t, size_t used);
 cleave_status cpu_tier_join(be_device *d, const be_tier *t);
-cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t row_bytes, const int32_t *cells,
-                               size_t n);
+cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
+                               const int32_t *cells, size_t n);
 void cpu_tier_free(be_device *d, be_tier *t);
 void cpu_tier_destroy(cpu_device *c); /* at the device's end */
 

@@ -173,19 +173,20 @@ cleave_status cpu_tier_join(be_device *d, const be_tier *t) {
     return CLEAVE_OK;
 }
 
-cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t row_bytes, const int32_t *cells,
-                               size_t n) {
+cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
+                               const int32_t *cells, size_t n) {
     (void)d;
     if (n && (!cells || !row_bytes)) return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: persisting rows");
-    for (size_t i = 0; i < n; i++) {
-        size_t lo = (size_t)cells[i] * row_bytes, hi = lo + row_bytes;
-        if (cells[i] < 0 || hi > t->bytes)
-            return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: cell %d of %zu bytes", (int)cells[i],
-                           t->bytes);
-        if (hi <= t->head) continue;
-        if (lo < t->head) lo = t->head;
-        memcpy((char *)t->base + lo, (const char *)t->alias + lo, hi - lo);
-    }
+    for (size_t j = 0; j < n_t; j++)
+        for (size_t i = 0; i < n; i++) {
+            size_t lo = (size_t)cells[i] * row_bytes, hi = lo + row_bytes;
+            if (cells[i] < 0 || hi > t[j].bytes)
+                return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: cell %d of %zu bytes", (int)cells[i],
+                               t[j].bytes);
+            if (hi <= t[j].head) continue;
+            if (lo < t[j].head) lo = t[j].head;
+            memcpy((char *)t[j].base + lo, (const char *)t[j].alias + lo, hi - lo);
+        }
     return CLEAVE_OK;
 }
 

@@ -58,7 +58,7 @@ static void test_buffers(void) {
             for (size_t i = 0; i < bytes; i++) fresh[i] = (unsigned char)(i * 7 + 1);
             CHECK_OK(o->write(d, dcells, cells, sizeof cells));
             CHECK_OK(o->write(d, a.alias, fresh, head + 2 * g));
-            CHECK_OK(o->tier_persist(d, &a, 1088, dcells, 3));
+            CHECK_OK(o->tier_persist(d, &a, 1, 1088, dcells, 3));
             CHECK_OK(o->read(d, back, a.base, bytes));
             bool rows_in = true, rest_kept = true;
             for (size_t i = head; i < bytes; i++) {

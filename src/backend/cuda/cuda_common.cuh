@@ -77,8 +77,8 @@ cleave_status cuda_tier_alloc(be_device *d, size_t bytes, size_t head, int slot,
                                          be_tier *out);
 cleave_status cuda_tier_stage(be_device *d, const be_tier *t, size_t used);
 cleave_status cuda_tier_join(be_device *d, const be_tier *t);
-cleave_status cuda_tier_persist(be_device *d, const be_tier *t, size_t row_bytes, const int32_t *cells,
-                                size_t n);
+cleave_status cuda_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
+                                const int32_t *cells, size_t n);
 void cuda_tier_free(be_device *d, be_tier *t);
 void cuda_tier_destroy(cuda_device *d); /* at the device's end */
 

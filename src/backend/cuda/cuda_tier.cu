@@ -336,36 +336,50 @@ cleave_status cuda_tier_join(be_device *dev, const be_tier *t) {
     return CLEAVE_OK;
 }
 
-/* Block i: the bytes of cell i's row past head, alias to base (W-byte words). */
+/* The buffers one persist launch covers: K and V of a layer. */
+#define PERSIST_MAX 2
+struct persist_set {
+    const char *alias[PERSIST_MAX];
+    char *base[PERSIST_MAX];
+};
+
+/* Block (i, j): the bytes of cell i's row past head in buffer j, alias to
+ * base (W-byte words). */
 template <typename W>
-__global__ void k_tier_persist(const char *alias, char *base, size_t head, size_t row_bytes,
-                               const int32_t *cells) {
+__global__ void k_tier_persist(persist_set set, size_t head, size_t row_bytes, const int32_t *cells) {
     cuda_pdl_wait();
     size_t lo = (size_t)cells[blockIdx.x] * row_bytes, hi = lo + row_bytes;
     if (hi <= head) return;
     if (lo < head) lo = head;
-    const W *src = (const W *)(alias + lo);
-    W *dst = (W *)(base + lo);
+    const W *src = (const W *)(set.alias[blockIdx.y] + lo);
+    W *dst = (W *)(set.base[blockIdx.y] + lo);
     for (size_t i = threadIdx.x; i < (hi - lo) / sizeof(W); i += blockDim.x) dst[i] = src[i];
 }
 
-cleave_status cuda_tier_persist(be_device *dev, const be_tier *t, size_t row_bytes, const int32_t *cells,
-                                size_t n) {
+cleave_status cuda_tier_persist(be_device *dev, const be_tier *t, size_t n_t, size_t row_bytes,
+                                const int32_t *cells, size_t n) {
     cuda_device *d = cuda_dev(dev);
-    if (!n || t->head >= t->bytes) return CLEAVE_OK;
+    if (!n || !n_t || t[0].head >= t[0].bytes) return CLEAVE_OK;
     if (!cells || !row_bytes || n > 0x7fffffffu)
         return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: persisting %zu rows", n);
-    /* head is a multiple of the granularity, so row_bytes alone decides
-     * which word every row's part past head is made of */
-    if (row_bytes % 16 == 0)
-        CUDA_LAUNCH(d, k_tier_persist<uint4>, (unsigned)n, 128, 0, (const char *)t->alias, (char *)t->base,
-                    t->head, row_bytes, cells);
-    else if (row_bytes % 4 == 0)
-        CUDA_LAUNCH(d, k_tier_persist<uint32_t>, (unsigned)n, 128, 0, (const char *)t->alias, (char *)t->base,
-                    t->head, row_bytes, cells);
-    else
-        CUDA_LAUNCH(d, k_tier_persist<unsigned char>, (unsigned)n, 128, 0, (const char *)t->alias,
-                    (char *)t->base, t->head, row_bytes, cells);
+    for (size_t j0 = 0; j0 < n_t; j0 += PERSIST_MAX) {
+        persist_set set = {};
+        unsigned m = 0;
+        for (; m < PERSIST_MAX && j0 + m < n_t; m++) {
+            if (t[j0 + m].head != t[0].head || t[j0 + m].bytes != t[0].bytes)
+                return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: persisting buffers of unlike shapes");
+            set.alias[m] = (const char *)t[j0 + m].alias, set.base[m] = (char *)t[j0 + m].base;
+        }
+        /* head is a multiple of the granularity, so row_bytes alone decides
+         * which word every row's part past head is made of */
+        dim3 grid((unsigned)n, m);
+        if (row_bytes % 16 == 0)
+            CUDA_LAUNCH(d, k_tier_persist<uint4>, grid, 128, 0, set, t[0].head, row_bytes, cells);
+        else if (row_bytes % 4 == 0)
+            CUDA_LAUNCH(d, k_tier_persist<uint32_t>, grid, 128, 0, set, t[0].head, row_bytes, cells);
+        else
+            CUDA_LAUNCH(d, k_tier_persist<unsigned char>, grid, 128, 0, set, t[0].head, row_bytes, cells);
+    }
     return CLEAVE_OK;
 }
 
