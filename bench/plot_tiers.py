@@ -30,6 +30,9 @@ def parse(text):
             key = (2 if m.group(1) else 1, int(m.group(2)), m.group(3))
             out.setdefault(key, {})
             continue
+        if line.startswith("#"):
+            key = None  # a block of another kind: its rows are not this table's
+            continue
         m = re.match(r"\|.*\| (pp\d+|tg\d+) @ d\d+ \| ([\d.]+) ±", line)
         if m and key:
             out[key][m.group(1)] = float(m.group(2))
