@@ -440,9 +440,7 @@ fail:
 void cleave_context_free(cleave_context *c) {
     if (!c) return;
     cleave_context_free(c->spare); /* it borrows c's devices: first */
-    for (size_t d = 0; d < c->n_dev; d++)
-        for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++)
-            if (c->devs[d].graphs[b]) c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
+    for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++) engine_drop_graphs(c, b);
     if (!c->comm_borrowed) comm_free(c->comm); /* before the devices it lives on */
     c->comm = NULL;
     kv_free(&c->kv);
@@ -643,21 +641,21 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
     return CLEAVE_OK;
 }
 
+void engine_drop_graphs(struct cleave_context *c, size_t b) {
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].graphs[b]) {
+            c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
+            c->devs[d].graphs[b] = NULL;
+        }
+}
+
 /* The bucket of decode graphs for a cache whose live cells end at hi, and
- * the cells its attention is sized for; a tiered cache's host part
- * reached: the tier slot, its graphs freed when they were sized for other
- * cells. */
-static size_t graph_bucket(struct cleave_context *c, uint32_t hi, uint32_t *cells) {
+ * the cells its attention is sized for (a tiered cache's host part
+ * reached: the tier slot). */
+static size_t graph_bucket(const struct cleave_context *c, uint32_t hi, uint32_t *cells) {
     if (kv_reaches_tail(&c->kv, hi)) {
         uint64_t n = ((uint64_t)hi + ENGINE_GRAPH_TIER_STEP - 1) / ENGINE_GRAPH_TIER_STEP * ENGINE_GRAPH_TIER_STEP;
         *cells = n > c->kv.n_ctx ? c->kv.n_ctx : (uint32_t)n;
-        if (*cells != c->tier_graph_cells)
-            for (size_t d = 0; d < c->n_dev; d++)
-                if (c->devs[d].graphs[ENGINE_GRAPH_TIER]) {
-                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[ENGINE_GRAPH_TIER]);
-                    c->devs[d].graphs[ENGINE_GRAPH_TIER] = NULL;
-                }
-        c->tier_graph_cells = *cells;
         return ENGINE_GRAPH_TIER;
     }
     size_t b = 0;
@@ -677,6 +675,10 @@ static cleave_status forward_graph(struct cleave_context *c) {
     int32_t live = (int32_t)c->kv.hi;
     uint32_t cells;
     size_t b = graph_bucket(c, c->kv.hi, &cells);
+    if (b == ENGINE_GRAPH_TIER && cells != c->tier_graph_cells) {
+        engine_drop_graphs(c, b); /* sized for other cells */
+        c->tier_graph_cells = cells;
+    }
     bool record = false;
     for (size_t d = 0; d < c->n_dev; d++) {
         engine_device *D = &c->devs[d];
@@ -702,11 +704,7 @@ static cleave_status forward_graph(struct cleave_context *c) {
             D->graphs[b] = g;
         }
         if (st) {
-            for (size_t d = 0; d < c->n_dev; d++)
-                if (c->devs[d].graphs[b]) {
-                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
-                    c->devs[d].graphs[b] = NULL;
-                }
+            engine_drop_graphs(c, b);
             return st;
         }
     }

@@ -56,6 +56,8 @@ cleave_status engine_tensor_logits(struct cleave_context *c, size_t rows, float 
 
 /* Waits for every active device of c. */
 cleave_status engine_sync_all(struct cleave_context *c);
+/* Frees every device's decode graph of slot b. */
+void engine_drop_graphs(struct cleave_context *c, size_t b);
 /* The parameters c was made with (pointers into c). */
 void engine_saved_params(const struct cleave_context *c, cleave_context_params *p);
 /* A context (a placement) on n devices already open, e.g. another

@@ -200,12 +200,7 @@ static cleave_status move_in_place(struct cleave_context *c, struct cleave_conte
         c->copy_src = c;
         if (!back) back = engine_place_finish(c);
         c->copy_src = NULL;
-        for (size_t d = 0; d < c->n_dev; d++) /* recorded with the old addresses */
-            for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++)
-                if (c->devs[d].graphs[b]) {
-                    c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
-                    c->devs[d].graphs[b] = NULL;
-                }
+        for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++) engine_drop_graphs(c, b); /* recorded with the old addresses */
         st = back ? err_set(back, "%s; putting the old placement back failed too: %s", why,
                             cleave_last_error())
                   : err_set(st, "%s", why);
