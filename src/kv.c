@@ -297,13 +297,10 @@ int32_t kv_seq_next_pos(const kv_cache *kv, int32_t seq) {
     return next;
 }
 
-size_t kv_seq_remove(kv_cache *kv, int32_t seq, int32_t p0, int32_t p1) {
-    size_t n = 0;
+void kv_seq_remove(kv_cache *kv, int32_t seq, int32_t p0, int32_t p1) {
     for (uint32_t c = 0; c < kv->hi; c++) {
         if (kv->seq[c] != seq || kv->pos[c] < p0 || (p1 >= 0 && kv->pos[c] >= p1)) continue;
         int32_t cell = (int32_t)c;
         kv_release_cells(kv, &cell, 1);
-        n++;
     }
-    return n;
 }

@@ -99,7 +99,7 @@ size_t kv_head_bytes(const kv_cache *kv, size_t d);
 size_t kv_tail_bytes(const kv_cache *kv, size_t d);
 /* 1 + the highest position cached for seq, or 0. */
 int32_t kv_seq_next_pos(const kv_cache *kv, int32_t seq);
-/* Frees seq's cells at positions [p0, p1) (p1 < 0: to the end); returns how many. */
-size_t kv_seq_remove(kv_cache *kv, int32_t seq, int32_t p0, int32_t p1);
+/* Frees seq's cells at positions [p0, p1) (p1 < 0: to the end). */
+void kv_seq_remove(kv_cache *kv, int32_t seq, int32_t p0, int32_t p1);
 
 #endif
