@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Load test of `cleave serve`: C clients at once, each sending requests one
-after another (a prompt of P token ids, G greedy tokens, streamed), for a
+after another (a prompt of P token ids, G tokens generated greedily or at --temp,
+streamed), for a
 fixed number of requests per client. Prints one Markdown row per
 concurrency: requests, generated tokens per second over the wall clock,
 time to first token and time per output token (mean and p90), the prompt
@@ -19,8 +20,8 @@ import time
 import urllib.request
 
 
-def one_request(url, prompt_ids, gen):
-    body = json.dumps({"prompt": prompt_ids, "max_tokens": gen, "temperature": 0, "stream": True, "ignore_eos": True,
+def one_request(url, prompt_ids, gen, temp):
+    body = json.dumps({"prompt": prompt_ids, "max_tokens": gen, "temperature": temp, "stream": True, "ignore_eos": True,
                        "stream_options": {"include_usage": True}}).encode()
     req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
     t0 = time.perf_counter()
@@ -50,7 +51,7 @@ def p90(xs):
     return xs[min(len(xs) - 1, int(0.9 * len(xs)))]
 
 
-def run(url, conc, prompt_len, gen, reps, vocab, seed):
+def run(url, conc, prompt_len, gen, reps, vocab, seed, temp):
     rng = random.Random(seed)
     # every request its own prompt, so nothing comes from a cache
     prompts = [[rng.randrange(3, vocab) for _ in range(prompt_len)] for _ in range(conc * reps)]
@@ -60,7 +61,7 @@ def run(url, conc, prompt_len, gen, reps, vocab, seed):
     def client(c):
         for k in range(reps):
             try:
-                res = one_request(url, prompts[c * reps + k], gen)
+                res = one_request(url, prompts[c * reps + k], gen, temp)
                 with lock:
                     results.append(res)
             except Exception as e:  # noqa: BLE001 - reported below
@@ -94,16 +95,18 @@ def main():
     ap.add_argument("-r", type=int, default=4, help="requests per client")
     ap.add_argument("--vocab", type=int, default=0, help="token ids below this (default: from /v1/models)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--temp", type=float, default=0.0, help="temperature (0: greedy)")
     a = ap.parse_args()
     vocab = a.vocab
     if not vocab:
         with urllib.request.urlopen(a.url + "/v1/models") as r:
             vocab = json.load(r)["data"][0]["meta"]["n_vocab"]
-    print(f"prompt {a.p} tokens, {a.g} generated (greedy, streamed), {a.r} requests per client\n")
+    how = "greedy" if a.temp <= 0 else f"temperature {a.temp}"
+    print(f"prompt {a.p} tokens, {a.g} generated ({how}, streamed), {a.r} requests per client\n")
     print("| clients | requests | generated tok/s | all tok/s | TTFT ms mean / p90 | TPOT ms mean / p90 | cached |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for c in [int(x) for x in a.c.split(",")]:
-        run(a.url, c, a.p, a.g, a.r, vocab, a.seed + c)
+        run(a.url, c, a.p, a.g, a.r, vocab, a.seed + c, a.temp)
 
 
 if __name__ == "__main__":

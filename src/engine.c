@@ -560,6 +560,7 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
         .n_kv_live = graph ? s->n_kv_live : NULL, .n_head = n_head, .n_head_kv = n_head_kv,
         .head_dim = hd, .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],
         .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
+        .n_seq_runs = c->batch_seq_runs,
     };
     TRY(o->attention(d, &a));
     TRY(kv_layer_end(&c->kv, (size_t)E->dev, l, n_kv));
@@ -744,6 +745,8 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
                              float *logits_host) {
     const model_hparams *hp = &c->model->hp;
     TRY(upload_ids(c, tokens, n));
+    c->batch_seq_runs = n > 0;
+    for (size_t i = 1; i < n; i++) c->batch_seq_runs += seq[i] != seq[i - 1];
     for (size_t i = 0; i < c->n_dev; i++) {
         if (!c->devs[i].active) continue;
         be_device *d = c->devs[i].dev;

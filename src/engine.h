@@ -108,6 +108,7 @@ struct cleave_context {
      * recording, or with CLEAVE_NO_GRAPH=1. */
     bool graphs_off;
     uint32_t graph_cells; /* the cells the step being recorded is sized for */
+    size_t batch_seq_runs; /* the batch in flight: runs of one sequence's tokens (be_attn.n_seq_runs) */
     uint32_t tier_graph_cells; /* the cells the ENGINE_GRAPH_TIER graphs are sized for */
     /* What the context was made with (pointer fields cleared; the arrays
      * they pointed to are copied beside), so a split-mode switch can build

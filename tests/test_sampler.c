@@ -1,6 +1,7 @@
 /* Sampler tests: greedy and top-k=1 pick the argmax, seeds make runs
  * reproducible, draws follow softmax(logits/T), top-p/min-p cut the tail,
  * penalties move the argmax, bad params and NaN logits fail cleanly. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -401,6 +402,49 @@ static void test_big_vocab(void) {
     free(l);
 }
 
+/* The one-pass paths (greedy, and temperature alone) choose what the
+ * general path would: greedy against a plain first-maximum scan, the
+ * temperature draw against the same seed through the general path
+ * (top_k = the vocabulary size truncates nothing but takes it), over
+ * logits with ties, NaN, -inf and +inf. */
+static void test_fast_paths(void) {
+    enum { N = 4096 };
+    static float l[N];
+    uint64_t x = 7;
+    for (int round = 0; round < 40; round++) {
+        for (int i = 0; i < N; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            l[i] = (float)((x >> 40) % 64) / 8.0f; /* many ties */
+            if ((x >> 20) % 97 == 0) l[i] = NAN;
+            if ((x >> 24) % 89 == 0) l[i] = -INFINITY;
+        }
+        if (round % 4 == 1) l[(round * 131) % N] = INFINITY;
+        if (round % 4 == 2) l[(round * 131) % N] = INFINITY, l[(round * 71) % N] = FLT_MAX;
+        int want = -1;
+        float top = -INFINITY;
+        for (int i = 0; i < N; i++) {
+            float v = l[i] == INFINITY ? FLT_MAX : l[i];
+            if (v > top) top = v, want = i;
+        }
+        cleave_sampler_params g = plain_params();
+        g.temperature = 0.0f;
+        cleave_sampler *sg = make(&g, N);
+        CHECK_MSG(sample1(sg, l) == want, "round %d: greedy %d, want %d", round, sample1(sg, l), want);
+        cleave_sampler_free(sg);
+        cleave_sampler_params a = plain_params(), b = plain_params();
+        a.temperature = b.temperature = 0.5f + 0.1f * (float)(round % 10);
+        a.seed = b.seed = (uint64_t)round;
+        b.top_k = N;
+        cleave_sampler *sa = make(&a, N), *sb = make(&b, N);
+        for (int k = 0; k < 50; k++) {
+            int32_t ta = sample1(sa, l), tb = sample1(sb, l);
+            CHECK_MSG(ta == tb, "round %d draw %d: %d one-pass, %d general", round, k, ta, tb);
+        }
+        cleave_sampler_free(sa);
+        cleave_sampler_free(sb);
+    }
+}
+
 int main(void) {
     test_defaults();
     test_greedy();
@@ -413,5 +457,6 @@ int main(void) {
     test_nan();
     test_oom();
     test_big_vocab();
+    test_fast_paths();
     return tu_finish("test_sampler");
 }

@@ -39,8 +39,7 @@ static bool append(seq_state *s, const char *p, size_t n) {
 static int next_token(cleave_model *m, cleave_context *ctx, seq_state *s, int32_t row, long long limit) {
     int32_t tok;
     cleave_status st = cleave_sampler_sample(s->smp, cleave_get_logits(ctx, row), &tok);
-    if (st) return cli_fail("sampling", st);
-    cleave_sampler_accept(s->smp, tok);
+    if (st) return cli_fail("sampling", st); /* sampling recorded tok for the penalties */
     if (cleave_token_is_eog(m, tok)) {
         s->done = true;
         return 0;

@@ -266,7 +266,6 @@ static void sample_one(void *arg, int i) {
     slot *sl = s->to_sample[i];
     sl->sampled = cleave_sampler_sample(sl->smp, cleave_get_logits(s->ctx, sl->row), &sl->token);
     if (sl->sampled) snprintf(sl->err, sizeof sl->err, "sampling: %s", cleave_last_error());
-    else cleave_sampler_accept(sl->smp, sl->token);
 }
 
 /* With the lock held: what slot sl's step sampled. */

@@ -57,6 +57,11 @@ typedef struct be_attn {
     const int32_t *cell_pos, *cell_seq; /* [n_kv] */
     float scale;           /* usually 1/sqrt(head_dim) */
     float *out;            /* [n_tokens][n_head * head_dim] */
+    /* runs of consecutive tokens of one sequence in the batch (0: not
+     * counted): a prompt is one run, a decode step of k sequences k runs,
+     * so a backend can tell tiles of one sequence's queries from scattered
+     * single tokens */
+    size_t n_seq_runs;
 } be_attn;
 
 typedef struct be_mem_stats {
