@@ -237,6 +237,26 @@ static void keep_top(cand *c, size_t n, size_t k) {
     }
 }
 
+/* A candidate's weight exp(x), x <= 0 its distance below the best, to
+ * 4e-6 relative: 2^(x log2 e) as 2^i (the exponent bits) times Cephes'
+ * degree-6 polynomial for 2^f, f in [-0.5, 0.5], in plain arithmetic
+ * that the compiler vectorizes. libm's expf took 0.5-3 ms for a 128k
+ * vocabulary (slowest near underflow: a wide spread of logits), a step's
+ * worth of GPU time at batch 1. Below x = -80 (a weight under 1e-35 of
+ * the best's, which cannot change a draw) the weight is 0; NaN and -inf
+ * weigh 0. */
+static inline float weight_exp(float x) {
+    float y = (x >= -80.0f ? x : -80.0f) * 1.44269504088896341f; /* in [-115.5, 0] */
+    int32_t i = (int32_t)(y - 0.5f);                                /* the nearest integer, y <= 0 */
+    float f = y - (float)i;
+    float p = 1.0f + f * (6.931472028550421e-1f + f * (2.402264791363012e-1f + f * (5.550332471162809e-2f +
+              f * (9.618437357674640e-3f + f * (1.339887440266574e-3f + f * 1.535336188319500e-4f)))));
+    uint32_t bits = (uint32_t)(i + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return x >= -80.0f ? p * scale : 0.0f;
+}
+
 static float max_logit(const cand *c, size_t n) {
     float m = -INFINITY;
     for (size_t i = 0; i < n; i++)
@@ -249,11 +269,9 @@ static float max_logit(const cand *c, size_t n) {
  * 0 * inf; the sum is in double so 150k terms add up well. */
 static double set_weights(cand *c, size_t n, float temp) {
     float max = max_logit(c, n);
+    for (size_t i = 0; i < n; i++) c[i].w = weight_exp((c[i].logit - max) / temp);
     double sum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        c[i].w = expf((c[i].logit - max) / temp);
-        sum += c[i].w;
-    }
+    for (size_t i = 0; i < n; i++) sum += c[i].w;
     return sum;
 }
 
@@ -315,27 +333,29 @@ static size_t apply_min_p(cand *c, size_t n, float min_p) {
 /* Temperature alone (no truncation, no penalties: OpenAI's defaults): the
  * general path's draw, the same arithmetic in the same order, without
  * copying the vocabulary into candidates first; weights go to the
- * candidates' w. A third less time for 128k entries. */
+ * candidates' w. 0.4 ms for 128k entries, against 0.7-2.0 (libm's expf). */
 static cleave_status sample_softmax(cleave_sampler *s, const float *logits, int32_t *token) {
-    size_t n = s->n_vocab, last = SIZE_MAX;
-    float max = -INFINITY;
+    size_t n = s->n_vocab, last = n;
+    float max = -INFINITY; /* NaN never compares above; +inf counts as FLT_MAX */
+    for (size_t i = 0; i < n; i++) max = logits[i] > max ? logits[i] : max;
+    if (max == -INFINITY) return err_set(CLEAVE_ERR_INVALID_ARG, "sampler: every logit is -inf or NaN");
+    if (max == INFINITY) max = FLT_MAX;
+    while (!(logits[last - 1] > -INFINITY)) last--; /* the last candidate */
+    last--;
+    /* the candidates' room as plain weights (three floats a candidate), so
+     * this loop vectorizes; NaN and -inf weigh 0 (not candidates), which
+     * leaves the sum and the walk below as the general path has them */
+    float *w = (float *)s->cands, temp = s->p.temperature;
     for (size_t i = 0; i < n; i++) {
-        float l = isnan(logits[i]) ? -INFINITY : logits[i] == INFINITY ? FLT_MAX : logits[i];
-        if (l > max) max = l;
-        if (l != -INFINITY) last = i;
+        float l = logits[i] == INFINITY ? FLT_MAX : logits[i];
+        w[i] = weight_exp((l - max) / temp);
     }
-    if (last == SIZE_MAX) return err_set(CLEAVE_ERR_INVALID_ARG, "sampler: every logit is -inf or NaN");
-    cand *c = s->cands;
     double sum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        float l = isnan(logits[i]) ? -INFINITY : logits[i] == INFINITY ? FLT_MAX : logits[i];
-        c[i].w = l == -INFINITY ? 0.0f : expf((l - max) / s->p.temperature); /* -inf: not a candidate */
-        sum += c[i].w;
-    }
+    for (size_t i = 0; i < n; i++) sum += w[i];
     double u = rng_uniform(s->rng) * sum, cum = 0.0;
     int32_t pick = (int32_t)last; /* if rounding leaves u above the total */
     for (size_t i = 0; i < n; i++) {
-        cum += c[i].w;
+        cum += w[i];
         if (u < cum) {
             pick = (int32_t)i;
             break;
