@@ -153,6 +153,12 @@ typedef struct cleave_context_params {
      * CLEAVE_KV_VRAM_ALL (the default): all in device memory;
      * CLEAVE_KV_VRAM_AUTO: the most that fits each device's budget. */
     int64_t kv_vram_cells;
+    /* Sequences 0..seq_regions-1 each take their cells from a region of
+     * n_ctx / seq_regions cells of their own (at most that many tokens
+     * each), so a decode step of some sequences reads only their cells
+     * while others keep theirs cached (a server's slots); the rest share
+     * what is left. 0 (the default): one pool for every sequence. */
+    uint32_t seq_regions;
 } cleave_context_params;
 #define CLEAVE_KV_VRAM_ALL  (-1)
 #define CLEAVE_KV_VRAM_AUTO (-2)

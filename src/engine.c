@@ -51,6 +51,7 @@ static cleave_status alloc_scratch(struct cleave_context *c, int d) {
         {(void **)&s->pos, n * 4, "positions"},
         {(void **)&s->seq, n * 4, "sequence ids"},
         {(void **)&s->cells, n * 4, "cache cells"},
+        {(void **)&s->win, n * 8, "cell windows"},
         {(void **)&s->n_kv_live, 4, "live cell count"},
     };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -235,6 +236,7 @@ static cleave_status init_kv(struct cleave_context *c, uint32_t n_ctx, cleave_ty
     cleave_status st = (deferred ? kv_init_deferred : kv_init)(&c->kv, devs, c->n_dev, holds, width,
                                                                 n_ctx, hp->n_layer, type, c->plan.kv_vram_cells);
     free(holds);
+    if (!st) st = kv_set_regions(&c->kv, c->params.seq_regions);
     return st;
 }
 
@@ -444,6 +446,7 @@ void cleave_context_free(cleave_context *c) {
     if (!c->comm_borrowed) comm_free(c->comm); /* before the devices it lives on */
     c->comm = NULL;
     kv_free(&c->kv);
+    free(c->win_host);
     for (size_t i = 0; i < c->n_owned; i++) {
         be_device *d = c->devs[c->owned[i].dev].dev;
         d->ops->free(d, c->owned[i].p);
@@ -560,7 +563,7 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
         .n_kv_live = graph ? s->n_kv_live : NULL, .n_head = n_head, .n_head_kv = n_head_kv,
         .head_dim = hd, .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = c->kv.dev_pos[E->dev],
         .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
-        .n_seq_runs = c->batch_seq_runs,
+        .n_seq_runs = c->batch_seq_runs, .tok_win = c->kv.regions ? s->win : NULL,
     };
     TRY(o->attention(d, &a));
     TRY(kv_layer_end(&c->kv, (size_t)E->dev, l, n_kv));
@@ -740,6 +743,22 @@ static cleave_status upload_ids(struct cleave_context *c, const int32_t *tokens,
     return CLEAVE_OK;
 }
 
+/* With sequence regions: each token's cells [lo, hi), its sequence's
+ * region (a run of one sequence's tokens asks once). */
+static cleave_status token_windows(struct cleave_context *c, const int32_t *seq, size_t n) {
+    if (n > c->win_cap) {
+        int32_t *w = realloc(c->win_host, 2 * n * sizeof *w);
+        if (!w) return err_set(CLEAVE_ERR_OOM, "cell windows of %zu tokens", n);
+        c->win_host = w, c->win_cap = n;
+    }
+    uint32_t lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i == 0 || seq[i] != seq[i - 1]) kv_window(&c->kv, seq[i], &lo, &hi);
+        c->win_host[2 * i] = (int32_t)lo, c->win_host[2 * i + 1] = (int32_t)hi;
+    }
+    return CLEAVE_OK;
+}
+
 cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, const int32_t *pos,
                              const int32_t *seq, const int32_t *cells, size_t n, size_t first_out,
                              float *logits_host) {
@@ -747,6 +766,7 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
     TRY(upload_ids(c, tokens, n));
     c->batch_seq_runs = n > 0;
     for (size_t i = 1; i < n; i++) c->batch_seq_runs += seq[i] != seq[i - 1];
+    if (c->kv.regions) TRY(token_windows(c, seq, n));
     for (size_t i = 0; i < c->n_dev; i++) {
         if (!c->devs[i].active) continue;
         be_device *d = c->devs[i].dev;
@@ -754,6 +774,7 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
         TRY(d->ops->write(d, s->pos, pos, n * sizeof(int32_t)));
         TRY(d->ops->write(d, s->seq, seq, n * sizeof(int32_t)));
         TRY(d->ops->write(d, s->cells, cells, n * sizeof(int32_t)));
+        if (c->kv.regions) TRY(d->ops->write(d, s->win, c->win_host, 2 * n * sizeof(int32_t)));
     }
     TRY(kv_sync_cells(&c->kv));
 
@@ -805,11 +826,11 @@ cleave_status cleave_decode(cleave_context *c, const int32_t *tokens, size_t n, 
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= n_vocab)
             return err_set(CLEAVE_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary (%u)",
                            tokens[i], i, n_vocab);
-    if (n > c->kv.n_ctx - c->kv.n_used)
+    if (n > kv_room(&c->kv, seq))
         return err_set(CLEAVE_ERR_CONTEXT_FULL,
-                       "%zu tokens do not fit in the context: %u cells, %u in use, %u free "
+                       "%zu tokens do not fit in the context: %u cells, %u in use, %u free for sequence %d "
                        "(use a larger context with -c)",
-                       n, c->kv.n_ctx, c->kv.n_used, c->kv.n_ctx - c->kv.n_used);
+                       n, c->kv.n_ctx, c->kv.n_used, kv_room(&c->kv, seq), seq);
     if (engine_reserve_logits(c, all_logits ? n : 1)) return CLEAVE_ERR_OOM;
 
     size_t nb = c->plan.n_batch;

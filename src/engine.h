@@ -39,6 +39,7 @@ typedef struct engine_layer {
 typedef struct engine_scratch {
     float *x, *h, *q, *k, *v, *att, *gate, *up, *logits;
     int32_t *ids, *pos, *seq, *cells;
+    int32_t *win; /* [n][2]: each token's cell window (kv_window), with sequence regions */
     int32_t *n_kv_live; /* live cell count for recorded decode graphs */
 } engine_scratch;
 
@@ -109,6 +110,8 @@ struct cleave_context {
     bool graphs_off;
     uint32_t graph_cells; /* the cells the step being recorded is sized for */
     size_t batch_seq_runs; /* the batch in flight: runs of one sequence's tokens (be_attn.n_seq_runs) */
+    int32_t *win_host;     /* its tokens' cell windows, uploaded to each device's scratch win */
+    size_t win_cap;
     uint32_t tier_graph_cells; /* the cells the ENGINE_GRAPH_TIER graphs are sized for */
     /* What the context was made with (pointer fields cleared; the arrays
      * they pointed to are copied beside), so a split-mode switch can build

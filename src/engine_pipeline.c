@@ -100,7 +100,7 @@ static cleave_status run_micro(stage *S, size_t u) {
     size_t e = hp->n_embd, off = u * p->ub, m = p->n - off < p->ub ? p->n - off : p->ub;
     size_t bytes = m * e * sizeof(float);
     engine_scratch v = D->s; /* this micro-batch's rows */
-    v.x += off * e, v.h += off * e, v.pos += off, v.seq += off, v.cells += off;
+    v.x += off * e, v.h += off * e, v.pos += off, v.seq += off, v.cells += off, v.win += 2 * off;
     cleave_status st;
     if (S->k == 0) {
         if ((st = d->ops->get_rows(d, &c->tok_embd, D->s.ids + off, m, v.x))) return st;

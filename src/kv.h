@@ -46,6 +46,13 @@ typedef struct kv_cache {
      * pass, or -1 */
     int64_t staged_layer[KV_MAX_DEVICES][2];
     size_t staged_bytes[KV_MAX_DEVICES][2];
+    /* Sequence regions (kv_set_regions): sequence r < regions takes its
+     * cells from [r R, r R + R), R = region_cells, so a step's attention
+     * reads only its sequences' cells (kv_window); other sequences share
+     * [regions R, n_ctx). region_hi[r]: 1 + the highest used cell of
+     * region r (r R when empty). 0 regions: one pool. */
+    uint32_t regions, region_cells;
+    uint32_t *region_hi;
 } kv_cache;
 
 /* Allocates the cell table, and on device d (when width[d] > 0) a copy of
@@ -66,9 +73,17 @@ cleave_status kv_alloc_layer(kv_cache *kv, size_t d, uint32_t l);
 void kv_free_layer(kv_cache *kv, size_t d, uint32_t l);
 void kv_free(kv_cache *kv);
 
+/* Gives sequences 0..n-1 a region of n_ctx / n cells each (an empty
+ * cache only; n = 0: one pool again). */
+cleave_status kv_set_regions(kv_cache *kv, uint32_t n);
+/* Free cells seq may take. */
+uint32_t kv_room(const kv_cache *kv, int32_t seq);
+/* The cells [*lo, *hi) that hold all of seq's tokens (its region's used
+ * part, or [0, hi) without regions). */
+void kv_window(const kv_cache *kv, int32_t seq, uint32_t *lo, uint32_t *hi);
 /* Reserves n free cells for tokens (seq, pos0 + i) and writes their indices
  * to cells[n]. Fails with CLEAVE_ERR_CONTEXT_FULL, changing nothing, when
- * fewer than n cells are free. */
+ * fewer than n cells are free (in seq's region, with regions). */
 cleave_status kv_alloc_cells(kv_cache *kv, size_t n, int32_t seq, int32_t pos0, int32_t *cells);
 /* Releases the given cells (undo of a failed batch). */
 void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n);

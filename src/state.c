@@ -324,10 +324,10 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
     int32_t *old;
     uint32_t n_old;
     if ((st = seq_cells(kv, seq, &old, &n_old))) return st;
-    if (h.n_cells > kv->n_ctx - kv->n_used + n_old) {
+    if (h.n_cells > kv_room(kv, seq) + n_old) { /* the free cells it may take, and its own */
         free(old);
-        return err_set(CLEAVE_ERR_CONTEXT_FULL, "state: %u cells do not fit: %u of %u cells in use", h.n_cells,
-                       kv->n_used, kv->n_ctx);
+        return err_set(CLEAVE_ERR_CONTEXT_FULL, "state: %u cells do not fit: %u of %u cells in use%s", h.n_cells,
+                       kv->n_used, kv->n_ctx, kv->regions ? " (the sequence's own region is smaller)" : "");
     }
     const model_hparams *hp = &c->model->hp;
     cleave_type from = (cleave_type)h.kv_type, to = kv->type;

@@ -3,17 +3,21 @@
  * each sequence's logits as decoding it alone does; only each sequence's
  * last token keeps logits; bad batches are refused and change nothing;
  * cleave_kv_seq_rm forgets one sequence's positions and no other's.
- * Also under the layer and tensor splits on virtual CPU devices. */
+ * Also under the layer and tensor splits on virtual CPU devices, and with
+ * sequence regions (the same logits; a sequence holds its region's cells
+ * and no more). */
 #include <string.h>
 
 #include "testutil.h"
 
 #define N_SEQ 3
 
-static cleave_context *ctx(cleave_model *m, const char *devices, cleave_split_mode mode) {
+static cleave_context *ctx(cleave_model *m, const char *devices, cleave_split_mode mode, uint32_t regions) {
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = 64;
     cp.n_batch = 8;
+    cp.seq_regions = regions;
+    cp.n_ubatch = regions && mode == CLEAVE_SPLIT_LAYER ? 4 : 0; /* micro-batches: windows at an offset */
     cp.n_threads = 1;
     cp.kv_type = CLEAVE_TYPE_F32;
     cp.devices = devices;
@@ -23,7 +27,7 @@ static cleave_context *ctx(cleave_model *m, const char *devices, cleave_split_mo
     return c;
 }
 
-static void check_model(const char *path, const char *devices, cleave_split_mode mode) {
+static void check_model(const char *path, const char *devices, cleave_split_mode mode, uint32_t regions) {
     size_t nv;
     cleave_model *m = tu_load(path, &nv);
     if (!m) return;
@@ -36,7 +40,7 @@ static void check_model(const char *path, const char *devices, cleave_split_mode
     /* each sequence alone: its prompt's last logits, then one more token's */
     float *alone = calloc(2 * N_SEQ * nv, sizeof(float));
     for (int s = 0; s < N_SEQ && alone; s++) {
-        cleave_context *c = ctx(m, NULL, CLEAVE_SPLIT_NONE);
+        cleave_context *c = ctx(m, NULL, CLEAVE_SPLIT_NONE, 0);
         if (!c) continue;
         CHECK_OK(cleave_decode(c, prompt[s], (size_t)len[s], 0, 0, false));
         memcpy(alone + (2 * s) * nv, cleave_get_logits(c, -1), nv * sizeof(float));
@@ -46,7 +50,7 @@ static void check_model(const char *path, const char *devices, cleave_split_mode
     }
 
     /* all together, interleaved: token i of every sequence in turn */
-    cleave_context *c = ctx(m, devices, mode);
+    cleave_context *c = ctx(m, devices, mode, regions);
     if (c && alone) {
         int32_t tok[32], pos[32], seq[32], last[N_SEQ];
         size_t n = 0;
@@ -94,6 +98,14 @@ static void check_model(const char *path, const char *devices, cleave_split_mode
         CHECK(cleave_kv_seq_rm(c, 2, 5, 3) == CLEAVE_ERR_INVALID_ARG);
         CHECK(cleave_kv_seq_rm(c, -1, 0, -1) == CLEAVE_ERR_INVALID_ARG);
         CHECK(cleave_kv_seq_len(c, 2) == len[1] + 1);
+        if (regions) { /* sequence 0 holds 64 / regions cells, however many are free */
+            int32_t fill[32] = {0};
+            uint32_t per = 64 / regions;
+            CHECK(cleave_decode(c, fill, per + 1, 0, 0, false) == CLEAVE_ERR_CONTEXT_FULL);
+            CHECK(cleave_kv_seq_len(c, 0) == 0);
+            CHECK_OK(cleave_decode(c, fill, per, 0, 0, false));
+            CHECK(cleave_decode(c, fill, 1, (int32_t)per, 0, false) == CLEAVE_ERR_CONTEXT_FULL);
+        }
     }
     cleave_context_free(c);
     free(alone);
@@ -102,14 +114,17 @@ static void check_model(const char *path, const char *devices, cleave_split_mode
 
 int main(void) {
     const char *stories = tu_stories_model();
-    if (stories) check_model(stories, NULL, CLEAVE_SPLIT_NONE);
+    if (stories) check_model(stories, NULL, CLEAVE_SPLIT_NONE, 0);
+    if (stories) check_model(stories, NULL, CLEAVE_SPLIT_NONE, 4); /* sequence regions: the same logits */
     const char *archs[] = {"llama", "qwen2", "qwen3"};
     for (int a = 0; a < 3; a++) {
         const char *p = tu_tiny_model(archs[a], CLEAVE_TYPE_F32);
         if (!p) continue;
-        check_model(p, NULL, CLEAVE_SPLIT_NONE);
-        check_model(p, "cpu:2", CLEAVE_SPLIT_LAYER);
-        check_model(p, "cpu:3", CLEAVE_SPLIT_TENSOR);
+        check_model(p, NULL, CLEAVE_SPLIT_NONE, 0);
+        check_model(p, "cpu:2", CLEAVE_SPLIT_LAYER, 0);
+        check_model(p, "cpu:3", CLEAVE_SPLIT_TENSOR, 0);
+        check_model(p, "cpu:2", CLEAVE_SPLIT_LAYER, 4);
+        check_model(p, "cpu:3", CLEAVE_SPLIT_TENSOR, 4);
     }
     return tu_finish("test_decode_batch");
 }

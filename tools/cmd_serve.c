@@ -95,6 +95,7 @@ int cmd_serve(int argc, char **argv) {
     if (st) return cli_fail("loading model", st);
     cleave_context_params cp = cli_context_params(&cx, &pl, (uint32_t)n_ctx);
     if (has_psm) cp.split_mode = psm; /* requests begin with their prompts */
+    cp.seq_regions = (uint32_t)np;    /* slot i's cells are its own: a step reads only its slots' */
     int rc = cli_new_context(m, &cp, &ctx);
     if (rc) {
         cleave_model_free(m);

@@ -62,6 +62,11 @@ typedef struct be_attn {
      * so a backend can tell tiles of one sequence's queries from scattered
      * single tokens */
     size_t n_seq_runs;
+    /* [n_tokens][2]: the cells [lo, hi) that hold all of a token's
+     * sequence (its region of the cache), so the scan of every other cell
+     * can be skipped; NULL: all of [0, n_kv). Only a bound: the masks
+     * still decide what a token sees. */
+    const int32_t *tok_win;
 } be_attn;
 
 typedef struct be_mem_stats {

@@ -391,8 +391,12 @@ static void cpu_attn_task(void *vc, size_t task, int thread) {
     /* Pass 1: scores of visible cells; masked cells get -inf, which the
      * exponential turns into an exact 0. */
     float mx = -INFINITY;
-    size_t first = a->n_kv, last = 0;
-    for (size_t i = 0; i < a->n_kv; i++) {
+    size_t first = a->n_kv, last = 0, lo = 0, hi = a->n_kv;
+    if (a->tok_win) { /* the token's sequence lies in [lo, hi): nothing else to test */
+        size_t wl = (size_t)a->tok_win[2 * t], wh = (size_t)a->tok_win[2 * t + 1];
+        lo = wl, hi = wh < hi ? wh : hi;
+    }
+    for (size_t i = lo; i < hi; i++) {
         if (a->cell_seq[i] == seq && a->cell_pos[i] >= 0 && a->cell_pos[i] <= pos) {
             float s = c->dot(k + i * c->row_bytes + kv_off, q, hd) * a->scale;
             sc[i] = s;

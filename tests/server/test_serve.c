@@ -358,6 +358,7 @@ int main(void) {
 
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = SLOTS * SLOT_CELLS;
+    cp.seq_regions = SLOTS; /* as cleave serve makes it */
     cp.n_threads = 1;
     cp.kv_type = CLEAVE_TYPE_F32;
     cleave_context *ctx = NULL;
@@ -526,6 +527,7 @@ int main(void) {
     /* One slot of 16k cells: an answer runs for many seconds, so a request
      * that ends in milliseconds was ended by the client or the stop. */
     cp.n_ctx = 16384;
+    cp.seq_regions = 1;
     ctx = NULL;
     CHECK_OK(cleave_context_new(model, &cp, &ctx));
     o.sched.n_parallel = 1;
@@ -582,6 +584,7 @@ int main(void) {
     /* -psm layer -sm tensor on two virtual CPU devices: prompts under the
      * layer split, answers under the tensor split, the same greedy text */
     cp.n_ctx = 2 * SLOT_CELLS;
+    cp.seq_regions = 2;
     cp.devices = "cpu:2";
     cp.split_mode = CLEAVE_SPLIT_LAYER;
     ctx = NULL;

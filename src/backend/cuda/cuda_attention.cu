@@ -19,15 +19,21 @@ __device__ __forceinline__ size_t att_live_chunk(size_t live, size_t n_split) {
     return c > ATT_MIN_CHUNK ? c : ATT_MIN_CHUNK;
 }
 
-/* The cells [c0, c1) a split scans. */
-__device__ __forceinline__ void att_cells(const att_args &a, size_t split, size_t *c0, size_t *c1) {
-    size_t n_kv = a.n_kv, chunk = a.chunk;
-    if (a.n_kv_live) {
-        n_kv = (size_t)*a.n_kv_live;
-        chunk = att_live_chunk(n_kv, a.n_split);
+/* The cells [c0, c1) split `split` of token t scans: with cell windows,
+ * the splits share out the token's window (its sequence's region) rather
+ * than the whole cache, so the cells of sequences a step does not run
+ * (a server's idle slots, kept for their prefixes) cost nothing. */
+__device__ __forceinline__ void att_cells(const att_args &a, size_t split, size_t t, size_t *c0, size_t *c1) {
+    size_t lo = 0, hi = a.n_kv_live ? (size_t)*a.n_kv_live : a.n_kv, chunk = a.chunk;
+    if (a.tok_win) {
+        size_t wl = (size_t)a.tok_win[2 * t], wh = (size_t)a.tok_win[2 * t + 1];
+        hi = wh < hi ? wh : hi;
+        lo = wl < hi ? wl : hi;
     }
-    *c0 = split * chunk;
-    *c1 = *c0 + chunk < n_kv ? *c0 + chunk : n_kv;
+    if (a.n_kv_live || a.tok_win) chunk = att_live_chunk(hi - lo, a.n_split);
+    size_t from = lo + split * chunk;
+    *c0 = from < hi ? from : hi;
+    *c1 = *c0 + chunk < hi ? *c0 + chunk : hi;
 }
 
 /* Combines the block's warps (each with its running max sm[w], sum sl[w]
@@ -96,7 +102,7 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
     }
     int32_t tp = a.tok_pos[t], ts = a.tok_seq[t];
     size_t c0, c1;
-    att_cells(a, split, &c0, &c1);
+    att_cells(a, split, t, &c0, &c1);
     float m = -INFINITY, l = 0.0f;
     size_t base = kvh * a.hd;
     att_visible_cells(a, c0, c1, warp, lane, tp, ts, [&](size_t c) {
@@ -154,7 +160,7 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
     }
     int32_t tp = a.tok_pos[t], ts = a.tok_seq[t];
     size_t c0, c1;
-    att_cells(a, split, &c0, &c1);
+    att_cells(a, split, t, &c0, &c1);
     size_t base = kvh * hd + d0;
     att_visible_cells(a, c0, c1, warp, lane, tp, ts, [&](size_t c) {
         const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.row_bytes;
@@ -408,7 +414,7 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     att_args a = {x->q, (const char *)x->k, (const char *)x->v, row_bytes, x->n_kv, x->n_head,
                   x->n_head_kv, x->head_dim, x->n_head * x->head_dim, x->tok_pos, x->tok_seq,
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
-                  x->out, NULL};
+                  x->out, NULL, x->tok_win};
     /* Prefill-sized batches: query tiles share each K/V tile; on tensor
      * cores when the cache is f16 or bf16. Not a decode step of many
      * sequences (16 runs of one token): a tile of tokens of different

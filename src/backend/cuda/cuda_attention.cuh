@@ -20,6 +20,7 @@ struct att_args {
     const int32_t *n_kv_live; /* when set, the live count; chunk derives from it */
     float *out;       /* final output when n_split == 1 */
     float *part;      /* [pair][split][hd + 2]: acc..., max, sum */
+    const int32_t *tok_win; /* [n_tokens][2] or NULL: be_attn.tok_win */
 };
 
 
