@@ -19,6 +19,7 @@ typedef struct {
     size_t n_npp, n_ntg, n_npl;
     long long n_ctx;
     cli_context_opts cx;
+    bool kv_unified; /* -kvu: one pool of cells for every sequence */
 } batched_opts;
 
 static void usage(FILE *out) {
@@ -28,6 +29,9 @@ static void usage(FILE *out) {
             "  -ntg N[,N..]            tokens generated per sequence (default 128)\n"
             "  -npl N[,N..]            sequences decoded in parallel (default 1,2,4,8)\n"
             "  -c, --ctx-size N        context (default: what the largest test needs)\n"
+            "  -kvu, --kv-unified      one pool of cells for all sequences (default: each of the\n"
+            "                          most sequences a test runs has c / npl cells of its own,\n"
+            "                          and a step reads only its sequences' cells)\n"
             "  -b, --batch-size N      tokens per forward pass (default 2048)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
@@ -49,6 +53,8 @@ static bool parse(int argc, char **argv, batched_opts *o) {
             exit(0);
         } else if (!strcmp(a, "-m") && v) {
             o->model = v, i++;
+        } else if (!strcmp(a, "-kvu") || !strcmp(a, "--kv-unified")) {
+            o->kv_unified = true;
         } else if (!strcmp(a, "-npp") || !strcmp(a, "-ntg") || !strcmp(a, "-npl")) {
             bool pp = !strcmp(a, "-npp"), tg = !strcmp(a, "-ntg");
             int *dst = pp ? o->npp : tg ? o->ntg : o->npl;
@@ -115,23 +121,27 @@ int cmd_batched_bench(int argc, char **argv) {
     o.place = cli_placement_default();
     o.place.fit = 0; /* the context the tests need, or a clear refusal */
     if (!parse(argc, argv, &o)) return 2;
-    long long need = 1;
+    long long need = 1, most_seqs = 1, longest = 1;
     for (size_t i = 0; i < o.n_npp; i++)
         for (size_t j = 0; j < o.n_ntg; j++)
             for (size_t k = 0; k < o.n_npl; k++) {
                 long long kv = (long long)o.npl[k] * (o.npp[i] + o.ntg[j]);
                 if (kv > need) need = kv;
+                if (o.npl[k] > most_seqs) most_seqs = o.npl[k];
+                if (o.npp[i] + o.ntg[j] > longest) longest = o.npp[i] + o.ntg[j];
             }
+    if (!o.kv_unified && most_seqs * longest > need) need = most_seqs * longest; /* every region holds the longest */
     cleave_context_params cp = cli_context_params(&o.cx, &o.place, (uint32_t)(o.n_ctx > need ? o.n_ctx : need));
+    if (!o.kv_unified) cp.seq_regions = (uint32_t)most_seqs;
     cleave_model *m;
     cleave_context *ctx;
     int rc = cli_open(o.model, &cp, &m, &ctx);
     if (rc) return rc;
     cleave_model_desc d;
     cleave_model_describe(m, &d);
-    fprintf(stderr, "cleave batched-bench: %s on %s, context %u, batch %lld, KV %s\n", o.model,
-            cleave_context_device(ctx), cleave_context_n_ctx(ctx), o.cx.n_batch,
-            cleave_type_name(o.cx.kv_type));
+    fprintf(stderr, "cleave batched-bench: %s on %s, context %u (%s), batch %lld, KV %s\n", o.model,
+            cleave_context_device(ctx), cleave_context_n_ctx(ctx),
+            o.kv_unified ? "one pool" : "a region per sequence", o.cx.n_batch, cleave_type_name(o.cx.kv_type));
     double w0, w1;
     if (!run_test(ctx, (int32_t)d.n_vocab, 8, 2, 1, &w0, &w1)) rc = 1; /* warm-up */
     printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n");

@@ -128,10 +128,14 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "cleave serve: %s (%s, %.1f M params) on %s; %lld slot%s of %u cells; listening on http://%s:%d\n",
                 o.alias, d.arch, d.n_params / 1e6, cleave_context_device(ctx), np, np > 1 ? "s" : "",
                 cleave_context_n_ctx(ctx) / (uint32_t)np, o.host, serve_port(srv));
-        FILE *f = port_file ? fopen(port_file, "w") : NULL;
-        if (port_file && (!f || fprintf(f, "%d\n", serve_port(srv)) < 0 || fclose(f))) {
-            fprintf(stderr, "cleave serve: cannot write --port-file %s\n", port_file);
-            rc = 1;
+        if (port_file) {
+            FILE *f = fopen(port_file, "w");
+            bool ok = f && fprintf(f, "%d\n", serve_port(srv)) > 0;
+            if (f && fclose(f)) ok = false;
+            if (!ok) {
+                fprintf(stderr, "cleave serve: cannot write --port-file %s\n", port_file);
+                rc = 1;
+            }
         }
         int sig = 0;
         if (!rc) sigwait(&sigs, &sig);

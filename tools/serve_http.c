@@ -3,8 +3,10 @@
  * stream: true. A connection's thread tokenizes and checks its request,
  * queues it, and then waits for the step loop's output; nothing here
  * touches the context. */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,14 @@ typedef struct stream {
     time_t created;
 } stream;
 
+/* Queues res (readable from any origin: browsers' clients) and lets go of it. */
+static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *res) {
+    MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
+    enum MHD_Result ret = MHD_queue_response(c, status, res);
+    MHD_destroy_response(res);
+    return ret;
+}
+
 static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *text, const char *type) {
     struct MHD_Response *res =
         MHD_create_response_from_buffer(text ? strlen(text) : 0, text ? text : (char *)"", MHD_RESPMEM_MUST_FREE);
@@ -52,10 +62,7 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char
         return MHD_NO;
     }
     MHD_add_response_header(res, "Content-Type", type);
-    MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
-    enum MHD_Result ret = MHD_queue_response(c, status, res);
-    MHD_destroy_response(res);
-    return ret;
+    return queue(c, status, res);
 }
 
 /* Takes o (deletes it); status 500 when it cannot be printed. */
@@ -205,9 +212,25 @@ static void stream_free(void *cls) {
 
 /* ---- completions -------------------------------------------------------- */
 
+/* Whether the client of a request that is not streamed hung up while it
+ * waited (a stream finds out when it next writes). */
+static bool client_gone(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static enum MHD_Result reply_whole(struct MHD_Connection *c, serve *s, serve_req *r) {
     serve_sched_lock(s->sched);
-    while (r->finish == SERVE_RUNNING) serve_sched_wait(s->sched, r, r->released, 1000);
+    while (r->finish == SERVE_RUNNING) {
+        serve_sched_wait(s->sched, r, r->released, 200);
+        if (r->finish == SERVE_RUNNING && client_gone(c)) { /* the request ends at the next step */
+            serve_sched_unlock(s->sched);
+            serve_req_cancel(s->sched, r);
+            return MHD_NO;
+        }
+    }
     serve_sched_unlock(s->sched);
     /* finished: the step loop no longer writes r */
     enum MHD_Result ret;
@@ -278,10 +301,7 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
     st->srv = s, st->r = r, st->created = time(NULL);
     MHD_add_response_header(res, "Content-Type", "text/event-stream");
     MHD_add_response_header(res, "Cache-Control", "no-cache");
-    MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
-    enum MHD_Result ret = MHD_queue_response(c, 200, res);
-    MHD_destroy_response(res);
-    return ret;
+    return queue(c, 200, res);
 }
 
 /* ---- routes -------------------------------------------------------------- */
@@ -325,12 +345,9 @@ static enum MHD_Result route(struct MHD_Connection *c, serve *s, conn *k, const 
     if (strcmp(method, "OPTIONS") == 0) { /* a browser's preflight */
         struct MHD_Response *res = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!res) return MHD_NO;
-        MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
         MHD_add_response_header(res, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         MHD_add_response_header(res, "Access-Control-Allow-Headers", "Content-Type, Authorization");
-        enum MHD_Result ret = MHD_queue_response(c, 204, res);
-        MHD_destroy_response(res);
-        return ret;
+        return queue(c, 204, res);
     }
     if (is(url, "/health")) return get ? health(c, s) : send_error(c, 405, "use GET", NULL, NULL);
     if (s->o.api_key) {

@@ -557,6 +557,15 @@ int main(void) {
     CHECK(ok.status == 200);
     free(ok.body);
 
+    /* so does one that leaves while its whole answer is being made */
+    const char *long_whole = "{\"prompt\":\"Once\",\"max_tokens\":100000,\"temperature\":1}";
+    fd = send_request("POST", "/v1/completions", long_whole, strlen(long_whole), key);
+    for (int i = 0; i < 500 && health_num("slots_idle") == 1; i++) usleep(10000);
+    CHECK_MSG(health_num("slots_idle") == 0, "the long request did not start");
+    if (fd >= 0) close(fd);
+    for (int i = 0; i < 500 && (idle = health_num("slots_idle")) != 1; i++) usleep(10000);
+    CHECK_MSG(idle == 1, "the slot is still busy 5 s after its client left a request not streamed");
+
     /* the slot busy and the queue's one place taken: 503; stopping ends
      * the open stream with an error event and the queued request with 503 */
     stream_job sj = {0}, queued = {0};
