@@ -250,6 +250,21 @@ static enum MHD_Result reply_whole(struct MHD_Connection *c, serve *s, serve_req
     return ret;
 }
 
+/* The prompt's tokens (malloc'd; OOM without a message); special tokens
+ * in the text are tokens, as llama.cpp's server has it. */
+static cleave_status tokenize(const cleave_model *m, const char *text, int32_t **out, size_t *n) {
+    size_t len = strlen(text), cap = len + 8;
+    *out = NULL, *n = 0;
+    for (int attempt = 0; attempt < 2; attempt++) { /* the second with the room the first said it needs */
+        free(*out);
+        if (!(*out = malloc(cap * sizeof **out))) return CLEAVE_ERR_OOM;
+        cleave_status st = cleave_tokenize_ex(m, text, len, true, true, *out, cap, n);
+        if (st != CLEAVE_ERR_INVALID_ARG || *n <= cap) return st;
+        cap = *n;
+    }
+    return CLEAVE_ERR_INTERNAL;
+}
+
 static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, bool chat) {
     char err[512];
     const char *param;
@@ -259,14 +274,11 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
         free(r);
         return send_error(c, 400, err, param, NULL);
     }
-    if (r->p.text) { /* special tokens in the text are tokens, as llama.cpp's server has it */
-        size_t len = strlen(r->p.text), cap = len + 8, n = 0;
-        cleave_status st = (r->prompt = malloc(cap * sizeof *r->prompt))
-                               ? cleave_tokenize_ex(s->m, r->p.text, len, true, true, r->prompt, cap, &n)
-                               : CLEAVE_ERR_OOM;
-        r->n_prompt = n;
+    if (r->p.text) {
+        cleave_status st = tokenize(s->m, r->p.text, &r->prompt, &r->n_prompt);
         if (st) {
-            snprintf(err, sizeof err, "tokenizing the prompt: %s", cleave_last_error());
+            snprintf(err, sizeof err, "tokenizing the prompt: %s",
+                     st == CLEAVE_ERR_OOM ? "out of memory" : cleave_last_error());
             serve_params_free(&r->p), free(r->prompt), free(r);
             return send_error(c, st == CLEAVE_ERR_OOM ? 500 : 400, err, NULL, NULL);
         }
