@@ -71,8 +71,10 @@ static cleave_status copy_cells(const struct cleave_context *from, struct cleave
     memcpy(b->pos, a->pos, (size_t)a->n_ctx * sizeof *a->pos);
     memcpy(b->seq, a->seq, (size_t)a->n_ctx * sizeof *a->seq);
     b->n_used = a->n_used, b->hi = a->hi;
-    if (b->regions && b->regions == a->regions) /* both made with the context's seq_regions */
+    if (b->regions && b->regions == a->regions) { /* both made with the context's seq_regions */
         memcpy(b->region_hi, a->region_hi, (size_t)a->regions * sizeof *a->region_hi);
+        memcpy(b->region_used, a->region_used, (size_t)(a->regions + 1) * sizeof *a->region_used);
+    }
     b->dirty_lo = 0, b->dirty_hi = b->n_ctx;
     return kv_sync_cells(b);
 }

@@ -220,6 +220,7 @@ void kv_free(kv_cache *kv) {
     free(kv->pos);
     free(kv->seq);
     free(kv->region_hi);
+    free(kv->region_used);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -235,6 +236,7 @@ void kv_clear(kv_cache *kv) {
     kv->n_used = 0;
     kv->hi = 0;
     for (uint32_t r = 0; r < kv->regions; r++) kv->region_hi[r] = r * kv->region_cells;
+    if (kv->regions) memset(kv->region_used, 0, (kv->regions + 1) * sizeof *kv->region_used);
     forget_staged(kv);
     /* cells past hi are never read, so nothing needs uploading */
     kv->dirty_lo = kv->n_ctx;
@@ -246,31 +248,43 @@ static void mark_dirty(kv_cache *kv, uint32_t c) {
     if (c + 1 > kv->dirty_hi) kv->dirty_hi = c + 1;
 }
 
+/* The region of a cell or a sequence: 0..regions-1, or regions for the
+ * shared rest. */
+static uint32_t region_of_cell(const kv_cache *kv, uint32_t c) {
+    uint32_t r = c / kv->region_cells;
+    return r < kv->regions ? r : kv->regions;
+}
+static uint32_t region_of_seq(const kv_cache *kv, int32_t seq) {
+    return seq >= 0 && (uint32_t)seq < kv->regions ? (uint32_t)seq : kv->regions;
+}
+
 /* The cells seq may use: its region, the shared rest, or everything. */
 static void span(const kv_cache *kv, int32_t seq, uint32_t *lo, uint32_t *hi) {
-    uint32_t shared = kv->regions * kv->region_cells;
-    if (kv->regions && seq >= 0 && (uint32_t)seq < kv->regions)
-        *lo = (uint32_t)seq * kv->region_cells, *hi = *lo + kv->region_cells;
-    else
-        *lo = shared, *hi = kv->n_ctx;
+    uint32_t r = region_of_seq(kv, seq);
+    *lo = r * kv->region_cells;
+    *hi = r < kv->regions ? *lo + kv->region_cells : kv->n_ctx;
 }
 
 uint32_t kv_room(const kv_cache *kv, int32_t seq) {
     if (!kv->regions) return kv->n_ctx - kv->n_used;
-    uint32_t lo, hi, free_cells = 0;
+    uint32_t lo, hi;
     span(kv, seq, &lo, &hi);
-    for (uint32_t c = lo; c < hi; c++) free_cells += kv->pos[c] < 0;
-    return free_cells;
+    return hi - lo - kv->region_used[region_of_seq(kv, seq)];
 }
 
 cleave_status kv_set_regions(kv_cache *kv, uint32_t n) {
     if (kv->n_used) return err_set(CLEAVE_ERR_INVALID_ARG, "kv: regions are set on an empty cache");
     if (n > kv->n_ctx)
         return err_set(CLEAVE_ERR_INVALID_ARG, "kv: %u sequence regions in %u cells", n, kv->n_ctx);
-    uint32_t *hi = n ? malloc(n * sizeof *hi) : NULL;
-    if (n && !hi) return err_set(CLEAVE_ERR_OOM, "kv: %u sequence regions", n);
+    uint32_t *hi = n ? malloc(n * sizeof *hi) : NULL, *used = n ? calloc(n + 1, sizeof *used) : NULL;
+    if (n && (!hi || !used)) {
+        free(hi);
+        free(used);
+        return err_set(CLEAVE_ERR_OOM, "kv: %u sequence regions", n);
+    }
     free(kv->region_hi);
-    kv->region_hi = hi;
+    free(kv->region_used);
+    kv->region_hi = hi, kv->region_used = used;
     kv->regions = n;
     kv->region_cells = n ? kv->n_ctx / n : 0;
     for (uint32_t r = 0; r < n; r++) hi[r] = r * kv->region_cells;
@@ -278,12 +292,10 @@ cleave_status kv_set_regions(kv_cache *kv, uint32_t n) {
 }
 
 void kv_window(const kv_cache *kv, int32_t seq, uint32_t *lo, uint32_t *hi) {
-    if (kv->regions && seq >= 0 && (uint32_t)seq < kv->regions) {
-        *lo = (uint32_t)seq * kv->region_cells, *hi = kv->region_hi[seq];
-    } else {
-        *lo = kv->regions * kv->region_cells, *hi = kv->hi > *lo ? kv->hi : *lo;
-        if (!kv->regions) *lo = 0;
-    }
+    uint32_t end;
+    span(kv, seq, lo, &end);
+    uint32_t r = region_of_seq(kv, seq);
+    *hi = r < kv->regions ? kv->region_hi[r] : kv->hi > *lo ? kv->hi : *lo;
 }
 
 cleave_status kv_alloc_cells(kv_cache *kv, size_t n, int32_t seq, int32_t pos0, int32_t *cells) {
@@ -306,10 +318,13 @@ cleave_status kv_alloc_cells(kv_cache *kv, size_t n, int32_t seq, int32_t pos0, 
         cells[got++] = (int32_t)c;
         mark_dirty(kv, c);
         if (c + 1 > kv->hi) kv->hi = c + 1;
-        if (kv->regions && c < kv->regions * kv->region_cells && c + 1 > kv->region_hi[c / kv->region_cells])
-            kv->region_hi[c / kv->region_cells] = c + 1;
     }
     kv->n_used += (uint32_t)n;
+    if (kv->regions && n) {
+        uint32_t r = region_of_seq(kv, seq);
+        kv->region_used[r] += (uint32_t)n;
+        if (r < kv->regions && (uint32_t)cells[n - 1] + 1 > kv->region_hi[r]) kv->region_hi[r] = (uint32_t)cells[n - 1] + 1;
+    }
     return CLEAVE_OK;
 }
 
@@ -322,8 +337,9 @@ void kv_release_cells(kv_cache *kv, const int32_t *cells, size_t n) {
     kv->n_used -= (uint32_t)n;
     while (kv->hi > 0 && kv->pos[kv->hi - 1] < 0) kv->hi--;
     for (size_t i = 0; kv->regions && i < n; i++) { /* a region whose last cells went ends lower */
-        uint32_t r = (uint32_t)cells[i] / kv->region_cells;
-        if (r >= kv->regions) continue;
+        uint32_t r = region_of_cell(kv, (uint32_t)cells[i]);
+        kv->region_used[r]--;
+        if (r == kv->regions) continue;
         while (kv->region_hi[r] > r * kv->region_cells && kv->pos[kv->region_hi[r] - 1] < 0) kv->region_hi[r]--;
     }
 }

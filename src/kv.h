@@ -50,9 +50,10 @@ typedef struct kv_cache {
      * cells from [r R, r R + R), R = region_cells, so a step's attention
      * reads only its sequences' cells (kv_window); other sequences share
      * [regions R, n_ctx). region_hi[r]: 1 + the highest used cell of
-     * region r (r R when empty). 0 regions: one pool. */
+     * region r (r R when empty); region_used[r]: its cells in use, and
+     * region_used[regions] those of the shared rest. 0 regions: one pool. */
     uint32_t regions, region_cells;
-    uint32_t *region_hi;
+    uint32_t *region_hi, *region_used;
 } kv_cache;
 
 /* Allocates the cell table, and on device d (when width[d] > 0) a copy of
