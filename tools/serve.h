@@ -5,10 +5,12 @@
  *   serve_request.c  a request's JSON body -> serve_params, checked
  *   serve_sched.c    the slots and the step loop: continuous batching of
  *                    every active request into one cleave_decode_batch
+ *   serve_pool.c     the threads that sample a step's requests at once
  *   serve_http.c     routes, responses and server-sent events (libmicrohttpd)
  *
  * Requests wait in a queue for one of n_parallel slots; slot i is sequence
- * i of the context and owns n_ctx / n_parallel cells. A slot keeps its
+ * i of the context and owns its n_ctx / n_parallel cells (the context's
+ * seq_regions, which cmd_serve sets to n_parallel). A slot keeps its
  * tokens after a request ends, so the next request that shares a prefix
  * with them processes only the rest. */
 #ifndef CLEAVE_TOOLS_SERVE_H
