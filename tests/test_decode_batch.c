@@ -112,6 +112,20 @@ static void check_model(const char *path, const char *devices, cleave_split_mode
     cleave_model_free(m);
 }
 
+/* More regions than cells is refused with a message, not a crash. */
+static void check_bad_regions(const char *path) {
+    size_t nv;
+    cleave_model *m = tu_load(path, &nv);
+    if (!m) return;
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 64;
+    cp.seq_regions = 65;
+    cleave_context *c = NULL;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && c == NULL);
+    CHECK(strstr(cleave_last_error(), "regions") != NULL);
+    cleave_model_free(m);
+}
+
 int main(void) {
     const char *stories = tu_stories_model();
     if (stories) check_model(stories, NULL, CLEAVE_SPLIT_NONE, 0);
@@ -125,6 +139,7 @@ int main(void) {
         check_model(p, "cpu:3", CLEAVE_SPLIT_TENSOR, 0);
         check_model(p, "cpu:2", CLEAVE_SPLIT_LAYER, 4);
         check_model(p, "cpu:3", CLEAVE_SPLIT_TENSOR, 4);
+        if (a == 0) check_bad_regions(p);
     }
     return tu_finish("test_decode_batch");
 }
