@@ -6,7 +6,7 @@
  * sequences; with a tiered KV cache, on one device and on three. */
 #include <string.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "testutil.h"
 
 typedef struct {

@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "backend/cpu_dot.h"
-#include "backend/threadpool.h"
-#include "error.h"
-#include "quant.h"
+#include "backend/cpu/cpu_dot.h"
+#include "backend/cpu/threadpool.h"
+#include "base/error.h"
+#include "quant/quant.h"
 #include "testutil.h"
 
 static const cleave_type all_types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,

@@ -4,7 +4,7 @@
  * control tokens only when special tokens are parsed. */
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "testutil.h"
 
 static const cleave_chat_message conv[] = {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "testutil.h"
 
 /* Compares tensor `name` with `count` floats at float offset `at` of the .bin weights. */

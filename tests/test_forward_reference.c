@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
-#include "quant.h"
+#include "model/model.h"
+#include "quant/quant.h"
 #include "testutil.h"
 
 typedef struct {

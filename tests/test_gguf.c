@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf.h"
-#include "quant.h"
+#include "base/error.h"
+#include "model/gguf.h"
+#include "quant/quant.h"
 #include "testutil.h"
 
 /* ---- byte helpers ---- */

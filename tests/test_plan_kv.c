@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "kv.h"
-#include "plan.h"
+#include "kv/kv.h"
+#include "plan/plan.h"
 #include "testutil.h"
 
 static model_hparams hp_small(void) {

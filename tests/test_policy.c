@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "policy.h"
+#include "plan/policy.h"
 #include "testutil.h"
 
 static policy_curve flat(double rate) {

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "reshard.h"
+#include "plan/reshard.h"
 #include "testutil.h"
 
 #define N_LAYER 8

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "cleave.h"
-#include "error.h"
+#include "base/error.h"
 #include "testutil.h"
 
 /* A sampler with every filter and penalty off; callers adjust fields. */

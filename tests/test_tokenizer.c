@@ -6,10 +6,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
-#include "gguf.h"
+#include "base/error.h"
+#include "model/gguf.h"
 #include "testutil.h"
-#include "tokenizer.h"
+#include "vocab/tokenizer.h"
 
 /* ---- helpers ---- */
 

@@ -8,11 +8,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
-#include "gguf.h"
+#include "base/error.h"
+#include "model/gguf.h"
 #include "testutil.h"
-#include "tokenizer.h"
-#include "tokenizer_impl.h"
+#include "vocab/tokenizer.h"
+#include "vocab/tokenizer_impl.h"
 
 #define MAXTOK 8192
 

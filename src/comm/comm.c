@@ -1,7 +1,7 @@
 /* Picks the collectives' implementation for a set of devices and routes
  * calls to it. */
 #include "comm/comm.h"
-#include "error.h"
+#include "base/error.h"
 
 /* what every implementation's struct starts with */
 struct comm {

@@ -31,7 +31,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "comm/comm.h"
 #include "comm/nccl_loader.h"
-#include "mem.h"
+#include "base/mem.h"
 
 #define AR_MAX_BLOCKS 128
 #define AR_THREADS    256

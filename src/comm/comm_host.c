@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "error.h"
-#include "mem.h"
+#include "base/error.h"
+#include "base/mem.h"
 
 static const comm_ops host_ops;
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 
 #include "comm/nccl_loader.h"
-#include "error.h"
-#include "mem.h"
+#include "base/error.h"
+#include "base/mem.h"
 
 #define NCCL_MAX_DEVICES 16
 enum { NCCL_OK = 0, NCCL_FLOAT32 = 7, NCCL_SUM = 0 };

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "quant.h"
+#include "quant/quant.h"
 #include "testutil.h"
 
 static unsigned char pat(size_t i, unsigned seed) {

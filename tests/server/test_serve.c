@@ -22,7 +22,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "serve.h"
+#include "serve/serve.h"
 #include "testutil.h"
 
 #define SLOTS 4

@@ -14,8 +14,8 @@
 #include <pthread.h>
 
 #include "backend/backend.h"
-#include "error.h"
-#include "quant.h"
+#include "base/error.h"
+#include "quant/quant.h"
 
 #define CUDA_MAX_ORDINALS 64 /* GPUs one process addresses */
 #define CUDA_UP_SLOTS 4      /* pinned chunks of a large host-to-device write */

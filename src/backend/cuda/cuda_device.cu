@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
-#include "mem.h"
+#include "base/mem.h"
 
 cleave_status cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
     cudaGetLastError(); /* clear a sticky launch error so the device stays usable */

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
-#include "mem.h"
+#include "base/mem.h"
 
 typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                               unsigned long long);

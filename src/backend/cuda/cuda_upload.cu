@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/threadpool.h"
+#include "backend/cpu/threadpool.h"
 #include "cuda_common.cuh"
 
 /* 4 x 16 MiB of pinned memory per device: a chunk's fixed costs (a pool

@@ -1,0 +1,339 @@
+/* Weights onto the devices the plan names: whole tensors (mapped where
+ * the device can read host memory, else uploaded), and for the tensor
+ * split their row or column slices; during a split-mode switch, copied
+ * from the placement being replaced instead (engine_place_copy.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "base/error.h"
+#include "base/mem.h"
+#include "quant/quant.h"
+#include "plan/reshard.h"
+
+/* ---- placing weights ---------------------------------------------------- */
+
+cleave_status engine_own(struct cleave_context *c, int d, void *p) {
+    if (c->n_owned == c->cap_owned) {
+        size_t cap = c->cap_owned ? 2 * c->cap_owned : 64;
+        engine_alloc *n = mem_realloc(c->owned, cap * sizeof *n, "device allocation list");
+        if (!n) return CLEAVE_ERR_OOM;
+        c->owned = n;
+        c->cap_owned = cap;
+    }
+    c->owned[c->n_owned++] = (engine_alloc){p, d};
+    return CLEAVE_OK;
+}
+
+void *engine_dev_alloc(struct cleave_context *c, int d, size_t bytes, const char *what) {
+    be_device *dev = c->devs[d].dev;
+    void *p = dev->ops->alloc(dev, bytes, what);
+    if (p && engine_own(c, d, p)) {
+        dev->ops->free(dev, p);
+        return NULL;
+    }
+    return p;
+}
+
+/* A matrix on the device: aliases the mapped file where the device can
+ * (CPU), else a copy. */
+/* Reports placement progress; a callback returning false cancels. */
+static cleave_status placed(struct cleave_context *c, size_t bytes) {
+    c->placed_bytes += bytes;
+    if (c->progress && c->total_bytes &&
+        !c->progress((float)c->placed_bytes / (float)c->total_bytes, c->progress_user))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "loading cancelled");
+    return CLEAVE_OK;
+}
+
+/* host (rows in host memory, `bytes` of them) onto device d. mappable: the
+ * memory is the mapped model file, which outlives the context, so a device
+ * that reads host memory (CPU) may alias it instead of copying. */
+static cleave_status place_host(struct cleave_context *c, int d, const be_mat *host, size_t bytes,
+                                bool mappable, const char *name, be_mat *m) {
+    be_device *dev = c->devs[d].dev;
+    *m = *host;
+    const void *mapped = mappable && dev->ops->map_host ? dev->ops->map_host(dev, host->data, bytes) : NULL;
+    if (mapped) {
+        m->data = mapped;
+        return CLEAVE_OK;
+    }
+    if (dev->ops->upload_mat) {
+        cleave_status st = dev->ops->upload_mat(dev, host, m, name);
+        if (st) return st;
+        if ((st = engine_own(c, d, (void *)m->data))) {
+            dev->ops->free(dev, (void *)m->data);
+            if (m->scales) dev->ops->free(dev, (void *)m->scales);
+            return st;
+        }
+        if (m->scales && (st = engine_own(c, d, (void *)m->scales))) {
+            dev->ops->free(dev, (void *)m->scales);
+            return st;
+        }
+        return placed(c, bytes);
+    }
+    void *p = engine_dev_alloc(c, d, bytes, name);
+    if (!p) return CLEAVE_ERR_OOM;
+    m->data = p;
+    cleave_status st = dev->ops->write(dev, p, host->data, bytes);
+    return st ? st : placed(c, bytes);
+}
+
+/* Rows [r0, r1) of a weight matrix onto device d (an empty range places
+ * nothing and leaves m with no rows). */
+static cleave_status place_rows(struct cleave_context *c, int d, const gguf_tensor *t, size_t r0,
+                                size_t r1, be_mat *m) {
+    if (c->copy_src) return engine_copy_mat(c, d, t, false, r0, r1, m);
+    memset(m, 0, sizeof *m);
+    be_mat host = {.type = (cleave_type)t->type, .ne0 = (size_t)t->ne[0]};
+    host.nb1 = quant_row_bytes(t->type, host.ne0);
+    host.ne1 = r1 - r0;
+    host.data = (const char *)t->data + r0 * host.nb1;
+    if (!host.ne1) {
+        *m = host;
+        return CLEAVE_OK;
+    }
+    return place_host(c, d, &host, host.ne1 * host.nb1, true, t->name, m);
+}
+
+static cleave_status place_mat(struct cleave_context *c, int d, const gguf_tensor *t, be_mat *m) {
+    return place_rows(c, d, t, 0, (size_t)(t->n_elems / t->ne[0]), m);
+}
+
+/* Columns [c0, c1) of every row onto device d, gathered in host memory
+ * first; quantized types need whole blocks. */
+static cleave_status place_cols(struct cleave_context *c, int d, const gguf_tensor *t, size_t c0,
+                                size_t c1, be_mat *m) {
+    if (c->copy_src) return engine_copy_mat(c, d, t, true, c0, c1, m);
+    /* every column: the rows as they are (mapped where the device reads
+     * host memory, one upload otherwise), no gather */
+    if (c0 == 0 && c1 == (size_t)t->ne[0]) return place_mat(c, d, t, m);
+    memset(m, 0, sizeof *m);
+    size_t be, bb, ne0 = (size_t)t->ne[0], rows = (size_t)(t->n_elems / t->ne[0]);
+    if (!quant_type_info(t->type, NULL, &be, &bb)) return err_set(CLEAVE_ERR_UNSUPPORTED, "%s: type", t->name);
+    if (c0 % be || (c1 % be && c1 != ne0))
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "tensor split: columns [%zu, %zu) of %s cut through its %zu-element blocks",
+                       c0, c1, t->name, be);
+    be_mat host = {.type = (cleave_type)t->type, .ne0 = c1 - c0, .ne1 = rows};
+    host.nb1 = quant_row_bytes(t->type, host.ne0);
+    if (!host.ne0) {
+        *m = host;
+        return CLEAVE_OK;
+    }
+    size_t src_nb1 = quant_row_bytes(t->type, ne0), off = quant_row_bytes(t->type, c0);
+    char *buf = mem_alloc(rows * host.nb1, t->name);
+    if (!buf) return CLEAVE_ERR_OOM;
+    for (size_t r = 0; r < rows; r++)
+        memcpy(buf + r * host.nb1, (const char *)t->data + r * src_nb1 + off, host.nb1);
+    host.data = buf;
+    cleave_status st = place_host(c, d, &host, rows * host.nb1, false, t->name, m);
+    free(buf);
+    return st;
+}
+
+/* Elements [i0, i0 + n) of a vector as f32 on device d (NULL tensor or
+ * n == 0 -> NULL). */
+static cleave_status place_vec_range(struct cleave_context *c, int d, const gguf_tensor *t,
+                                     size_t i0, size_t n, float **out) {
+    *out = NULL;
+    if (!t || !n) return CLEAVE_OK;
+    if (c->copy_src) return engine_copy_vec(c, d, t, i0, n, out);
+    be_device *dev = c->devs[d].dev;
+    size_t all = (size_t)t->n_elems;
+    float *host = mem_alloc(all * sizeof(float), t->name);
+    if (!host) return CLEAVE_ERR_OOM;
+    quant_dequantize_row((cleave_type)t->type, t->data, host, all);
+    float *p = engine_dev_alloc(c, d, n * sizeof(float), t->name);
+    cleave_status st = p ? dev->ops->write(dev, p, host + i0, n * sizeof(float)) : CLEAVE_ERR_OOM;
+    free(host);
+    *out = p;
+    return st ? st : placed(c, n * sizeof(float));
+}
+
+static cleave_status place_vec(struct cleave_context *c, int d, const gguf_tensor *t, float **out) {
+    return place_vec_range(c, d, t, 0, t ? (size_t)t->n_elems : 0, out);
+}
+
+/* ---- pieces ------------------------------------------------------------- */
+
+/* The tables the pieces land in (the blocks of each device, or of the
+ * layer split) and the rope factors of each active device. */
+cleave_status engine_place_tables(struct cleave_context *c) {
+    const struct cleave_model *m = c->model;
+    cleave_status st;
+    for (size_t d = 0; d < c->n_dev; d++)
+        if (c->devs[d].active && (st = place_vec(c, (int)d, m->rope_freqs, &c->devs[d].rope_freqs)))
+            return st;
+    if (c->plan.mode == SPLIT_TENSOR) {
+        for (size_t d = 0; d < c->n_dev; d++) {
+            if (!c->devs[d].active) continue;
+            if (!(c->slices[d] = mem_calloc(m->hp.n_layer, sizeof(engine_layer), "tensor slices")))
+                return CLEAVE_ERR_OOM;
+            for (uint32_t l = 0; l < m->hp.n_layer; l++) c->slices[d][l].dev = (int)d;
+        }
+        return CLEAVE_OK;
+    }
+    if (!(c->layers = mem_calloc(m->hp.n_layer, sizeof *c->layers, "engine layers"))) return CLEAVE_ERR_OOM;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) c->layers[l].dev = c->plan.layer_device[l];
+    return CLEAVE_OK;
+}
+
+/* Block l's attention (with the block's norms) or FFN on device d: a
+ * tensor split's slice, or the whole of it on the block's device. */
+static cleave_status place_block_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l,
+                                       int d) {
+    const model_hparams *hp = &c->model->hp;
+    const model_layer *L = &c->model->layers[l];
+    const plan *pl = &c->plan;
+    bool tensor = pl->mode == SPLIT_TENSOR;
+    if (tensor ? !c->devs[d].active : pl->layer_device[l] != d) return CLEAVE_OK;
+    engine_layer *E = tensor ? &c->slices[d][l] : &c->layers[l];
+    size_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
+    plan_range h = reshard_units(pl, hp, (size_t)d, RESHARD_HEADS, l);
+    plan_range f = reshard_units(pl, hp, (size_t)d, RESHARD_FF_ROWS, l);
+    size_t f0 = f.lo, f1 = f.hi;
+    size_t q0 = h.lo * G * hd, q1 = h.hi * G * hd, k0 = h.lo * hd, k1 = h.hi * hd;
+    cleave_status st;
+    if (p == RESHARD_FF_ROWS) {
+        if ((st = place_rows(c, d, L->w_gate, f0, f1, &E->w_gate)) ||
+            (st = place_rows(c, d, L->w_up, f0, f1, &E->w_up)) ||
+            (st = place_cols(c, d, L->w_down, f0, f1, &E->w_down)))
+            return st;
+        return CLEAVE_OK;
+    }
+    if ((st = place_rows(c, d, L->wq, q0, q1, &E->wq)) || (st = place_rows(c, d, L->wk, k0, k1, &E->wk)) ||
+        (st = place_rows(c, d, L->wv, k0, k1, &E->wv)) || (st = place_cols(c, d, L->wo, q0, q1, &E->wo)) ||
+        (st = place_vec(c, d, L->attn_norm, &E->attn_norm)) ||
+        (st = place_vec(c, d, L->ffn_norm, &E->ffn_norm)) ||
+        (st = place_vec_range(c, d, L->bq, q0, q1 - q0, &E->bq)) ||
+        (st = place_vec_range(c, d, L->bk, k0, k1 - k0, &E->bk)) ||
+        (st = place_vec_range(c, d, L->bv, k0, k1 - k0, &E->bv)) ||
+        (st = place_vec(c, d, L->q_norm, &E->q_norm)) || (st = place_vec(c, d, L->k_norm, &E->k_norm)))
+        return st;
+    return CLEAVE_OK;
+}
+
+cleave_status engine_place_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l, int d) {
+    if (p == RESHARD_HEADS || p == RESHARD_FF_ROWS) return place_block_piece(c, p, l, d);
+    const struct cleave_model *m = c->model;
+    const plan *pl = &c->plan;
+    bool tensor = pl->mode == SPLIT_TENSOR, tied = m->output == m->tok_embd;
+    if (tensor) {
+        if (!c->devs[d].active) return CLEAVE_OK;
+        engine_device *D = &c->devs[d];
+        size_t v0 = pl->vocab_rows[d].lo, v1 = pl->vocab_rows[d].hi;
+        if (p == RESHARD_EMBD) return place_rows(c, d, m->tok_embd, v0, v1, &D->tok_embd);
+        cleave_status st = place_vec(c, d, m->output_norm, &D->output_norm);
+        if (st) return st;
+        if (tied) { /* the lm head is the embedding's slice (placed first) */
+            D->output = D->tok_embd;
+            return CLEAVE_OK;
+        }
+        return place_rows(c, d, m->output, v0, v1, &D->output);
+    }
+    if (p == RESHARD_EMBD) return d == pl->embd_device ? place_mat(c, d, m->tok_embd, &c->tok_embd) : CLEAVE_OK;
+    if (d != pl->head_device) return CLEAVE_OK;
+    cleave_status st = place_vec(c, d, m->output_norm, &c->output_norm);
+    if (st) return st;
+    if (tied && pl->head_device == pl->embd_device) {
+        c->output = c->tok_embd;
+        return CLEAVE_OK;
+    }
+    return place_mat(c, d, m->output, &c->output);
+}
+
+/* The norm each block's last add is fused with, on that block's device:
+ * the next block's attn_norm or the output norm, a copy of it where the
+ * next block runs elsewhere. */
+cleave_status engine_place_finish(struct cleave_context *c) {
+    const struct cleave_model *m = c->model;
+    uint32_t n = m->hp.n_layer;
+    if (c->plan.mode == SPLIT_TENSOR) {
+        for (size_t d = 0; d < c->n_dev; d++)
+            for (uint32_t l = 0; c->slices[d] && l < n; l++)
+                c->slices[d][l].next_norm = l + 1 < n ? c->slices[d][l + 1].attn_norm : c->devs[d].output_norm;
+        return CLEAVE_OK;
+    }
+    cleave_status st;
+    for (uint32_t l = 0; l < n; l++) {
+        engine_layer *E = &c->layers[l];
+        if (l + 1 == n)
+            E->next_norm = c->output_norm; /* the last block runs on the head device */
+        else if (c->layers[l + 1].dev == E->dev)
+            E->next_norm = c->layers[l + 1].attn_norm;
+        else if ((st = place_vec(c, E->dev, m->layers[l + 1].attn_norm, &E->next_norm)))
+            return st;
+    }
+    return CLEAVE_OK;
+}
+
+cleave_status engine_place_weights(struct cleave_context *c) {
+    const struct cleave_model *m = c->model;
+    cleave_status st = engine_place_tables(c);
+    for (uint32_t l = 0; !st && l < m->hp.n_layer; l++)
+        for (int d = 0; !st && d < (int)c->n_dev; d++)
+            if (!(st = engine_place_piece(c, RESHARD_HEADS, l, d))) st = engine_place_piece(c, RESHARD_FF_ROWS, l, d);
+    for (int d = 0; !st && d < (int)c->n_dev; d++)
+        if (!(st = engine_place_piece(c, RESHARD_EMBD, 0, d))) st = engine_place_piece(c, RESHARD_HEAD, 0, d);
+    return st ? st : engine_place_finish(c);
+}
+
+/* ---- giving pieces back (a split-mode switch) ----------------------------- */
+
+/* Frees p on device d where c owns it (mapped or aliased memory is not
+ * c's to free) and forgets it. */
+static void release(struct cleave_context *c, int d, const void *p) {
+    if (!p) return;
+    for (size_t i = 0; i < c->n_owned; i++)
+        if (c->owned[i].p == p && c->owned[i].dev == d) {
+            be_device *dev = c->devs[d].dev;
+            dev->ops->free(dev, (void *)p);
+            c->owned[i] = c->owned[--c->n_owned];
+            return;
+        }
+}
+
+static void release_mat(struct cleave_context *c, int d, be_mat *m) {
+    release(c, d, m->data);
+    release(c, d, m->scales);
+    memset(m, 0, sizeof *m);
+}
+
+static void release_vec(struct cleave_context *c, int d, float **v) {
+    release(c, d, *v);
+    *v = NULL;
+}
+
+void engine_release_piece(struct cleave_context *c, enum reshard_piece p, uint32_t l, int d) {
+    const plan *pl = &c->plan;
+    bool tensor = pl->mode == SPLIT_TENSOR;
+    if (p == RESHARD_HEADS || p == RESHARD_FF_ROWS) {
+        if (tensor ? !c->slices[d] : pl->layer_device[l] != d) return;
+        engine_layer *E = tensor ? &c->slices[d][l] : &c->layers[l];
+        if (p == RESHARD_FF_ROWS) {
+            release_mat(c, d, &E->w_gate), release_mat(c, d, &E->w_up), release_mat(c, d, &E->w_down);
+            return;
+        }
+        release_mat(c, d, &E->wq), release_mat(c, d, &E->wk), release_mat(c, d, &E->wv);
+        release_mat(c, d, &E->wo);
+        /* a layer split's own copy of the next block's norm (not an alias) */
+        uint32_t n = c->model->hp.n_layer;
+        if (!tensor && E->next_norm && E->next_norm != c->output_norm &&
+            (l + 1 >= n || E->next_norm != c->layers[l + 1].attn_norm))
+            release_vec(c, d, &E->next_norm);
+        float **vecs[] = {&E->attn_norm, &E->ffn_norm, &E->bq, &E->bk, &E->bv, &E->q_norm, &E->k_norm};
+        for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) release_vec(c, d, vecs[i]);
+        kv_free_layer(&c->kv, (size_t)d, l);
+        return;
+    }
+    if (tensor) {
+        engine_device *D = &c->devs[d];
+        if (p == RESHARD_EMBD) release_mat(c, d, &D->tok_embd);
+        else release_mat(c, d, &D->output), release_vec(c, d, &D->output_norm);
+        return;
+    }
+    if (p == RESHARD_EMBD && d == pl->embd_device) release_mat(c, d, &c->tok_embd);
+    if (p == RESHARD_HEAD && d == pl->head_device)
+        release_mat(c, d, &c->output), release_vec(c, d, &c->output_norm);
+}

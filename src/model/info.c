@@ -1,0 +1,61 @@
+/* `cleave info`: what a GGUF model is and what running it needs. Reads the
+ * header only (tensors stay mapped, untouched). */
+#include <stdio.h>
+
+#include "cleave.h"
+#include "base/error.h"
+#include "model.h"
+#include "plan/plan.h"
+#include "quant/quant.h"
+
+static void print_tensor(const gguf_tensor *t, FILE *out) {
+    const char *tn = "?";
+    quant_type_info(t->type, &tn, NULL, NULL);
+    char shape[96];
+    int at = snprintf(shape, sizeof shape, "[%llu", (unsigned long long)t->ne[0]);
+    for (uint32_t d = 1; d < t->n_dims && at > 0 && (size_t)at < sizeof shape; d++)
+        at += snprintf(shape + at, sizeof shape - (size_t)at, ", %llu", (unsigned long long)t->ne[d]);
+    if (at > 0 && (size_t)at < sizeof shape) snprintf(shape + at, sizeof shape - (size_t)at, "]");
+    fprintf(out, "  %-32s %-6s %-24s %10.2f MiB\n", t->name, tn, shape, t->nbytes / 1048576.0);
+}
+
+cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file) {
+    FILE *out = file ? file : stdout;
+    struct cleave_model *m;
+    cleave_status st = model_load(path, &m);
+    if (st) return st;
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    const model_hparams *hp = &m->hp;
+    if (!n_ctx) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    fprintf(out, "file:          %s (GGUF v%u, %.2f MiB)\n", path, gguf_version(m->file),
+            gguf_file_size(m->file) / 1048576.0);
+    fprintf(out, "name:          %s\n", d.name[0] ? d.name : "(none)");
+    fprintf(out, "architecture:  %s\n", d.arch);
+    fprintf(out, "parameters:    %.3f M (%s weights mostly)\n", d.n_params / 1e6,
+            cleave_type_name(d.weight_type));
+    fprintf(out, "vocab:         %u   bos %d   eos %d\n", d.n_vocab, cleave_token_bos(m),
+            cleave_token_eos(m));
+    fprintf(out, "embedding:     %u   layers %u   ffn %u\n", d.n_embd, d.n_layer, d.n_ff);
+    fprintf(out, "heads:         %u query, %u kv (GQA %u), head size %u\n", d.n_head, d.n_head_kv,
+            d.n_head / d.n_head_kv, d.head_dim);
+    fprintf(out, "rope:          %s, base %g, %u dims%s\n", d.rope_neox ? "neox" : "normal",
+            (double)d.rope_freq_base, hp->n_rot, d.has_rope_freqs ? ", frequency factors" : "");
+    fprintf(out, "norm eps:      %g\n", (double)d.norm_eps);
+    fprintf(out, "output:        %s\n", d.tied_output ? "tied to the token embedding" : "separate");
+    fprintf(out, "train context: %u\n", d.n_ctx_train);
+    fprintf(out, "\ntensors (%zu):\n", gguf_n_tensors(m->file));
+    for (size_t i = 0; i < gguf_n_tensors(m->file); i++) print_tensor(gguf_tensor_at(m->file, i), out);
+
+    size_t kv16 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F16) * n_ctx;
+    size_t kv32 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F32) * n_ctx;
+    size_t compute = plan_compute_bytes(hp, 512, n_ctx);
+    fprintf(out, "\nmemory at context %u, batch 512:\n", n_ctx);
+    fprintf(out, "  weights          %10.2f MiB\n", d.weight_bytes / 1048576.0);
+    fprintf(out, "  KV cache f16     %10.2f MiB  (f32: %.2f MiB)\n", kv16 / 1048576.0,
+            kv32 / 1048576.0);
+    fprintf(out, "  compute buffers  %10.2f MiB\n", compute / 1048576.0);
+    fprintf(out, "  total (f16 KV)   %10.2f MiB\n", (d.weight_bytes + kv16 + compute) / 1048576.0);
+    model_free(m);
+    return CLEAVE_OK;
+}

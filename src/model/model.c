@@ -1,0 +1,294 @@
+/* Loads a llama-family GGUF: reads hyperparameters for the architecture,
+ * finds every tensor by its llama.cpp name and checks shape and type, so
+ * the forward pass can trust what it gets. */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/mem.h"
+#include "quant/quant.h"
+
+typedef struct {
+    const char *name;
+    enum model_arch arch;
+    bool rope_neox, qkv_bias, qk_norm;
+} arch_row;
+
+static const arch_row arch_table[] = {
+    {"llama", ARCH_LLAMA, false, false, false},
+    {"mistral", ARCH_LLAMA, false, false, false},
+    {"qwen2", ARCH_QWEN2, true, true, false},
+    {"qwen3", ARCH_QWEN3, true, false, true},
+};
+
+static const arch_row *arch_find(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof arch_table / sizeof arch_table[0]; i++)
+        if (strlen(arch_table[i].name) == len && memcmp(arch_table[i].name, name, len) == 0)
+            return &arch_table[i];
+    return NULL;
+}
+
+/* Reads "<arch>.<suffix>" as u32; missing optional keys keep *out. */
+static cleave_status hp_u32(const gguf_file *f, const char *arch, const char *suffix, bool required,
+                            uint32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!required && gguf_find_key(f, key) < 0) return CLEAVE_OK;
+    return gguf_get_u32(f, key, out);
+}
+
+static cleave_status hp_f32(const gguf_file *f, const char *arch, const char *suffix, bool required,
+                            float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (!required && gguf_find_key(f, key) < 0) return CLEAVE_OK;
+    return gguf_get_f32(f, key, out);
+}
+
+static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const char *arch,
+                                  model_hparams *hp) {
+    cleave_status st;
+    memset(hp, 0, sizeof *hp);
+    hp->arch = ar->arch;
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
+    hp->rope_neox = ar->rope_neox;
+    hp->rope_freq_base = 10000.0f;
+    hp->norm_eps = 1e-5f;
+    hp->n_ctx_train = 2048;
+    if ((st = hp_u32(f, arch, "embedding_length", true, &hp->n_embd)) ||
+        (st = hp_u32(f, arch, "block_count", true, &hp->n_layer)) ||
+        (st = hp_u32(f, arch, "feed_forward_length", true, &hp->n_ff)) ||
+        (st = hp_u32(f, arch, "attention.head_count", true, &hp->n_head)) ||
+        (st = hp_u32(f, arch, "context_length", false, &hp->n_ctx_train)) ||
+        (st = hp_f32(f, arch, "attention.layer_norm_rms_epsilon", false, &hp->norm_eps)) ||
+        (st = hp_f32(f, arch, "rope.freq_base", false, &hp->rope_freq_base)))
+        return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = hp_u32(f, arch, "attention.head_count_kv", false, &hp->n_head_kv))) return st;
+
+    /* Bound everything before any size arithmetic: these come from a file. */
+    if (hp->n_embd == 0 || hp->n_embd > (1u << 20) || hp->n_layer == 0 || hp->n_layer > 4096 ||
+        hp->n_ff == 0 || hp->n_ff > (1u << 22) || hp->n_head == 0 || hp->n_head > 4096 ||
+        hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0)
+        return err_set(CLEAVE_ERR_FORMAT,
+                       "implausible hyperparameters: n_embd=%u n_layer=%u n_ff=%u n_head=%u "
+                       "n_head_kv=%u (n_head must be a multiple of n_head_kv)",
+                       hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if ((st = hp_u32(f, arch, "attention.key_length", false, &hp->head_dim))) return st;
+    uint32_t v_len = hp->head_dim;
+    if ((st = hp_u32(f, arch, "attention.value_length", false, &v_len))) return st;
+    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2 || v_len != hp->head_dim)
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "head size %u (key) / %u (value): need equal, even, at most 1024",
+                       hp->head_dim, v_len);
+    hp->n_rot = hp->head_dim;
+    if ((st = hp_u32(f, arch, "rope.dimension_count", false, &hp->n_rot))) return st;
+    if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return err_set(CLEAVE_ERR_FORMAT, "rope.dimension_count %u must be even and <= head size %u",
+                       hp->n_rot, hp->head_dim);
+    if (!(hp->norm_eps > 0 && hp->norm_eps < 1) || !(hp->rope_freq_base > 0))
+        return err_set(CLEAVE_ERR_FORMAT, "implausible norm epsilon %g or rope base %g",
+                       (double)hp->norm_eps, (double)hp->rope_freq_base);
+    return CLEAVE_OK;
+}
+
+/* Finds a tensor, checks dims and type. ne1 == 0 means a 1-D tensor. */
+static cleave_status want(const gguf_file *f, bool required, const gguf_tensor **out,
+                          uint64_t ne0, uint64_t ne1, const char *fmt, int layer) {
+    char name[96];
+    snprintf(name, sizeof name, fmt, layer);
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    *out = t;
+    if (!t) return required ? err_set(CLEAVE_ERR_FORMAT, "missing tensor '%s'", name) : CLEAVE_OK;
+    uint32_t dims = ne1 ? 2 : 1;
+    bool ok = t->n_dims == dims && t->ne[0] == ne0 && (dims == 1 || t->ne[1] == ne1);
+    if (!ok)
+        return err_set(CLEAVE_ERR_FORMAT,
+                       "tensor '%s' has shape [%llu, %llu, %llu] (%u dims), expected [%llu, %llu]",
+                       name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                       (unsigned long long)t->ne[2], t->n_dims, (unsigned long long)ne0,
+                       (unsigned long long)(ne1 ? ne1 : 1));
+    if (!quant_type_supported(t->type)) {
+        const char *tn = "unknown";
+        quant_type_info(t->type, &tn, NULL, NULL);
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "tensor '%s' has type %s; cleave runs f32, f16, bf16 and q8_0", name, tn);
+    }
+    return CLEAVE_OK;
+}
+
+static cleave_status find_tensors(struct cleave_model *m, const arch_row *ar) {
+    const gguf_file *f = m->file;
+    const model_hparams *hp = &m->hp;
+    uint64_t e = hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
+             kd = (uint64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff, nv = hp->n_vocab;
+    cleave_status st;
+    if ((st = want(f, true, &m->tok_embd, e, nv, "token_embd.weight", 0)) ||
+        (st = want(f, true, &m->output_norm, e, 0, "output_norm.weight", 0)) ||
+        (st = want(f, false, &m->output, e, nv, "output.weight", 0)) ||
+        (st = want(f, false, &m->rope_freqs, hp->n_rot / 2, 0, "rope_freqs.weight", 0)))
+        return st;
+    if (!m->output) m->output = m->tok_embd; /* tied embeddings */
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        model_layer *L = &m->layers[i];
+        int l = (int)i;
+        if ((st = want(f, true, &L->attn_norm, e, 0, "blk.%d.attn_norm.weight", l)) ||
+            (st = want(f, true, &L->wq, e, qd, "blk.%d.attn_q.weight", l)) ||
+            (st = want(f, true, &L->wk, e, kd, "blk.%d.attn_k.weight", l)) ||
+            (st = want(f, true, &L->wv, e, kd, "blk.%d.attn_v.weight", l)) ||
+            (st = want(f, true, &L->wo, qd, e, "blk.%d.attn_output.weight", l)) ||
+            (st = want(f, true, &L->ffn_norm, e, 0, "blk.%d.ffn_norm.weight", l)) ||
+            (st = want(f, true, &L->w_gate, e, ff, "blk.%d.ffn_gate.weight", l)) ||
+            (st = want(f, true, &L->w_up, e, ff, "blk.%d.ffn_up.weight", l)) ||
+            (st = want(f, true, &L->w_down, ff, e, "blk.%d.ffn_down.weight", l)))
+            return st;
+        /* Biases are required for qwen2 and accepted on llama (some
+         * Mistral-style exports carry them). */
+        bool rb = ar->qkv_bias;
+        if ((st = want(f, rb, &L->bq, qd, 0, "blk.%d.attn_q.bias", l)) ||
+            (st = want(f, rb, &L->bk, kd, 0, "blk.%d.attn_k.bias", l)) ||
+            (st = want(f, rb, &L->bv, kd, 0, "blk.%d.attn_v.bias", l)))
+            return st;
+        if (ar->qk_norm &&
+            ((st = want(f, true, &L->q_norm, hp->head_dim, 0, "blk.%d.attn_q_norm.weight", l)) ||
+             (st = want(f, true, &L->k_norm, hp->head_dim, 0, "blk.%d.attn_k_norm.weight", l))))
+            return st;
+    }
+    return CLEAVE_OK;
+}
+
+cleave_status model_load(const char *path, struct cleave_model **out) {
+    *out = NULL;
+    struct cleave_model *m = mem_calloc(1, sizeof *m, "model");
+    if (!m) return CLEAVE_ERR_OOM;
+    cleave_status st = gguf_open(path, &m->file);
+    if (st) goto fail;
+
+    const char *arch;
+    size_t arch_len;
+    if ((st = gguf_get_str(m->file, "general.architecture", &arch, &arch_len))) goto wrap;
+    const arch_row *ar = arch_find(arch, arch_len);
+    if (!ar) {
+        st = err_set(CLEAVE_ERR_UNSUPPORTED,
+                     "unknown architecture '%.*s' (cleave runs llama, mistral, qwen2, qwen3)",
+                     (int)(arch_len > 64 ? 64 : arch_len), arch);
+        goto wrap;
+    }
+    if ((st = read_hparams(m->file, ar, ar->name, &m->hp))) goto wrap;
+    /* A tokenizer cleave cannot run yet (e.g. BPE) does not stop the model
+     * from loading: token ids still work (bench, the API); text in or out
+     * then fails with a clear message. */
+    st = tokenizer_from_gguf(m->file, &m->tok);
+    if (st == CLEAVE_ERR_UNSUPPORTED) {
+        snprintf(m->tok_error, sizeof m->tok_error, "%s", cleave_last_error());
+        const gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
+        if (!emb || emb->n_dims != 2 || emb->ne[1] > (1u << 24)) {
+            st = err_set(CLEAVE_ERR_FORMAT, "missing or malformed tensor 'token_embd.weight'");
+            goto wrap;
+        }
+        m->hp.n_vocab = (uint32_t)emb->ne[1];
+    } else if (st) {
+        goto wrap;
+    } else {
+        m->hp.n_vocab = (uint32_t)tokenizer_n_vocab(m->tok);
+    }
+    m->layers = mem_calloc(m->hp.n_layer, sizeof *m->layers, "model layers");
+    if (!m->layers) {
+        st = CLEAVE_ERR_OOM;
+        goto wrap;
+    }
+    if ((st = find_tensors(m, ar))) goto wrap;
+    *out = m;
+    return CLEAVE_OK;
+wrap:
+    err_wrap(st, "%s", path);
+fail:
+    model_free(m);
+    return st;
+}
+
+cleave_status model_load_vocab(const char *path, struct cleave_model **out) {
+    *out = NULL;
+    struct cleave_model *m = mem_calloc(1, sizeof *m, "model");
+    if (!m) return CLEAVE_ERR_OOM;
+    cleave_status st = gguf_open(path, &m->file);
+    if (!st) st = tokenizer_from_gguf(m->file, &m->tok);
+    if (st) {
+        err_wrap(st, "%s", path);
+        model_free(m);
+        return st;
+    }
+    snprintf(m->hp.arch_name, sizeof m->hp.arch_name, "vocab only");
+    m->hp.n_vocab = (uint32_t)tokenizer_n_vocab(m->tok);
+    *out = m;
+    return CLEAVE_OK;
+}
+
+void model_free(struct cleave_model *m) {
+    if (!m) return;
+    tokenizer_free(m->tok);
+    gguf_close(m->file);
+    free(m->layers);
+    free(m);
+}
+
+void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, void *user) {
+    if (!m->tok_embd) return; /* a vocabulary alone */
+    fn(m->tok_embd, user);
+    fn(m->output_norm, user);
+    if (m->output != m->tok_embd) fn(m->output, user);
+    if (m->rope_freqs) fn(m->rope_freqs, user);
+    for (uint32_t i = 0; i < m->hp.n_layer; i++) {
+        const model_layer *L = &m->layers[i];
+        const gguf_tensor *ts[] = {L->attn_norm, L->wq,     L->wk,   L->wv,     L->wo,
+                                   L->bq,        L->bk,     L->bv,   L->q_norm, L->k_norm,
+                                   L->ffn_norm,  L->w_gate, L->w_up, L->w_down};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+            if (ts[j]) fn(ts[j], user);
+    }
+}
+
+cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const char *name,
+                                  cleave_type main_type) {
+    struct {
+        const char *suffix;
+        uint32_t v;
+    } u32[] = {
+        {"context_length", hp->n_ctx_train},  {"embedding_length", hp->n_embd},
+        {"block_count", hp->n_layer},         {"feed_forward_length", hp->n_ff},
+        {"attention.head_count", hp->n_head}, {"attention.head_count_kv", hp->n_head_kv},
+        {"attention.key_length", hp->head_dim}, {"attention.value_length", hp->head_dim},
+        {"rope.dimension_count", hp->n_rot},  {"vocab_size", hp->n_vocab},
+    };
+    char key[128];
+    cleave_status st = gguf_set_str(w, "general.architecture", hp->arch_name);
+    if (!st) st = gguf_set_str(w, "general.name", name);
+    for (size_t i = 0; !st && i < sizeof u32 / sizeof u32[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", hp->arch_name, u32[i].suffix);
+        st = gguf_set_u32(w, key, u32[i].v);
+    }
+    if (!st) {
+        snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", hp->arch_name);
+        st = gguf_set_f32(w, key, hp->norm_eps);
+    }
+    if (!st) {
+        snprintf(key, sizeof key, "%s.rope.freq_base", hp->arch_name);
+        st = gguf_set_f32(w, key, hp->rope_freq_base);
+    }
+    /* llama.cpp's numbering: 0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16 */
+    uint32_t ft = main_type == CLEAVE_TYPE_F32    ? 0
+                  : main_type == CLEAVE_TYPE_F16  ? 1
+                  : main_type == CLEAVE_TYPE_Q8_0 ? 7
+                                                  : 32;
+    if (!st) st = gguf_set_u32(w, "general.file_type", ft);
+    return st;
+}
+
+size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type kv_type) {
+    size_t row = quant_row_bytes(kv_type, (size_t)hp->n_head_kv * hp->head_dim);
+    return 2 * row * hp->n_layer;
+}

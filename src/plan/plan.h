@@ -1,0 +1,110 @@
+/* Placement as a pure function: from the model's shapes, the devices'
+ * budgets and shares, the split mode and the context size to a plan that
+ * says which device holds what and how many bytes each needs. No side
+ * effects, no device calls, so every case can be unit-tested.
+ *
+ * none:   everything on the main device.
+ * layer:  contiguous layer ranges in proportion to the shares; token
+ *         embedding on the first device that holds layers, output norm and
+ *         lm head on the last; the hidden state goes device to device.
+ * tensor: every layer on every device with a share: whole kv heads (and
+ *         their query heads) per device, FFN rows in blocks of ff_align,
+ *         lm head by vocab rows; o and down projections split by input
+ *         columns (the same ranges) and summed by an all-reduce. The KV
+ *         cache is split by kv head like the weights, and the token
+ *         embedding by vocab rows like the lm head.
+ * Ranges are apportioned by largest remainder: a device's count differs
+ * from its exact share by less than one unit, and a share of 0 gets none. */
+#ifndef CLEAVE_PLAN_H
+#define CLEAVE_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cleave.h"
+#include "model/model.h"
+
+#define PLAN_MAX_DEVICES 16
+
+enum split_mode { SPLIT_NONE, SPLIT_LAYER, SPLIT_TENSOR };
+
+typedef struct plan_request {
+    const model_hparams *hp;
+    size_t n_devices;
+    const size_t *budgets;       /* [n_devices] bytes, 0 = unlimited */
+    enum split_mode mode;
+    int main_device;             /* the device for `none`; the embedding for `tensor` */
+    const double *shares;        /* [n_devices] >= 0, NULL = equal; layer and tensor */
+    uint32_t ff_align;           /* tensor: FFN rows per unit (quant block), 0 = 1 */
+    uint32_t n_ctx, n_batch;
+    cleave_type kv_type;
+    /* Bytes as stored, from the model file: */
+    size_t embd_bytes;           /* token embedding table */
+    size_t head_bytes;           /* output norm + lm head (0 extra when tied) */
+    bool tied;                   /* the lm head is the embedding: a layer split whose head
+                                    device is not the embedding's holds a second copy */
+    const size_t *layer_bytes;   /* [n_layer] all tensors of each block */
+    /* tensor only: the part of layer_bytes that splits with the kv heads
+     * (q, k, v, o and their biases/norms) and with the FFN rows (gate, up,
+     * down); what is left (the block's norms) is replicated. */
+    const size_t *layer_attn_bytes, *layer_ffn_bytes;
+    /* A tiered KV cache: cells [0, kv_vram_cells) of each layer's K and V
+     * in device memory, the rest in host memory, and four staging buffers
+     * of a layer's host part in device memory (kv.h); kv_vram_auto: the
+     * largest count that fits every budget after weights and compute. */
+    bool kv_tiered, kv_vram_auto;
+    uint32_t kv_vram_cells;
+    size_t host_budget;          /* bytes the host parts may take together, 0 = unlimited */
+} plan_request;
+
+/* A half-open range [lo, hi). */
+typedef struct plan_range {
+    uint32_t lo, hi;
+} plan_range;
+
+typedef struct plan_device_bytes {
+    size_t weights, kv, compute; /* in device memory (kv: a tiered cache's head and staging) */
+    size_t kv_host;              /* a tiered cache's tail, in host memory */
+} plan_device_bytes;
+
+typedef struct plan {
+    enum split_mode mode;
+    size_t n_devices;
+    uint32_t n_layer, n_ctx, n_batch;
+    cleave_type kv_type;
+    int embd_device, head_device;
+    int *layer_device;           /* [n_layer]; -1 under tensor (every device) */
+    /* tensor: each device's kv heads, FFN rows and lm-head vocab rows
+     * (empty ranges for a share of 0); other modes leave them zero. */
+    plan_range kv_heads[PLAN_MAX_DEVICES], ff_rows[PLAN_MAX_DEVICES], vocab_rows[PLAN_MAX_DEVICES];
+    plan_device_bytes bytes[PLAN_MAX_DEVICES];
+    double shares[PLAN_MAX_DEVICES]; /* the shares used (layer, tensor) */
+    uint32_t kv_vram_cells;          /* cells of each layer in device memory (n_ctx: all) */
+} plan;
+/* A tiered KV cache's staging: buffers of one layer's host part, per device. */
+#define PLAN_KV_STAGING_BUFFERS 4
+
+/* Builds the plan or explains why there is none (bad shares, a device over
+ * budget: the message names each device's need and budget). */
+cleave_status plan_make(const plan_request *req, plan *out);
+void plan_free(plan *p);
+/* Fit: the plan for req's mode with the largest context in [min_ctx,
+ * req->n_ctx] that leaves `margin` (a fraction, e.g. 0.05) of every budget
+ * free. Shares are req's when given, else in proportion to the budgets.
+ * When nothing fits, the error names each device's shortfall and what
+ * would fit instead (a quantized KV cache, another split mode). */
+cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out);
+/* Tensor split, per device: the partial sums and, across n_active > 1
+ * devices, the all-reduce's buffers. */
+size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n_active);
+size_t plan_total_bytes(const plan *p, size_t device);
+/* Activation scratch for a batch of n_batch tokens (bytes), per device. */
+size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx);
+const char *plan_mode_name(enum split_mode mode);
+/* Splits `units` into n parts in proportion to w (largest remainder, ties
+ * to the lower index); parts[i] is 0 where w[i] is 0. Pure helper, public
+ * for tests. */
+void plan_apportion(size_t units, const double *w, size_t n, size_t *parts);
+
+#endif

@@ -1,0 +1,90 @@
+/* Chat templates: a conversation as the prompt text a model was trained
+ * on. cleave does not run the Jinja in tokenizer.chat_template; it
+ * recognises the common families by their markers and writes their
+ * format itself, as llama.cpp's llama_chat_apply_template does. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/gguf.h"
+#include "model/model.h"
+
+static const char *const NAMES[] = {"llama3", "chatml", "mistral", "llama2"};
+
+cleave_status cleave_chat_template_of(const cleave_model *m, const char **name) {
+    if (!m || !name) return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: model and name required");
+    *name = NULL;
+    const char *t;
+    size_t n;
+    if (gguf_find_key(m->file, "tokenizer.chat_template") < 0 || gguf_get_str(m->file, "tokenizer.chat_template", &t, &n))
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "the model has no chat template (tokenizer.chat_template); name one (llama3, chatml, "
+                       "mistral, llama2), e.g. the fallback chatml");
+    char buf[8192];
+    snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf - 1 ? n : sizeof buf - 1), t);
+    if (strstr(buf, "<|start_header_id|>")) *name = "llama3";
+    else if (strstr(buf, "<|im_start|>")) *name = "chatml";
+    else if (strstr(buf, "[INST]") && strstr(buf, "<<SYS>>")) *name = "llama2";
+    else if (strstr(buf, "[INST]")) *name = "mistral";
+    if (*name) return CLEAVE_OK;
+    return err_set(CLEAVE_ERR_UNSUPPORTED,
+                   "the model's chat template is not one cleave knows (markers of llama3, chatml, mistral, llama2 "
+                   "not found); name one, e.g. the fallback chatml");
+}
+
+typedef struct {
+    char *buf;
+    size_t cap, n;
+} out_text;
+
+static void put(out_text *o, const char *s) {
+    size_t k = strlen(s);
+    if (o->n < o->cap) memcpy(o->buf + o->n, s, o->n + k <= o->cap ? k : o->cap - o->n);
+    o->n += k;
+}
+
+cleave_status cleave_chat_apply(const char *name, const cleave_chat_message *msgs, size_t n_msgs,
+                                bool add_assistant, char *buf, size_t cap, size_t *n_out) {
+    if (!name || (!msgs && n_msgs) || !n_out || (!buf && cap))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: arguments required");
+    int kind = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, NAMES[i])) kind = i;
+    if (kind < 0)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "chat template '%s' unknown (llama3, chatml, mistral, llama2)", name);
+    for (size_t i = 0; i < n_msgs; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: message %zu has no role or content", i);
+    out_text o = {buf, cap, 0};
+    const char *system = NULL;
+    for (size_t i = 0; i < n_msgs; i++) {
+        const cleave_chat_message *msg = &msgs[i];
+        bool sys = !strcmp(msg->role, "system"), user = !strcmp(msg->role, "user");
+        switch (kind) {
+        case 0: /* llama3 */
+            put(&o, "<|start_header_id|>"), put(&o, msg->role), put(&o, "<|end_header_id|>\n\n");
+            put(&o, msg->content), put(&o, "<|eot_id|>");
+            break;
+        case 1: /* chatml */
+            put(&o, "<|im_start|>"), put(&o, msg->role), put(&o, "\n"), put(&o, msg->content), put(&o, "<|im_end|>\n");
+            break;
+        default: /* mistral, llama2: the system text goes into the first user turn */
+            if (sys) {
+                system = msg->content;
+            } else if (user) {
+                put(&o, "[INST] ");
+                if (system && kind == 3) put(&o, "<<SYS>>\n"), put(&o, system), put(&o, "\n<</SYS>>\n\n");
+                else if (system) put(&o, system), put(&o, "\n\n");
+                system = NULL;
+                put(&o, msg->content), put(&o, " [/INST]");
+            } else {
+                put(&o, msg->content), put(&o, kind == 3 ? " </s>" : "</s>");
+            }
+        }
+    }
+    if (add_assistant && kind == 0) put(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (add_assistant && kind == 1) put(&o, "<|im_start|>assistant\n");
+    *n_out = o.n;
+    if (o.n > cap) return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: %zu bytes, room for %zu", o.n, cap);
+    return CLEAVE_OK;
+}

@@ -1,0 +1,43 @@
+/* Public token API: thin wrappers that validate arguments and hand over
+ * to the tokenizer of the model. */
+#include "cleave.h"
+#include "base/error.h"
+#include "model/model.h"
+#include "tokenizer.h"
+
+int32_t cleave_token_bos(const cleave_model *m) {
+    return m && m->tok ? tokenizer_bos(m->tok) : -1;
+}
+int32_t cleave_token_eos(const cleave_model *m) {
+    return m && m->tok ? tokenizer_eos(m->tok) : -1;
+}
+bool cleave_token_is_eog(const cleave_model *m, int32_t t) {
+    return m && m->tok && tokenizer_is_eog(m->tok, t);
+}
+
+static cleave_status no_tokenizer(const cleave_model *m) {
+    return err_set(CLEAVE_ERR_UNSUPPORTED, "%s (token ids still work, e.g. in cleave bench)",
+                   m->tok_error);
+}
+
+cleave_status cleave_tokenize(const cleave_model *m, const char *text, size_t len, bool add_bos,
+                              int32_t *tokens, size_t cap, size_t *n_out) {
+    if (!m || (!text && len) || !n_out)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: null argument");
+    if (!m->tok) return no_tokenizer(m);
+    return tokenizer_encode(m->tok, text ? text : "", len, add_bos, tokens, cap, n_out);
+}
+
+cleave_status cleave_tokenize_ex(const cleave_model *m, const char *text, size_t len, bool add_special,
+                                 bool parse_special, int32_t *tokens, size_t cap, size_t *n_out) {
+    if (!m || (!text && len) || !n_out) return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: null argument");
+    if (!m->tok) return no_tokenizer(m);
+    return tokenizer_encode_ex(m->tok, text ? text : "", len, add_special, parse_special, tokens, cap, n_out);
+}
+
+cleave_status cleave_token_to_piece(const cleave_model *m, int32_t prev, int32_t token, char *buf,
+                                    size_t cap, size_t *n_out) {
+    if (!m || !n_out) return err_set(CLEAVE_ERR_INVALID_ARG, "token_to_piece: null argument");
+    if (!m->tok) return no_tokenizer(m);
+    return tokenizer_piece(m->tok, prev, token, buf, cap, n_out);
+}

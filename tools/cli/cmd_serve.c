@@ -1,0 +1,159 @@
+/* `cleave serve`: an OpenAI-compatible HTTP server (/v1/completions,
+ * /v1/chat/completions, /v1/models, /health) over one model and context,
+ * placed with the same flags as run and bench. Runs until SIGINT or
+ * SIGTERM, then ends open requests and exits. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#ifdef CLEAVE_WITH_SERVER
+#include "serve/serve.h"
+#endif
+
+static void serve_usage(FILE *out) {
+    fprintf(out,
+            "usage: cleave serve -m MODEL.gguf [options]\n"
+            "  -m, --model PATH        GGUF model\n"
+            "  --host ADDR             IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)\n"
+            "  --port N                port (default 8080; 0: any free one, see --port-file)\n"
+            "  --port-file PATH        write the port listened on to PATH once listening\n"
+            "  -np, --parallel N       requests processed at once (default 1); each slot holds\n"
+            "                          c / N tokens of prompt and answer\n"
+            "  -c, --ctx-size N        cells of KV cache in all (default: the model's, at most 4096)\n"
+            "  -b, --batch-size N      tokens a step takes: a token of each answering request, then\n"
+            "                          prompts (default 512)\n"
+            "  -n, --n-predict N       the most tokens any answer may have (default: no limit)\n"
+            "  --queue N               requests that may wait for a slot (default 64; more: 503)\n"
+            "  --alias NAME            the model's id in /v1/models (default: the file's name)\n"
+            "  --api-key KEY           require \"Authorization: Bearer KEY\" (not on /health)\n"
+            "  --chat-template NAME    llama3, chatml, mistral or llama2 instead of the model's\n"
+            "  --max-body MIB          the largest request body (default 16)\n"
+            "  -psm, --prefill-split-mode M\n"
+            "                          steps of prompts alone run under split mode M, steps of\n"
+            "                          answers alone under -sm (the switch gate of run -np)\n"
+            "  --np-dwell K            with -psm: a mode is kept at least K steps (default 8)\n"
+            "  --quiet                 no log line per request\n"
+            "  -t, -ub, -ctk           as in cleave bench\n" CLI_PLACEMENT_HELP);
+}
+
+#ifdef CLEAVE_WITH_SERVER
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *port_file = NULL;
+    long long n_ctx = 0, port = 8080, np = 1, queue = 64, n_predict = -1, max_body = 16, dwell = 8;
+    cli_context_opts cx = {0, 512, 0, CLEAVE_TYPE_F16};
+    cli_placement pl = cli_placement_default();
+    serve_opts o = {.host = "127.0.0.1", .max_connections = 256};
+    bool has_psm = false, quiet = false;
+    cleave_split_mode psm = CLEAVE_SPLIT_NONE;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int r;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            serve_usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model = v, i++;
+        else if (!strcmp(a, "--host") && v) o.host = v, i++;
+        else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &port)) return 2; i++; }
+        else if (!strcmp(a, "--port-file") && v) port_file = v, i++;
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, 256, &np)) return 2; i++; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (!cli_int(a, v, -1, 1 << 30, &n_predict)) return 2; i++; }
+        else if (!strcmp(a, "--queue")) { if (!cli_int(a, v, 1, 1 << 16, &queue)) return 2; i++; }
+        else if (!strcmp(a, "--alias") && v) o.alias = v, i++;
+        else if (!strcmp(a, "--api-key") && v) o.api_key = v, i++;
+        else if (!strcmp(a, "--chat-template") && v) o.defaults.chat_template = v, i++;
+        else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1024, &max_body)) return 2; i++; }
+        else if (!strcmp(a, "-psm") || !strcmp(a, "--prefill-split-mode")) {
+            if (!v || cli_split_mode(a, v, &psm)) return 2;
+            has_psm = true, i++;
+        }
+        else if (!strcmp(a, "--np-dwell")) { if (!cli_int(a, v, 0, 1 << 20, &dwell)) return 2; i++; }
+        else if (!strcmp(a, "--quiet")) quiet = true;
+        else if ((r = cli_bench_flag(a, v, &n_ctx, &cx, &pl)) != 0) {
+            if (r < 0) return 2;
+            i++;
+        } else {
+            fprintf(stderr, "cleave serve: unknown or incomplete option '%s'\n", a);
+            serve_usage(stderr);
+            return 2;
+        }
+    }
+    if (!model) {
+        fprintf(stderr, "cleave serve: -m MODEL is required\n");
+        serve_usage(stderr);
+        return 2;
+    }
+    cleave_model *m = NULL;
+    cleave_context *ctx = NULL;
+    cleave_status st = cleave_model_load(model, NULL, &m);
+    if (st) return cli_fail("loading model", st);
+    cleave_context_params cp = cli_context_params(&cx, &pl, (uint32_t)n_ctx);
+    if (has_psm) cp.split_mode = psm; /* requests begin with their prompts */
+    cp.seq_regions = (uint32_t)np;    /* slot i's cells are its own: a step reads only its slots' */
+    int rc = cli_new_context(m, &cp, &ctx);
+    if (rc) {
+        cleave_model_free(m);
+        return rc;
+    }
+    if (!o.defaults.chat_template && cleave_chat_template_of(m, &o.defaults.chat_template))
+        fprintf(stderr, "cleave serve: chats are refused until --chat-template is given: %s\n", cleave_last_error());
+    cleave_model_desc d;
+    cleave_model_describe(m, &d);
+    o.port = (int)port;
+    o.alias = o.alias ? o.alias : base_name(model);
+    o.max_body = (size_t)max_body << 20;
+    o.defaults.max_tokens_completion = 16;
+    o.defaults.max_tokens_cap = n_predict;
+    o.defaults.n_vocab = d.n_vocab;
+    o.sched = (serve_sched_opts){.n_parallel = (int)np, .queue_max = (int)queue, .n_batch = (uint32_t)cx.n_batch,
+                                 .has_psm = has_psm, .psm = psm, .mode = pl.mode,
+                                 .shares = pl.n_shares ? pl.shares : NULL, .n_shares = pl.n_shares,
+                                 .dwell = (uint32_t)dwell, .quiet = quiet};
+    /* the signals go to sigwait below, not to whichever thread runs */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    serve *srv = NULL;
+    rc = serve_start(m, ctx, &o, &srv);
+    if (!rc) {
+        fprintf(stderr, "cleave serve: %s (%s, %.1f M params) on %s; %lld slot%s of %u cells; listening on http://%s:%d\n",
+                o.alias, d.arch, d.n_params / 1e6, cleave_context_device(ctx), np, np > 1 ? "s" : "",
+                cleave_context_n_ctx(ctx) / (uint32_t)np, o.host, serve_port(srv));
+        if (port_file) {
+            FILE *f = fopen(port_file, "w");
+            bool ok = f && fprintf(f, "%d\n", serve_port(srv)) > 0;
+            if (f && fclose(f)) ok = false;
+            if (!ok) {
+                fprintf(stderr, "cleave serve: cannot write --port-file %s\n", port_file);
+                rc = 1;
+            }
+        }
+        int sig = 0;
+        if (!rc) sigwait(&sigs, &sig);
+        fprintf(stderr, "cleave serve: %s: stopping\n", sig == SIGINT ? "interrupted" : sig ? "terminated" : "error");
+        serve_stop(srv);
+    }
+    cleave_context_free(ctx);
+    cleave_model_free(m);
+    return rc;
+}
+#else
+int cmd_serve(int argc, char **argv) {
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        serve_usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "cleave serve: this build has no server: install libmicrohttpd-dev and libcjson-dev and "
+                    "build again\n");
+    return 1;
+}
+#endif
