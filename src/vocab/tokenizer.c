@@ -18,38 +18,6 @@
 /* U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's visible space. */
 static const char SPM_SPACE[3] = {'\xe2', '\x96', '\x81'};
 
-/* ---- text -> id table ---- */
-
-uint64_t tok_hash(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
-    return h ^ (h >> 29);
-}
-
-int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
-    for (size_t h = tok_hash(s, n) & t->mask;; h = (h + 1) & t->mask) {
-        int32_t id = t->slots[h];
-        if (id < 0) return -1;
-        size_t len = t->off[id + 1] - t->off[id];
-        if (len == n && memcmp(t->arena + t->off[id], s, n) == 0) return id;
-    }
-}
-
-/* A text that occurs twice maps to its last id, as in llama.cpp. */
-static void insert(tokenizer *t, int32_t id) {
-    const char *s = t->arena + t->off[id];
-    size_t n = t->off[id + 1] - t->off[id];
-    for (size_t h = tok_hash(s, n) & t->mask;; h = (h + 1) & t->mask) {
-        int32_t cur = t->slots[h];
-        if (cur >= 0) {
-            size_t len = t->off[cur + 1] - t->off[cur];
-            if (len != n || memcmp(t->arena + t->off[cur], s, n) != 0) continue;
-        }
-        t->slots[h] = id;
-        return;
-    }
-}
-
 /* ---- loading ---- */
 
 static bool has_key(const gguf_file *f, const char *key) { return gguf_find_key(f, key) >= 0; }
@@ -146,7 +114,7 @@ static cleave_status load_scores_types(tokenizer *t, const gguf_file *f) {
 }
 
 static void build_tables(tokenizer *t) {
-    for (size_t i = 0; i < t->n_vocab; i++) insert(t, (int32_t)i);
+    for (size_t i = 0; i < t->n_vocab; i++) tok_insert(t, (int32_t)i);
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);

@@ -29,8 +29,11 @@ struct tokenizer {
 
 /* The hash the vocabulary's and the merges' open-addressing tables use. */
 uint64_t tok_hash(const char *s, size_t n);
-/* The id of a token text, -1 if none. */
+/* The id of a token text, -1 if none (vocab_table.c). */
 int32_t tok_lookup(const tokenizer *t, const char *s, size_t n);
+/* Enters token id's text in the table; a text that occurs twice maps to
+ * its last id. */
+void tok_insert(tokenizer *t, int32_t id);
 
 /* Byte-level BPE (tokenizer_bpe.c): merges and the pre-tokenizer named by
  * tokenizer.ggml.pre, read from f; encoding; the bytes of a token. */

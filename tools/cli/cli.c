@@ -1,0 +1,296 @@
+/* What every subcommand shares: flag parsing, the context parameters the
+ * flags make, progress, opening a model and its context (cli.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int cli_fail(const char *what, cleave_status st) {
+    fprintf(stderr, "cleave: %s: %s (%s)\n", what, cleave_last_error(), cleave_status_name(st));
+    return 1;
+}
+
+bool cli_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
+    char *end;
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return false;
+    }
+    long long x = strtoll(v, &end, 10);
+    if (*v == 0 || *end || x < lo || x > hi) {
+        fprintf(stderr, "cleave: %s: '%s' is not a number in [%lld, %lld]\n", flag, v, lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool cli_float(const char *flag, const char *v, float *out) {
+    char *end;
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return false;
+    }
+    float x = strtof(v, &end);
+    if (*v == 0 || *end || x != x) {
+        fprintf(stderr, "cleave: %s: '%s' is not a number\n", flag, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n) {
+    *n = 0;
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return false;
+    }
+    char *buf = strdup(v);
+    bool ok = buf != NULL;
+    for (char *save = NULL, *tok = ok ? strtok_r(buf, ",", &save) : NULL; ok && tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        long long x;
+        if (*n == cap) {
+            fprintf(stderr, "cleave: %s: at most %zu values\n", flag, cap);
+            ok = false;
+        } else if (!cli_int(flag, tok, 0, 1 << 24, &x)) {
+            ok = false;
+        } else {
+            out[(*n)++] = (int)x;
+        }
+    }
+    free(buf);
+    return ok && *n > 0;
+}
+
+/* "a,b,c" of numbers >= 0 into out[cap]; false (printed) when bad. */
+static bool number_list(const char *flag, const char *v, double *out, size_t cap, size_t *n) {
+    *n = 0;
+    const char *at = v;
+    while (*at) {
+        char *end;
+        double x = strtod(at, &end);
+        if (end == at || !(x >= 0) || x > 1e12 || (*end && *end != ',') || *n == cap) {
+            fprintf(stderr, "cleave: %s: expected up to %zu numbers >= 0 separated by commas, got '%s'\n",
+                    flag, cap, v);
+            return false;
+        }
+        out[(*n)++] = x;
+        at = *end ? end + 1 : end;
+    }
+    if (!*n) fprintf(stderr, "cleave: %s needs a value\n", flag);
+    return *n > 0;
+}
+
+int cli_bench_flag(const char *flag, const char *v, long long *n_ctx, cli_context_opts *cx,
+                   cli_placement *pl) {
+    if (n_ctx && (!strcmp(flag, "-c") || !strcmp(flag, "--ctx-size")))
+        return cli_int(flag, v, 0, 1 << 24, n_ctx) ? 1 : -1;
+    int pr = cli_context_flag(flag, v, cx);
+    return pr ? pr : cli_placement_flag(flag, v, pl);
+}
+
+int cli_split_mode(const char *flag, const char *v, cleave_split_mode *out) {
+    if (!strcmp(v, "none")) *out = CLEAVE_SPLIT_NONE;
+    else if (!strcmp(v, "layer")) *out = CLEAVE_SPLIT_LAYER;
+    else if (!strcmp(v, "tensor") || !strcmp(v, "row")) *out = CLEAVE_SPLIT_TENSOR;
+    else {
+        fprintf(stderr, "cleave: %s: expected none, layer or tensor, got '%s'\n", flag, v);
+        return -1;
+    }
+    return 0;
+}
+
+const char *cli_mode_name(cleave_split_mode m) {
+    return m == CLEAVE_SPLIT_TENSOR ? "tensor" : m == CLEAVE_SPLIT_LAYER ? "layer" : "none";
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    bool failed = ferror(f) != 0;
+    fclose(f);
+    if (buf && failed) free(buf), buf = NULL;
+    if (buf) buf[n] = '\0', *len = n;
+    return buf;
+}
+
+int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
+#define IS(s) (!strcmp(flag, s))
+    if (!(IS("--device") || IS("--devices") || IS("-ngl") || IS("--n-gpu-layers") || IS("-sm") ||
+          IS("--split-mode") || IS("-ts") || IS("--tensor-split") || IS("-mg") || IS("--main-gpu") ||
+          IS("--vram-budget") || IS("--fit") || IS("--fit-ctx") || IS("--kv-vram-cells")))
+        return 0;
+    if (!v) {
+        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        return -1;
+    }
+    double xs[CLI_MAX_DEVICES];
+    size_t n;
+    if (IS("-ngl") || IS("--n-gpu-layers")) {
+        /* all layers or none: a CPU/GPU mix is not offered */
+        long long k;
+        if (!cli_int(flag, v, 0, 1 << 20, &k)) return -1;
+        p->devices = k > 0 ? "cuda:0" : "cpu";
+        p->explicit_split = true;
+    } else if (IS("--device") || IS("--devices")) {
+        p->devices = v;
+    } else if (IS("-sm") || IS("--split-mode")) {
+        if (cli_split_mode(flag, v, &p->mode)) return -1;
+    } else if (IS("-ts") || IS("--tensor-split")) {
+        if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
+        for (size_t i = 0; i < n; i++) p->shares[i] = (float)xs[i];
+        p->n_shares = n;
+        p->explicit_split = true;
+    } else if (IS("--fit")) {
+        if (strcmp(v, "on") && strcmp(v, "off")) {
+            fprintf(stderr, "cleave: --fit: expected on or off, got '%s'\n", v);
+            return -1;
+        }
+        p->fit = !strcmp(v, "on");
+    } else if (IS("--fit-ctx")) {
+        if (!cli_int(flag, v, 1, 1 << 24, &p->fit_ctx)) return -1;
+    } else if (IS("--kv-vram-cells")) {
+        if (!strcmp(v, "auto")) p->kv_vram_cells = CLEAVE_KV_VRAM_AUTO;
+        else if (!strcmp(v, "all")) p->kv_vram_cells = CLEAVE_KV_VRAM_ALL;
+        else if (!cli_int(flag, v, 0, 1 << 24, &p->kv_vram_cells)) return -1;
+    } else if (IS("-mg") || IS("--main-gpu")) {
+        if (!cli_int(flag, v, 0, CLI_MAX_DEVICES - 1, &p->main_device)) return -1;
+    } else {
+        if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
+        for (size_t i = 0; i < n; i++) p->budgets[i] = (size_t)(xs[i] * 1048576.0);
+        p->n_budgets = n;
+    }
+    return 1;
+#undef IS
+}
+
+void cli_memory_report(const cleave_context *ctx, bool peak) {
+    for (size_t d = 0; d < cleave_context_n_devices(ctx); d++) {
+        cleave_device_memory m;
+        if (cleave_context_memory(ctx, d, &m)) continue;
+        double mib = 1048576.0;
+        size_t planned = m.planned_weights + m.planned_kv + m.planned_compute;
+        fprintf(stderr, "cleave: %-28s planned %9.1f MiB (weights %.1f, KV %.1f, compute %.1f)",
+                m.name, planned / mib, m.planned_weights / mib, m.planned_kv / mib,
+                m.planned_compute / mib);
+        if (m.planned_kv_host)
+            fprintf(stderr, "; KV tiers: %u cells a layer in device memory, host %.1f MiB, staging %.1f MiB",
+                    m.kv_vram_cells, m.planned_kv_host / mib, m.kv_staging / mib);
+        if (peak) fprintf(stderr, ", peak %.1f MiB", m.peak / mib);
+        if (m.budget) fprintf(stderr, ", budget %.1f MiB", m.budget / mib);
+        /* GPUs: the device's own count, as nvidia-smi shows it (the CUDA
+         * context and library workspaces on top of the allocations) */
+        if (peak && m.device_used) fprintf(stderr, ", device in use %.1f MiB", m.device_used / mib);
+        fprintf(stderr, "\n");
+    }
+}
+
+int cli_context_flag(const char *flag, const char *v, cli_context_opts *o) {
+    if (!strcmp(flag, "-t") || !strcmp(flag, "--threads"))
+        return cli_int(flag, v, 0, 1024, &o->threads) ? 1 : -1;
+    if (!strcmp(flag, "-b") || !strcmp(flag, "--batch-size"))
+        return cli_int(flag, v, 1, 1 << 20, &o->n_batch) ? 1 : -1;
+    if (!strcmp(flag, "-ub") || !strcmp(flag, "--ubatch-size"))
+        return cli_int(flag, v, 0, 1 << 20, &o->n_ubatch) ? 1 : -1;
+    if (!strcmp(flag, "-ctk") || !strcmp(flag, "-ctv") || !strcmp(flag, "--cache-type")) {
+        if (v && cleave_type_from_name(v, &o->kv_type) == CLEAVE_OK) return 1;
+        fprintf(stderr, "cleave: %s: unknown type '%s' (f16, f32, bf16, q8_0)\n", flag, v ? v : "");
+        return -1;
+    }
+    return 0;
+}
+
+cli_placement cli_placement_default(void) {
+    cli_placement p;
+    memset(&p, 0, sizeof p);
+    p.fit = -1;
+    p.kv_vram_cells = CLEAVE_KV_VRAM_ALL;
+    return p;
+}
+
+cleave_context_params cli_context_params(const cli_context_opts *cx, const cli_placement *pl, uint32_t n_ctx) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = (uint32_t)cx->n_batch;
+    cp.n_ubatch = (uint32_t)cx->n_ubatch;
+    cp.n_threads = (int)cx->threads;
+    cp.kv_type = cx->kv_type;
+    cli_placement_apply(pl, &cp);
+    return cp;
+}
+
+void cli_placement_apply(const cli_placement *p, cleave_context_params *cp) {
+    cp->fit = p->fit < 0 ? !p->explicit_split : p->fit == 1;
+    cp->fit_min_ctx = (uint32_t)p->fit_ctx;
+    cp->devices = p->devices;
+    cp->split_mode = p->mode;
+    cp->shares = p->n_shares ? p->shares : NULL;
+    cp->n_shares = p->n_shares;
+    cp->budgets = p->n_budgets ? p->budgets : NULL;
+    cp->n_budgets = p->n_budgets;
+    cp->main_device = (int)p->main_device;
+    cp->kv_vram_cells = p->kv_vram_cells;
+}
+
+bool cli_progress(float fraction, void *label) {
+    /* one line per bar: redraw on change, end the line at 100% once; a
+     * lower value than the last one starts a new bar */
+    static int last = -1;
+    int pct = (int)(fraction * 100.0f);
+    if (pct > 100) pct = 100;
+    if (pct != last) {
+        fprintf(stderr, "\r%s: %3d%%", label ? (const char *)label : "progress", pct);
+        if (pct == 100) fprintf(stderr, "\n");
+        last = pct;
+    }
+    return true;
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int cli_new_context(cleave_model *m, const cleave_context_params *cp, cleave_context **ctx) {
+    *ctx = NULL;
+    cleave_context_params p = *cp;
+    /* the CPU maps the file (nothing to show); other devices copy it */
+    bool copies = p.devices && strncmp(p.devices, "cpu", 3) != 0;
+    if (copies && !p.progress) {
+        p.progress = cli_progress;
+        p.progress_user = (void *)"loading weights";
+    }
+    cleave_status st = cleave_context_new(m, &p, ctx);
+    return st ? cli_fail("creating context", st) : 0;
+}
+
+int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m,
+             cleave_context **ctx) {
+    *m = NULL;
+    *ctx = NULL;
+    cleave_status st = cleave_model_load(path, NULL, m);
+    if (st) return cli_fail("loading model", st);
+    int rc = cli_new_context(*m, cp, ctx);
+    if (rc) {
+        cleave_model_free(*m);
+        *m = NULL;
+    }
+    return rc;
+}
+
