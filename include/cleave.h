@@ -176,6 +176,8 @@ uint32_t cleave_context_n_ctx(const cleave_context *ctx);
 cleave_status cleave_context_set_split_mode(cleave_context *ctx, cleave_split_mode mode,
                                             const float *shares, size_t n_shares);
 cleave_split_mode cleave_context_split_mode(const cleave_context *ctx);
+/* "none", "layer" or "tensor" ("?" for a value outside the enum). */
+const char *cleave_split_mode_name(cleave_split_mode mode);
 /* What the context's last split-mode switch moved: the bytes that reached
  * and left each device (weights and KV cache; a copy within a device
  * counts on both sides), the KV cache's share, and how long it took,

@@ -4,7 +4,8 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "kv/kv.h"
+#include "kv/cells.h"
+#include "kv/store.h"
 #include "plan/plan.h"
 #include "testutil.h"
 
@@ -20,7 +21,7 @@ static void test_plan(void) {
     model_hparams hp = hp_small();
     size_t layer_bytes[4] = {1000, 1000, 1000, 1000};
     size_t budget = 0;
-    plan_request req = {.hp = &hp, .n_devices = 1, .budgets = &budget, .mode = SPLIT_NONE,
+    plan_request req = {.hp = &hp, .n_devices = 1, .budgets = &budget, .mode = CLEAVE_SPLIT_NONE,
                         .n_ctx = 128, .n_batch = 32, .kv_type = CLEAVE_TYPE_F16,
                         .embd_bytes = 500, .head_bytes = 100, .layer_bytes = layer_bytes};
     plan p;
@@ -52,14 +53,14 @@ static void test_plan(void) {
     req.n_devices = 0;
     CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
     req.n_devices = 1;
-    req.mode = SPLIT_TENSOR; /* needs the attention/FFN byte split */
+    req.mode = CLEAVE_SPLIT_TENSOR; /* needs the attention/FFN byte split */
     CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
 }
 
 /* parts sum to units, each within one unit of its exact share, none for a
  * share of 0 */
 static void check_apportion(size_t units, const double *w, size_t n) {
-    size_t parts[PLAN_MAX_DEVICES], sum = 0;
+    size_t parts[CLEAVE_MAX_DEVICES], sum = 0;
     double total = 0;
     for (size_t i = 0; i < n; i++) total += w[i];
     plan_apportion(units, w, n, parts);
@@ -86,8 +87,8 @@ static void test_apportion(void) {
     CHECK(parts[0] == 3 && parts[1] == 1);
     uint64_t r = 12345;
     for (int it = 0; it < 2000; it++) {
-        double w[PLAN_MAX_DEVICES];
-        size_t n = 1 + it % PLAN_MAX_DEVICES;
+        double w[CLEAVE_MAX_DEVICES];
+        size_t n = 1 + it % CLEAVE_MAX_DEVICES;
         bool any = false;
         for (size_t i = 0; i < n; i++) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -100,7 +101,7 @@ static void test_apportion(void) {
 }
 
 static plan_request split_request(model_hparams *hp, size_t *layer_bytes, size_t n_dev,
-                                  size_t *budgets, enum split_mode mode, const double *shares) {
+                                  size_t *budgets, cleave_split_mode mode, const double *shares) {
     plan_request req = {.hp = hp, .n_devices = n_dev, .budgets = budgets, .mode = mode,
                         .shares = shares, .n_ctx = 128, .n_batch = 32, .kv_type = CLEAVE_TYPE_F16,
                         .embd_bytes = 500, .head_bytes = 100, .layer_bytes = layer_bytes};
@@ -112,7 +113,7 @@ static void test_plan_layer(void) {
     size_t layer_bytes[4] = {1000, 1000, 1000, 1000}, budgets[6] = {0};
     size_t kv_layer = 2 * 64 * 2 * 128; /* K and V, one layer, f16, 128 cells */
     plan p;
-    plan_request req = split_request(&hp, layer_bytes, 2, budgets, SPLIT_LAYER, NULL);
+    plan_request req = split_request(&hp, layer_bytes, 2, budgets, CLEAVE_SPLIT_LAYER, NULL);
     CHECK_OK(plan_make(&req, &p));
     CHECK(p.layer_device[0] == 0 && p.layer_device[1] == 0 && p.layer_device[2] == 1 &&
           p.layer_device[3] == 1);
@@ -140,7 +141,7 @@ static void test_plan_layer(void) {
     plan_free(&p);
 
     /* more devices than layers: every layer once, in device order */
-    req = split_request(&hp, layer_bytes, 6, budgets, SPLIT_LAYER, NULL);
+    req = split_request(&hp, layer_bytes, 6, budgets, CLEAVE_SPLIT_LAYER, NULL);
     CHECK_OK(plan_make(&req, &p));
     for (int l = 0; l < 4; l++) CHECK(p.layer_device[l] == l);
     CHECK(plan_total_bytes(&p, 4) == 0 && plan_total_bytes(&p, 5) == 0 && p.head_device == 3);
@@ -148,7 +149,7 @@ static void test_plan_layer(void) {
 
     /* bad shares are errors with a reason */
     const double zeros[2] = {0, 0}, negative[2] = {1, -1}, nan2[2] = {1, 0.0 / 0.0};
-    req = split_request(&hp, layer_bytes, 2, budgets, SPLIT_LAYER, zeros);
+    req = split_request(&hp, layer_bytes, 2, budgets, CLEAVE_SPLIT_LAYER, zeros);
     CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG);
     CHECK(strstr(cleave_last_error(), "all 0") != NULL);
     req.shares = negative;
@@ -178,9 +179,9 @@ static void check_tiling(const plan_range *r, size_t n, uint32_t total, const ch
 static void test_plan_tensor(void) {
     model_hparams hp = hp_small(); /* 2 kv heads, FFN 512 */
     size_t layer_bytes[4] = {1000, 1000, 1000, 1000}, attn[4] = {400, 400, 400, 400},
-           ffn[4] = {512, 512, 512, 512}, budgets[PLAN_MAX_DEVICES] = {0};
+           ffn[4] = {512, 512, 512, 512}, budgets[CLEAVE_MAX_DEVICES] = {0};
     plan p;
-    plan_request req = split_request(&hp, layer_bytes, 3, budgets, SPLIT_TENSOR, NULL);
+    plan_request req = split_request(&hp, layer_bytes, 3, budgets, CLEAVE_SPLIT_TENSOR, NULL);
     req.ff_align = 32;
     CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG); /* no attention/FFN bytes */
     req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
@@ -214,7 +215,7 @@ static void test_plan_tensor(void) {
         h.n_head_kv = 1 + (uint32_t)(r >> 50 & 7);
         h.n_vocab = 1 + (uint32_t)(r >> 20 & 0xfff);
         size_t n = 1 + (size_t)(r >> 33 & 7);
-        double w[PLAN_MAX_DEVICES];
+        double w[CLEAVE_MAX_DEVICES];
         bool any = false;
         for (size_t d = 0; d < n; d++) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -222,7 +223,7 @@ static void test_plan_tensor(void) {
             any |= w[d] > 0;
         }
         if (!any) w[n - 1] = 1;
-        req = split_request(&h, layer_bytes, n, budgets, SPLIT_TENSOR, w);
+        req = split_request(&h, layer_bytes, n, budgets, CLEAVE_SPLIT_TENSOR, w);
         req.ff_align = (it & 1) ? 32 : 1;
         req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
         CHECK_OK(plan_make(&req, &p));
@@ -251,7 +252,7 @@ static void test_plan_fit(void) {
     /* one device with room for ~1000 cells of KV: the context shrinks to
      * the largest that fits, and one more cell would not */
     size_t budget = 4600 + compute + 1000 * kv_token;
-    plan_request req = split_request(&hp, layer_bytes, 1, &budget, SPLIT_NONE, NULL);
+    plan_request req = split_request(&hp, layer_bytes, 1, &budget, CLEAVE_SPLIT_NONE, NULL);
     req.n_ctx = 4096;
     CHECK_OK(plan_fit(&req, 256, 0.0, &p));
     uint32_t ctx = p.n_ctx;
@@ -272,7 +273,7 @@ static void test_plan_fit(void) {
     /* nothing fits even at the smallest context: the error names the
      * shortfall and that a q8_0 cache would fit */
     size_t tight = 4600 + plan_compute_bytes(&hp, 32, 512) + 512 * kv_token * 3 / 4;
-    req = split_request(&hp, layer_bytes, 1, &tight, SPLIT_NONE, NULL);
+    req = split_request(&hp, layer_bytes, 1, &tight, CLEAVE_SPLIT_NONE, NULL);
     req.n_ctx = 512;
     CHECK(plan_fit(&req, 512, 0.0, &p) == CLEAVE_ERR_OOM);
     CHECK(strstr(cleave_last_error(), "device 0 needs") != NULL);
@@ -280,13 +281,13 @@ static void test_plan_fit(void) {
 
     /* two devices, budgets 3:1: layer shares follow them */
     size_t budgets[2] = {(size_t)1 << 30, (size_t)1 << 28};
-    req = split_request(&hp, layer_bytes, 2, budgets, SPLIT_LAYER, NULL);
+    req = split_request(&hp, layer_bytes, 2, budgets, CLEAVE_SPLIT_LAYER, NULL);
     CHECK_OK(plan_fit(&req, 64, 0.05, &p));
     CHECK(p.layer_device[2] == 0 && p.layer_device[3] == 1 && p.n_ctx == 128);
     plan_free(&p);
     /* the weights alone overflow one device under `none`; the layer split fits */
     size_t c128 = plan_compute_bytes(&hp, 32, 128), small[2] = {70000 + c128, 70000 + c128};
-    req = split_request(&hp, layer_bytes, 2, small, SPLIT_NONE, NULL);
+    req = split_request(&hp, layer_bytes, 2, small, CLEAVE_SPLIT_NONE, NULL);
     req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
     CHECK(plan_fit(&req, 128, 0.0, &p) == CLEAVE_ERR_OOM);
     CHECK_MSG(strstr(cleave_last_error(), "split mode layer fits") != NULL, "%s", cleave_last_error());
@@ -295,39 +296,37 @@ static void test_plan_fit(void) {
     CHECK(plan_fit(&req, 64, 1.5, &p) == CLEAVE_ERR_INVALID_ARG);
 }
 
+/* The KV storage: rows per layer on the device, the cell table's copy
+ * there filled from the context's table; a budget too small fails cleanly.
+ * (The cell table alone: test_kv_cells.) */
 static void test_kv(void) {
     be_device *dev;
     CHECK_OK(be_cpu_create("cpu", 1, 0, &dev));
-    kv_cache kv;
+    kv_store kv;
+    kv_cells cells;
     const bool all[4] = {true, true, true, true};
     const size_t width = 64;
-    CHECK_OK(kv_init(&kv, &dev, 1, all, &width, 8, 2, CLEAVE_TYPE_F16, UINT32_MAX));
-    CHECK(kv.row_bytes[0] == 128);
-    int32_t cells[8];
-    CHECK(kv.dirty_hi <= kv.dirty_lo); /* a clear cache has nothing to upload */
-    CHECK_OK(kv_alloc_cells(&kv, 5, 0, 0, cells));
-    CHECK(cells[0] == 0 && cells[4] == 4 && kv.hi == 5 && kv.n_used == 5);
-    /* only the new cells' table entries go to the device, once */
-    CHECK(kv.dirty_lo == 0 && kv.dirty_hi == 5);
-    CHECK_OK(kv_sync_cells(&kv));
-    CHECK(kv.dirty_hi <= kv.dirty_lo);
-    CHECK(kv_seq_next_pos(&kv, 0) == 5);
-    CHECK(kv_alloc_cells(&kv, 4, 1, 0, cells) == CLEAVE_ERR_CONTEXT_FULL);
-    CHECK(kv.n_used == 5); /* unchanged by the refusal */
-    CHECK_OK(kv_alloc_cells(&kv, 3, 1, 0, cells));
-    CHECK(kv_seq_next_pos(&kv, 1) == 3 && kv.hi == 8);
-    CHECK(kv.dirty_lo == 5 && kv.dirty_hi == 8);
-    kv_release_cells(&kv, cells, 3);
-    CHECK(kv.hi == 5 && kv.n_used == 5 && kv_seq_next_pos(&kv, 1) == 0);
-    CHECK_OK(kv_sync_cells(&kv));
-    kv_clear(&kv);
-    CHECK(kv.hi == 0 && kv.n_used == 0);
-    kv_free(&kv);
+    CHECK_OK(kv_cells_init(&cells, 8));
+    CHECK_OK(kv_store_init(&kv, &dev, 1, all, &width, 8, 2, CLEAVE_TYPE_F16, UINT32_MAX, false));
+    CHECK(kv_store_row_bytes(&kv, 0) == 128);
+    CHECK(kv_store_k(&kv, 0, 0) && kv_store_v(&kv, 0, 1) && !kv_store_k(&kv, 0, 2));
+    int32_t c[8];
+    CHECK_OK(kv_cells_alloc(&cells, 5, 0, 0, c));
+    CHECK_OK(kv_store_sync_cells(&kv, &cells));
+    uint32_t lo, hi;
+    kv_cells_dirty(&cells, &lo, &hi);
+    CHECK(hi <= lo); /* taken by the storage */
+    int32_t pos[8], seq[8];
+    dev->ops->read(dev, pos, kv_store_cell_pos(&kv, 0), 5 * sizeof *pos);
+    dev->ops->read(dev, seq, kv_store_cell_seq(&kv, 0), 5 * sizeof *seq);
+    CHECK(pos[0] == 0 && pos[4] == 4 && seq[0] == 0 && seq[4] == 0);
+    kv_store_free(&kv);
+    kv_cells_free(&cells);
 
     /* a budget too small for the cache: clean failure, nothing leaked */
     be_device *small;
     CHECK_OK(be_cpu_create("small", 1, 4096, &small));
-    CHECK(kv_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32, UINT32_MAX) == CLEAVE_ERR_OOM);
+    CHECK(kv_store_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32, UINT32_MAX, false) == CLEAVE_ERR_OOM);
     be_mem_stats ms;
     small->ops->mem_stats(small, &ms);
     CHECK(ms.used == 0);

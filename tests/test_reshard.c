@@ -21,9 +21,9 @@ static model_hparams hp_small(void) {
 
 static size_t layer_bytes[N_LAYER], attn_bytes[N_LAYER], ffn_bytes[N_LAYER];
 
-static plan make(const model_hparams *hp, size_t n_dev, enum split_mode mode, const double *shares) {
+static plan make(const model_hparams *hp, size_t n_dev, cleave_split_mode mode, const double *shares) {
     for (int l = 0; l < N_LAYER; l++) layer_bytes[l] = 3000, attn_bytes[l] = 1000, ffn_bytes[l] = 1900;
-    size_t budgets[PLAN_MAX_DEVICES] = {0};
+    size_t budgets[CLEAVE_MAX_DEVICES] = {0};
     plan_request req = {.hp = hp, .n_devices = n_dev, .budgets = budgets, .mode = mode,
                         .shares = shares, .ff_align = 32, .n_ctx = 256, .n_batch = 32,
                         .kv_type = CLEAVE_TYPE_F16, .embd_bytes = 5000, .head_bytes = 5100,
@@ -98,7 +98,7 @@ static void check_schedule(const plan *from, const plan *to, const model_hparams
 
 static void test_layer_to_tensor_two(void) {
     model_hparams hp = hp_small();
-    plan a = make(&hp, 2, SPLIT_LAYER, NULL), b = make(&hp, 2, SPLIT_TENSOR, NULL);
+    plan a = make(&hp, 2, CLEAVE_SPLIT_LAYER, NULL), b = make(&hp, 2, CLEAVE_SPLIT_TENSOR, NULL);
     /* block 0 is on device 0 under layer; device 1 gets heads 2..3 of it */
     reshard_move mv[16];
     size_t n;
@@ -131,13 +131,13 @@ static void test_layer_to_tensor_two(void) {
 static void test_three_uneven(void) {
     model_hparams hp = hp_small();
     const double shares[3] = {3, 1, 2}, zero[3] = {1, 0, 1};
-    plan a = make(&hp, 3, SPLIT_LAYER, shares), b = make(&hp, 3, SPLIT_TENSOR, shares);
+    plan a = make(&hp, 3, CLEAVE_SPLIT_LAYER, shares), b = make(&hp, 3, CLEAVE_SPLIT_TENSOR, shares);
     check_moves_cover(&a, &b, &hp);
     check_moves_cover(&b, &a, &hp);
     check_schedule(&a, &b, &hp, "layer->tensor, 3:1:2", NULL);
     check_schedule(&b, &a, &hp, "tensor->layer, 3:1:2", NULL);
     /* a device with a share of 0 holds nothing after and gets nothing */
-    plan c = make(&hp, 3, SPLIT_TENSOR, zero);
+    plan c = make(&hp, 3, CLEAVE_SPLIT_TENSOR, zero);
     check_moves_cover(&a, &c, &hp);
     reshard_cost cost;
     check_schedule(&a, &c, &hp, "layer 3:1:2 -> tensor 1:0:1", &cost);
@@ -152,7 +152,7 @@ static void test_three_uneven(void) {
 
 static void test_same_plan(void) {
     model_hparams hp = hp_small();
-    plan a = make(&hp, 2, SPLIT_TENSOR, NULL);
+    plan a = make(&hp, 2, CLEAVE_SPLIT_TENSOR, NULL);
     reshard_sizes sz = sizes(&hp);
     reshard_step steps[2 * N_LAYER + 2];
     size_t n = 99;
@@ -166,13 +166,13 @@ static void test_same_plan(void) {
 
 static void test_bad_input(void) {
     model_hparams hp = hp_small();
-    plan a = make(&hp, 2, SPLIT_LAYER, NULL), b = make(&hp, 3, SPLIT_TENSOR, NULL);
+    plan a = make(&hp, 2, CLEAVE_SPLIT_LAYER, NULL), b = make(&hp, 3, CLEAVE_SPLIT_TENSOR, NULL);
     reshard_move mv[4];
     size_t n;
     CHECK(reshard_moves(&a, &b, &hp, RESHARD_HEADS, 0, mv, 4, &n) == CLEAVE_ERR_INVALID_ARG);
     CHECK(reshard_moves(NULL, &b, &hp, RESHARD_HEADS, 0, mv, 4, &n) == CLEAVE_ERR_INVALID_ARG);
     plan_free(&b);
-    b = make(&hp, 2, SPLIT_TENSOR, NULL);
+    b = make(&hp, 2, CLEAVE_SPLIT_TENSOR, NULL);
     CHECK(reshard_moves(&a, &b, &hp, RESHARD_HEADS, N_LAYER, mv, 4, &n) == CLEAVE_ERR_INVALID_ARG);
     CHECK(reshard_moves(&a, &b, &hp, RESHARD_HEADS, 0, mv, 1, &n) == CLEAVE_ERR_INVALID_ARG); /* room */
     model_hparams other = hp;

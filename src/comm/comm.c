@@ -11,8 +11,8 @@ struct comm {
 
 cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, comm **out) {
     *out = NULL;
-    if (n == 0 || n > COMM_MAX_DEVICES)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..%d devices, not %zu", COMM_MAX_DEVICES, n);
+    if (n == 0 || n > CLEAVE_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..%d devices, not %zu", CLEAVE_MAX_DEVICES, n);
     bool all_cuda = true;
     for (size_t d = 0; d < n; d++) all_cuda &= be_is_cuda(devs[d]);
 #ifdef CLEAVE_WITH_CUDA

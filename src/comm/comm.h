@@ -18,7 +18,6 @@
 extern "C" {
 #endif
 
-#define COMM_MAX_DEVICES 16
 /* The CUDA communicator keeps separate slots for the fused decode
  * all-reduce, of at most this many floats per sender and call parity (8
  * bytes each: a value beside the call number), counted by the plan. */

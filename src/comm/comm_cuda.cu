@@ -50,12 +50,12 @@
 struct comm {
     const comm_ops *ops; /* ops, n and cap first, as comm.c expects */
     size_t n, cap;       /* cap: floats per slot, a multiple of 4 */
-    be_device *devs[COMM_MAX_DEVICES];
+    be_device *devs[CLEAVE_MAX_DEVICES];
     bool host;           /* transport through pinned host memory */
-    float *inbox[COMM_MAX_DEVICES];     /* [2][n][cap] per device: what each sent it */
-    unsigned *flags[COMM_MAX_DEVICES];  /* [AR_MAX_BLOCKS][COMM_MAX_DEVICES] per device */
-    uint4 *ll[COMM_MAX_DEVICES];        /* [2][n][AR_LL_MAX_FLOATS / 2] per device: fused calls */
-    unsigned *state[COMM_MAX_DEVICES];  /* per device, its own memory: calls made, blocks done */
+    float *inbox[CLEAVE_MAX_DEVICES];     /* [2][n][cap] per device: what each sent it */
+    unsigned *flags[CLEAVE_MAX_DEVICES];  /* [AR_MAX_BLOCKS][CLEAVE_MAX_DEVICES] per device */
+    uint4 *ll[CLEAVE_MAX_DEVICES];        /* [2][n][AR_LL_MAX_FLOATS / 2] per device: fused calls */
+    unsigned *state[CLEAVE_MAX_DEVICES];  /* per device, its own memory: calls made, blocks done */
     void *host_mem;                     /* host transport: inboxes and flags of all */
     /* The host transport's inboxes hold host_cap floats per slot (what a
      * decode step sums); sums larger than that (a prefill's) go through
@@ -65,7 +65,7 @@ struct comm {
      * should not pay. Graphs record decode-sized sums only, so they never
      * hold a pointer into the big inboxes. */
     size_t host_cap;
-    float *big_inbox[COMM_MAX_DEVICES];
+    float *big_inbox[CLEAVE_MAX_DEVICES];
     void *host_big;
     /* NCCL for sums of at least nccl_min floats over every device (a
      * prefill's all-reduce), opened at the first such sum: its set-up
@@ -79,9 +79,9 @@ struct comm {
 };
 
 struct ar_args {
-    float *inbox[COMM_MAX_DEVICES];
-    unsigned *flags[COMM_MAX_DEVICES];
-    uint4 *ll[COMM_MAX_DEVICES];
+    float *inbox[CLEAVE_MAX_DEVICES];
+    unsigned *flags[CLEAVE_MAX_DEVICES];
+    uint4 *ll[CLEAVE_MAX_DEVICES];
     unsigned *state;
     float *buf;
     size_t n, cap;
@@ -142,11 +142,11 @@ __device__ static void arrive_and_wait(const ar_args &a, unsigned e) {
         __threadfence_system(); /* the block's slot writes before its flag */
         for (int p = 0; p < a.n_dev; p++)
             if (p != a.rank && (a.members >> p & 1))
-                st_release(a.flags[p] + blockIdx.x * COMM_MAX_DEVICES + a.rank, e);
+                st_release(a.flags[p] + blockIdx.x * CLEAVE_MAX_DEVICES + a.rank, e);
         unsigned long long t0 = now_ns();
         for (int p = 0; p < a.n_dev; p++) {
             if (p == a.rank || !(a.members >> p & 1)) continue;
-            const unsigned *f = a.flags[a.rank] + blockIdx.x * COMM_MAX_DEVICES + p;
+            const unsigned *f = a.flags[a.rank] + blockIdx.x * CLEAVE_MAX_DEVICES + p;
             while ((int)(ld_acquire(f) - e) < 0)
                 if (now_ns() - t0 > 20000000000ull) __trap();
         }
@@ -438,7 +438,7 @@ static bool prepare(comm *c, float *const *bufs, const bool *contributes, size_t
 /* Through NCCL: devices that do not contribute take part with zeros. */
 static cleave_status nccl_sum(comm *c, float *const *bufs, const bool *contributes,
                               size_t n_floats) {
-    void *streams[COMM_MAX_DEVICES];
+    void *streams[CLEAVE_MAX_DEVICES];
     for (size_t d = 0; d < c->n; d++) {
         cuda_device *dev = cuda_dev(c->devs[d]);
         streams[d] = dev->stream;
@@ -453,7 +453,7 @@ static cleave_status nccl_sum(comm *c, float *const *bufs, const bool *contribut
 static bool open_nccl(comm *c) {
     if (c->nccl || c->nccl_off || c->nccl_tried) return c->nccl != NULL;
     c->nccl_tried = true;
-    int ord[COMM_MAX_DEVICES];
+    int ord[CLEAVE_MAX_DEVICES];
     for (size_t d = 0; d < c->n; d++) ord[d] = ((cuda_device *)c->devs[d]->impl)->ordinal;
     if (nccl_open(ord, c->n, &c->nccl)) {
         err_clear(); /* optional */
@@ -539,7 +539,7 @@ cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floa
                 c->host = true;
     c->host_cap = c->cap < AR_LL_MAX_FLOATS ? c->cap : AR_LL_MAX_FLOATS;
     size_t slot_bytes = 2 * n * (c->host ? c->host_cap : c->cap) * sizeof(float); /* an inbox */
-    size_t flag_bytes = AR_MAX_BLOCKS * COMM_MAX_DEVICES * sizeof(unsigned);
+    size_t flag_bytes = AR_MAX_BLOCKS * CLEAVE_MAX_DEVICES * sizeof(unsigned);
     /* the fused kernel's own slots: peer transport only (the host
      * transport's fused kernel uses the flags) */
     size_t ll_bytes = c->host ? 0 : 2 * n * (size_t)AR_LL_MAX_FLOATS * 2 * sizeof(float);

@@ -13,7 +13,7 @@ static const comm_ops host_ops;
 struct comm {
     const comm_ops *ops; /* ops, n and cap first, as comm.c expects */
     size_t n, cap;
-    be_device *devs[COMM_MAX_DEVICES];
+    be_device *devs[CLEAVE_MAX_DEVICES];
     float *acc, *tmp;
 };
 

@@ -9,14 +9,13 @@
 #include "base/error.h"
 #include "base/mem.h"
 
-#define NCCL_MAX_DEVICES 16
 enum { NCCL_OK = 0, NCCL_FLOAT32 = 7, NCCL_SUM = 0 };
 
 typedef void *nccl_comm_t;
 struct nccl_lib {
     void *so;
     size_t n;
-    nccl_comm_t comms[NCCL_MAX_DEVICES];
+    nccl_comm_t comms[CLEAVE_MAX_DEVICES];
     char version[32];
     int (*comm_init_all)(nccl_comm_t *comms, int n, const int *devs);
     int (*comm_destroy)(nccl_comm_t comm);
@@ -34,8 +33,8 @@ static const char *why(const nccl_lib *l, int r) {
 
 cleave_status nccl_open(const int *ordinals, size_t n, nccl_lib **out) {
     *out = NULL;
-    if (n < 2 || n > NCCL_MAX_DEVICES)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "NCCL: 2..%d devices, not %zu", NCCL_MAX_DEVICES, n);
+    if (n < 2 || n > CLEAVE_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "NCCL: 2..%d devices, not %zu", CLEAVE_MAX_DEVICES, n);
     for (size_t i = 0; i < n; i++)
         for (size_t j = i + 1; j < n; j++)
             if (ordinals[i] == ordinals[j])
@@ -64,7 +63,7 @@ cleave_status nccl_open(const int *ordinals, size_t n, nccl_lib **out) {
     int v = 0;
     if (l->get_version && l->get_version(&v) == NCCL_OK)
         snprintf(l->version, sizeof l->version, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-    int devs[NCCL_MAX_DEVICES];
+    int devs[CLEAVE_MAX_DEVICES];
     for (size_t i = 0; i < n; i++) devs[i] = ordinals[i];
     int r = l->comm_init_all(l->comms, (int)n, devs);
     if (r != NCCL_OK) {

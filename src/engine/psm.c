@@ -74,7 +74,7 @@ cleave_status cleave_psm_calibrate(cleave_context *c, const uint32_t *pp, size_t
         return err_set(CLEAVE_ERR_INVALID_ARG, "calibrate: context, lengths and a path required");
     if (c->n_dev < 2)
         return err_set(CLEAVE_ERR_INVALID_ARG, "calibrate: the context has one device; split modes need two or more");
-    uint32_t n_ctx = c->plan.n_ctx;
+    uint32_t n_ctx = c->params.n_ctx;
     if (n_pp < 1 || n_pp > POLICY_MAX_POINTS || n_depths < 1 || n_depths > POLICY_MAX_POINTS ||
         !increasing(pp, n_pp, n_ctx) || !increasing(depths, n_depths, n_ctx - TG_STEPS))
         return err_set(CLEAVE_ERR_INVALID_ARG,
@@ -103,7 +103,7 @@ cleave_status cleave_psm_calibrate(cleave_context *c, const uint32_t *pp, size_t
         double rate = 0;
         /* warm-up: the kernels' first use, and a whole batch, so that what
          * starts with the first large all-reduce (NCCL) is not timed */
-        uint32_t warm = pp[n_pp - 1] < c->plan.n_batch ? pp[n_pp - 1] : c->plan.n_batch;
+        uint32_t warm = pp[n_pp - 1] < c->params.n_batch ? pp[n_pp - 1] : c->params.n_batch;
         if (!st) st = time_prefill(&k, warm, &rate);
         for (size_t i = 0; !st && i < n_pp; i++) {
             if (!(st = time_prefill(&k, pp[i], &rate))) {

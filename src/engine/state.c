@@ -69,30 +69,6 @@ static cleave_status no_xxhash(void) {
 }
 #endif
 
-/* The cells of seq, by position (*out: n + 1 entries of room). */
-typedef struct {
-    int32_t pos, cell;
-} pos_cell;
-
-static int cmp_pos(const void *a, const void *b) {
-    int32_t x = ((const pos_cell *)a)->pos, y = ((const pos_cell *)b)->pos;
-    return (x > y) - (x < y);
-}
-
-static cleave_status seq_cells(const kv_cache *kv, int32_t seq, int32_t **out, uint32_t *n) {
-    *n = 0;
-    *out = NULL;
-    pos_cell *pc = mem_alloc(((size_t)kv->hi + 1) * sizeof *pc, "state cells");
-    if (!pc) return CLEAVE_ERR_OOM;
-    for (uint32_t c = 0; c < kv->hi; c++)
-        if (kv->pos[c] >= 0 && kv->seq[c] == seq) pc[(*n)++] = (pos_cell){kv->pos[c], (int32_t)c};
-    qsort(pc, *n, sizeof *pc, cmp_pos);
-    int32_t *cells = (int32_t *)pc; /* in place: each cell moves to an earlier slot */
-    for (uint32_t i = 0; i < *n; i++) cells[i] = pc[i].cell;
-    *out = cells;
-    return CLEAVE_OK;
-}
-
 static size_t head_row(cleave_type t, uint32_t head_dim) { return quant_row_bytes(t, head_dim); }
 
 static size_t payload_bytes(const state_header *h) {
@@ -105,7 +81,7 @@ static size_t payload_bytes(const state_header *h) {
 #ifdef CLEAVE_WITH_XXHASH
 /* Device d's share of layer l's K/V: heads [lo, hi) in its rows. */
 static plan_range dev_heads(const struct cleave_context *c, size_t d, uint32_t l) {
-    return reshard_units(&c->plan, &c->model->hp, d, RESHARD_HEADS, l);
+    return reshard_units(&c->pl->plan, &c->model->hp, d, RESHARD_HEADS, l);
 }
 
 /* Copies the rows of `cells` (n, as cell indices) of layer l's K or V
@@ -115,16 +91,16 @@ static plan_range dev_heads(const struct cleave_context *c, size_t d, uint32_t l
 static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, const int32_t *cells, uint32_t n,
                                char *canon, bool to_cache) {
     const model_hparams *hp = &c->model->hp;
-    kv_cache *kv = &c->kv;
-    size_t hr = head_row(kv->type, hp->head_dim), canon_row = hr * hp->n_head_kv;
+    const kv_store *kv = &c->pl->store;
+    size_t hr = head_row(kv_store_type(kv), hp->head_dim), canon_row = hr * hp->n_head_kv;
     cleave_status st = CLEAVE_OK;
     for (size_t d = 0; d < c->n_dev && !st; d++) {
-        void *buf = kv->k[d] ? (is_v ? kv->v[d][l] : kv->k[d][l]) : NULL;
+        void *buf = is_v ? kv_store_v(kv, d, l) : kv_store_k(kv, d, l);
         if (!buf) continue;
         plan_range h = dev_heads(c, d, l);
         if (h.hi <= h.lo) continue;
-        be_device *dev = kv->devs[d];
-        size_t rb = kv->row_bytes[d], w = (h.hi - h.lo) * hr;
+        be_device *dev = c->devs[d];
+        size_t rb = kv_store_row_bytes(kv, d), w = (h.hi - h.lo) * hr;
         for (uint32_t i = 0; i < n && !st;) {
             uint32_t j = i + 1;
             while (j < n && cells[j] == cells[j - 1] + 1) j++;
@@ -152,7 +128,7 @@ static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, 
  * only the writer needs it). */
 static state_header header_of(struct cleave_context *c, uint32_t n, bool tokens) {
     const model_hparams *hp = &c->model->hp;
-    state_header h = {STATE_VERSION, (uint32_t)c->kv.type, 0, hp->n_layer, hp->n_head_kv, hp->head_dim,
+    state_header h = {STATE_VERSION, (uint32_t)kv_store_type(&c->pl->store), 0, hp->n_layer, hp->n_head_kv, hp->head_dim,
                       hp->n_vocab, n, (tokens ? STATE_TOKENS : 0) | (cleave_get_logits(c, -1) ? STATE_LOGITS : 0)};
     return h;
 }
@@ -160,7 +136,7 @@ static state_header header_of(struct cleave_context *c, uint32_t n, bool tokens)
 /* seq's cells, by position, checked against the caller's token count. */
 static cleave_status state_cells(struct cleave_context *c, int32_t seq, size_t n_tokens, int32_t **cells,
                                  uint32_t *n) {
-    cleave_status st = seq_cells(&c->kv, seq, cells, n);
+    cleave_status st = kv_cells_of_seq(&c->cells, seq, cells, n);
     if (!st && n_tokens && n_tokens != *n) {
         free(*cells), *cells = NULL;
         st = err_set(CLEAVE_ERR_INVALID_ARG, "state: %zu token ids for %u cached cells", n_tokens, *n);
@@ -210,7 +186,7 @@ cleave_status cleave_state_seq_get(cleave_context *c, int32_t seq, const int32_t
     if (st) return st;
     state_header h = header_of(c, n, n_tokens > 0);
     size_t need = payload_bytes(&h) + 8;
-    if (cap < need || (st = engine_sync_all(c))) {
+    if (cap < need || (st = engine_sync_all(c->pl))) {
         free(cells);
         return st ? st : err_set(CLEAVE_ERR_INVALID_ARG, "state: %zu bytes of room for %zu", cap, need);
     }
@@ -220,10 +196,10 @@ cleave_status cleave_state_seq_get(cleave_context *c, int32_t seq, const int32_t
     put32(&p, h.version), put32(&p, h.kv_type), put64(&p, fingerprint(c->model));
     uint32_t dims[] = {h.n_layer, h.n_head_kv, h.head_dim, h.n_vocab, h.n_cells, h.flags};
     for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) put32(&p, dims[i]);
-    for (uint32_t i = 0; i < n; i++) put32(&p, (uint32_t)c->kv.pos[cells[i]]);
+    for (uint32_t i = 0; i < n; i++) put32(&p, (uint32_t)kv_cells_pos(&c->cells, (uint32_t)cells[i]));
     if (n_tokens) memcpy(p, tokens, (size_t)n * 4), p += (size_t)n * 4;
     if (h.flags & STATE_LOGITS) memcpy(p, cleave_get_logits(c, -1), (size_t)hp->n_vocab * 4), p += (size_t)hp->n_vocab * 4;
-    size_t block = (size_t)n * hp->n_head_kv * head_row(c->kv.type, hp->head_dim);
+    size_t block = (size_t)n * hp->n_head_kv * head_row(kv_store_type(&c->pl->store), hp->head_dim);
     for (uint32_t l = 0; !st && l < hp->n_layer; l++)
         for (int v = 0; !st && v < 2; v++, p += block) st = move_rows(c, l, v, cells, n, p, false);
     free(cells);
@@ -262,7 +238,7 @@ static cleave_status check(const struct cleave_context *c, const void *buf, size
         return err_set(CLEAVE_ERR_FORMAT, "state: unknown KV type %u or flags %#x", h->kv_type, h->flags);
     if (payload_bytes(h) + 8 != n)
         return err_set(CLEAVE_ERR_FORMAT, "state: %zu bytes where the header says %zu", n, payload_bytes(h) + 8);
-    cleave_type to = c->kv.type, from = (cleave_type)h->kv_type;
+    cleave_type to = kv_store_type(&c->pl->store), from = (cleave_type)h->kv_type;
     bool lossless = from == to || to == CLEAVE_TYPE_F32;
     if (!lossless && !(opt && opt->allow_lossy))
         return err_set(CLEAVE_ERR_UNSUPPORTED,
@@ -320,17 +296,17 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
     const char *p;
     cleave_status st = check(c, buf, n, opt, &h, &p);
     if (st) return st;
-    kv_cache *kv = &c->kv;
+    kv_cells *kv = &c->cells;
     int32_t *old;
     uint32_t n_old;
-    if ((st = seq_cells(kv, seq, &old, &n_old))) return st;
-    if (h.n_cells > kv_room(kv, seq) + n_old) { /* the free cells it may take, and its own */
+    if ((st = kv_cells_of_seq(kv, seq, &old, &n_old))) return st;
+    if (h.n_cells > kv_cells_room(kv, seq) + n_old) { /* the free cells it may take, and its own */
         free(old);
         return err_set(CLEAVE_ERR_CONTEXT_FULL, "state: %u cells do not fit: %u of %u cells in use%s", h.n_cells,
-                       kv->n_used, kv->n_ctx, kv->regions ? " (the sequence's own region is smaller)" : "");
+                       kv_cells_used(kv), kv_cells_n_ctx(kv), kv_cells_regions(kv) ? " (the sequence's own region is smaller)" : "");
     }
     const model_hparams *hp = &c->model->hp;
-    cleave_type from = (cleave_type)h.kv_type, to = kv->type;
+    cleave_type from = (cleave_type)h.kv_type, to = kv_store_type(&c->pl->store);
     size_t hr_from = head_row(from, hp->head_dim), hr_to = head_row(to, hp->head_dim);
     size_t block_from = (size_t)h.n_cells * hp->n_head_kv * hr_from, block_to = (size_t)h.n_cells * hp->n_head_kv * hr_to;
     int32_t *cells = mem_alloc(((size_t)h.n_cells + 1) * sizeof *cells, "state cells");
@@ -340,16 +316,16 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
         free(old), free(cells), free(conv), free(row);
         return CLEAVE_ERR_OOM;
     }
-    if ((st = engine_sync_all(c))) goto out;
+    if ((st = engine_sync_all(c->pl))) goto out;
     /* nothing can fail from here but the devices: the sequence's old cells
      * go, the saved ones take cells of their own */
-    kv_release_cells(kv, old, n_old);
+    kv_cells_release(kv, old, n_old);
     for (uint32_t i = 0; i < h.n_cells && !st;) { /* a run of consecutive positions at a time */
         int32_t p0;
         memcpy(&p0, p + (size_t)i * 4, 4);
         uint32_t j = i + 1;
         for (int32_t pj; j < h.n_cells && (memcpy(&pj, p + (size_t)j * 4, 4), pj == p0 + (int32_t)(j - i));) j++;
-        st = kv_alloc_cells(kv, j - i, seq, p0, cells + i);
+        st = kv_cells_alloc(kv, j - i, seq, p0, cells + i);
         i = j;
     }
     const char *data = p + (size_t)h.n_cells * 4 + (h.flags & STATE_TOKENS ? (size_t)h.n_cells * 4 : 0);
@@ -367,15 +343,16 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
             }
             st = move_rows(c, l, v, cells, h.n_cells, src, true);
         }
-    if (!st) st = kv_sync_cells(kv);
+    if (!st) st = kv_store_sync_cells(&c->pl->store, kv);
     if (st) { /* a device failed midway: the sequence is gone rather than half there */
         int32_t *now;
         uint32_t n_now;
-        if (!seq_cells(kv, seq, &now, &n_now)) kv_release_cells(kv, now, n_now), free(now);
+        if (!kv_cells_of_seq(kv, seq, &now, &n_now)) kv_cells_release(kv, now, n_now), free(now);
         err_wrap(st, "state: restoring sequence %d", seq);
-    } else if (logits && !engine_reserve_logits(c, 1)) {
+    } else if (logits && !engine_reserve_logits(c, 1) && (c->row_of_cap || (c->row_of = mem_alloc(sizeof *c->row_of, "logits rows")))) {
+        if (!c->row_of_cap) c->row_of_cap = 1;
         memcpy(c->logits, logits, (size_t)hp->n_vocab * 4);
-        c->logits_rows = 1, c->logits_all = false, c->logits_mapped = false, c->last_n = 1;
+        c->row_of[0] = 0, c->logits_rows = 1, c->last_n = 1;
     }
 out:
     free(old), free(cells), free(conv), free(row);

@@ -13,11 +13,11 @@
 #include "base/error.h"
 #include "base/mem.h"
 
-const char *plan_mode_name(enum split_mode mode) {
+const char *cleave_split_mode_name(cleave_split_mode mode) {
     switch (mode) {
-    case SPLIT_NONE: return "none";
-    case SPLIT_LAYER: return "layer";
-    case SPLIT_TENSOR: return "tensor";
+    case CLEAVE_SPLIT_NONE: return "none";
+    case CLEAVE_SPLIT_LAYER: return "layer";
+    case CLEAVE_SPLIT_TENSOR: return "tensor";
     }
     return "?";
 }
@@ -81,7 +81,7 @@ static cleave_status check_budgets(const plan_request *req, const plan *p) {
 }
 
 void plan_apportion(size_t units, const double *w, size_t n, size_t *parts) {
-    double total = 0, rem[PLAN_MAX_DEVICES];
+    double total = 0, rem[CLEAVE_MAX_DEVICES];
     for (size_t i = 0; i < n; i++) total += w[i];
     size_t given = 0;
     for (size_t i = 0; i < n; i++) {
@@ -138,7 +138,7 @@ static void place_none(const plan_request *req, plan *out) {
 
 static void place_layer(const plan_request *req, const double *w, plan *out) {
     const model_hparams *hp = req->hp;
-    size_t n = req->n_devices, parts[PLAN_MAX_DEVICES];
+    size_t n = req->n_devices, parts[CLEAVE_MAX_DEVICES];
     plan_apportion(hp->n_layer, w, n, parts);
     size_t kv_layer = model_kv_bytes_per_token(hp, req->kv_type) / hp->n_layer * req->n_ctx;
     out->embd_device = out->head_device = -1;
@@ -163,7 +163,7 @@ static void place_layer(const plan_request *req, const double *w, plan *out) {
 
 /* Ranges of `total` items in units of `align` items, apportioned. */
 static void ranges(uint32_t total, uint32_t align, const double *w, size_t n, plan_range *r) {
-    size_t parts[PLAN_MAX_DEVICES], units = (total + align - 1) / align, at = 0;
+    size_t parts[CLEAVE_MAX_DEVICES], units = (total + align - 1) / align, at = 0;
     plan_apportion(units, w, n, parts);
     for (size_t d = 0; d < n; d++) {
         size_t lo = at * align, hi = (at + parts[d]) * align;
@@ -213,7 +213,7 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
 
 /* Layers whose K/V device d holds under plan p. */
 static uint32_t kv_layers(const plan *p, size_t d) {
-    if (p->mode == SPLIT_TENSOR) return range_len(p->kv_heads[d]) ? p->n_layer : 0;
+    if (p->mode == CLEAVE_SPLIT_TENSOR) return range_len(p->kv_heads[d]) ? p->n_layer : 0;
     uint32_t n = 0;
     for (uint32_t l = 0; l < p->n_layer; l++) n += p->layer_device[l] == (int)d;
     return n;
@@ -259,20 +259,20 @@ static void apply_tiers(const plan_request *req, plan *out) {
 cleave_status plan_make(const plan_request *req, plan *out) {
     memset(out, 0, sizeof *out);
     const model_hparams *hp = req->hp;
-    if (!hp || req->n_devices == 0 || req->n_devices > PLAN_MAX_DEVICES || !req->layer_bytes)
+    if (!hp || req->n_devices == 0 || req->n_devices > CLEAVE_MAX_DEVICES || !req->layer_bytes)
         return err_set(CLEAVE_ERR_INVALID_ARG, "plan: need a model and 1..%d devices",
-                       PLAN_MAX_DEVICES);
+                       CLEAVE_MAX_DEVICES);
     if (req->n_ctx == 0 || req->n_batch == 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "plan: context and batch must be > 0");
     if (req->main_device < 0 || (size_t)req->main_device >= req->n_devices)
         return err_set(CLEAVE_ERR_INVALID_ARG, "main device %d out of range (have %zu)",
                        req->main_device, req->n_devices);
-    if (req->mode != SPLIT_NONE && req->mode != SPLIT_LAYER && req->mode != SPLIT_TENSOR)
+    if (req->mode != CLEAVE_SPLIT_NONE && req->mode != CLEAVE_SPLIT_LAYER && req->mode != CLEAVE_SPLIT_TENSOR)
         return err_set(CLEAVE_ERR_INVALID_ARG, "plan: unknown split mode %d", (int)req->mode);
     if (hp->n_layer == 0 || hp->n_head_kv == 0 || hp->n_ff == 0 || hp->n_vocab == 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "plan: the model has no layers, heads or rows");
-    double w[PLAN_MAX_DEVICES];
-    cleave_status st = req->mode == SPLIT_NONE ? CLEAVE_OK : get_shares(req, w);
+    double w[CLEAVE_MAX_DEVICES];
+    cleave_status st = req->mode == CLEAVE_SPLIT_NONE ? CLEAVE_OK : get_shares(req, w);
     if (st) return st;
 
     out->mode = req->mode;
@@ -284,15 +284,15 @@ cleave_status plan_make(const plan_request *req, plan *out) {
     out->layer_device = mem_calloc(hp->n_layer, sizeof *out->layer_device, "plan layers");
     if (!out->layer_device) return CLEAVE_ERR_OOM;
 
-    if (req->mode == SPLIT_NONE)
+    if (req->mode == CLEAVE_SPLIT_NONE)
         place_none(req, out);
-    else if (req->mode == SPLIT_LAYER)
+    else if (req->mode == CLEAVE_SPLIT_LAYER)
         place_layer(req, w, out);
     else
         st = place_tensor(req, w, out);
     if (!st) apply_tiers(req, out);
     if (!st) st = check_budgets(req, out);
-    if (!st && req->mode != SPLIT_NONE) memcpy(out->shares, w, sizeof(double) * req->n_devices);
+    if (!st && req->mode != CLEAVE_SPLIT_NONE) memcpy(out->shares, w, sizeof(double) * req->n_devices);
     if (st) plan_free(out);
     return st;
 }
@@ -320,15 +320,15 @@ static uint32_t largest_fitting(const plan_request *req, uint32_t lo, uint32_t h
 
 cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out) {
     memset(out, 0, sizeof *out);
-    if (!req->hp || req->n_devices == 0 || req->n_devices > PLAN_MAX_DEVICES)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: need a model and 1..%d devices", PLAN_MAX_DEVICES);
+    if (!req->hp || req->n_devices == 0 || req->n_devices > CLEAVE_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: need a model and 1..%d devices", CLEAVE_MAX_DEVICES);
     if (!(margin >= 0 && margin < 1))
         return err_set(CLEAVE_ERR_INVALID_ARG, "fit: margin %g is not a fraction in [0, 1)", margin);
     if (min_ctx == 0 || min_ctx > req->n_ctx)
         return err_set(CLEAVE_ERR_INVALID_ARG, "fit: the smallest context (%u) must be 1..%u",
                        min_ctx, req->n_ctx);
-    size_t n = req->n_devices, budgets[PLAN_MAX_DEVICES];
-    double shares[PLAN_MAX_DEVICES];
+    size_t n = req->n_devices, budgets[CLEAVE_MAX_DEVICES];
+    double shares[CLEAVE_MAX_DEVICES];
     bool unlimited = false;
     for (size_t d = 0; d < n; d++) {
         size_t b = req->budgets ? req->budgets[d] : 0;
@@ -341,7 +341,7 @@ cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin,
         for (size_t d = 0; d < n; d++) shares[d] = 1.0;
     plan_request r = *req;
     r.budgets = budgets;
-    if (!r.shares && r.mode != SPLIT_NONE) r.shares = shares;
+    if (!r.shares && r.mode != CLEAVE_SPLIT_NONE) r.shares = shares;
 
     uint32_t ctx = largest_fitting(&r, min_ctx, req->n_ctx);
     if (ctx) {
@@ -366,15 +366,15 @@ cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin,
         if (c)
             at += (size_t)snprintf(alt + at, sizeof alt - at, "; a q8_0 KV cache (-ctk q8_0) fits %u cells", c);
     }
-    for (int m = SPLIT_LAYER; m <= SPLIT_TENSOR && n > 1 && at < sizeof alt; m++) {
-        if (m == (int)req->mode || (m == SPLIT_TENSOR && !req->layer_attn_bytes)) continue;
+    for (int m = CLEAVE_SPLIT_LAYER; m <= CLEAVE_SPLIT_TENSOR && n > 1 && at < sizeof alt; m++) {
+        if (m == (int)req->mode || (m == CLEAVE_SPLIT_TENSOR && !req->layer_attn_bytes)) continue;
         plan_request q = r;
-        q.mode = (enum split_mode)m;
+        q.mode = (cleave_split_mode)m;
         if (!req->shares) q.shares = shares;
         uint32_t c = largest_fitting(&q, min_ctx, req->n_ctx);
         if (c)
             at += (size_t)snprintf(alt + at, sizeof alt - at, "; split mode %s fits %u cells",
-                                   plan_mode_name(q.mode), c);
+                                   cleave_split_mode_name(q.mode), c);
     }
     return err_set(CLEAVE_ERR_OOM, "nothing fits with %.0f%% of each budget kept free, even at %u cells (%s)%s",
                    margin * 100.0, min_ctx, why, at ? alt : "; no smaller cache or other split mode fits either");

@@ -25,15 +25,13 @@
 #include "cleave.h"
 #include "model/model.h"
 
-#define PLAN_MAX_DEVICES 16
 
-enum split_mode { SPLIT_NONE, SPLIT_LAYER, SPLIT_TENSOR };
 
 typedef struct plan_request {
     const model_hparams *hp;
     size_t n_devices;
     const size_t *budgets;       /* [n_devices] bytes, 0 = unlimited */
-    enum split_mode mode;
+    cleave_split_mode mode;
     int main_device;             /* the device for `none`; the embedding for `tensor` */
     const double *shares;        /* [n_devices] >= 0, NULL = equal; layer and tensor */
     uint32_t ff_align;           /* tensor: FFN rows per unit (quant block), 0 = 1 */
@@ -69,7 +67,7 @@ typedef struct plan_device_bytes {
 } plan_device_bytes;
 
 typedef struct plan {
-    enum split_mode mode;
+    cleave_split_mode mode;
     size_t n_devices;
     uint32_t n_layer, n_ctx, n_batch;
     cleave_type kv_type;
@@ -77,9 +75,9 @@ typedef struct plan {
     int *layer_device;           /* [n_layer]; -1 under tensor (every device) */
     /* tensor: each device's kv heads, FFN rows and lm-head vocab rows
      * (empty ranges for a share of 0); other modes leave them zero. */
-    plan_range kv_heads[PLAN_MAX_DEVICES], ff_rows[PLAN_MAX_DEVICES], vocab_rows[PLAN_MAX_DEVICES];
-    plan_device_bytes bytes[PLAN_MAX_DEVICES];
-    double shares[PLAN_MAX_DEVICES]; /* the shares used (layer, tensor) */
+    plan_range kv_heads[CLEAVE_MAX_DEVICES], ff_rows[CLEAVE_MAX_DEVICES], vocab_rows[CLEAVE_MAX_DEVICES];
+    plan_device_bytes bytes[CLEAVE_MAX_DEVICES];
+    double shares[CLEAVE_MAX_DEVICES]; /* the shares used (layer, tensor) */
     uint32_t kv_vram_cells;          /* cells of each layer in device memory (n_ctx: all) */
 } plan;
 /* A tiered KV cache's staging: buffers of one layer's host part, per device. */
@@ -101,7 +99,6 @@ size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n
 size_t plan_total_bytes(const plan *p, size_t device);
 /* Activation scratch for a batch of n_batch tokens (bytes), per device. */
 size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx);
-const char *plan_mode_name(enum split_mode mode);
 /* Splits `units` into n parts in proportion to w (largest remainder, ties
  * to the lower index); parts[i] is 0 where w[i] is 0. Pure helper, public
  * for tests. */

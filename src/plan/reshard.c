@@ -19,7 +19,7 @@ plan_range reshard_units(const plan *p, const model_hparams *hp, size_t d, enum 
                          uint32_t layer) {
     plan_range none = range_of(0, 0);
     if (!p || !hp || d >= p->n_devices) return none;
-    bool tensor = p->mode == SPLIT_TENSOR;
+    bool tensor = p->mode == CLEAVE_SPLIT_TENSOR;
     switch (piece) {
     case RESHARD_HEADS:
         if (layer >= hp->n_layer) return none;
@@ -41,7 +41,7 @@ plan_range reshard_units(const plan *p, const model_hparams *hp, size_t d, enum 
 
 static cleave_status check_plans(const plan *from, const plan *to, const model_hparams *hp) {
     if (!from || !to || !hp) return err_set(CLEAVE_ERR_INVALID_ARG, "reshard: plans and model required");
-    if (from->n_devices != to->n_devices || from->n_devices == 0 || from->n_devices > PLAN_MAX_DEVICES)
+    if (from->n_devices != to->n_devices || from->n_devices == 0 || from->n_devices > CLEAVE_MAX_DEVICES)
         return err_set(CLEAVE_ERR_INVALID_ARG, "reshard: plans over %zu and %zu devices", from->n_devices,
                        to->n_devices);
     if (from->n_layer != hp->n_layer || to->n_layer != hp->n_layer || !from->layer_device ||
@@ -111,7 +111,7 @@ static bool piece_changes(const plan *from, const plan *to, const model_hparams 
 /* Bytes that cross between devices in a piece's moves, per device. */
 static void count_moves(const plan *from, const plan *to, const model_hparams *hp,
                         const reshard_sizes *sz, reshard_step s, reshard_cost *c) {
-    reshard_move mv[PLAN_MAX_DEVICES * PLAN_MAX_DEVICES];
+    reshard_move mv[CLEAVE_MAX_DEVICES * CLEAVE_MAX_DEVICES];
     size_t n = 0;
     if (reshard_moves(from, to, hp, s.piece, s.layer, mv, sizeof mv / sizeof *mv, &n)) return;
     size_t unit = s.piece == RESHARD_HEADS     ? sz->head_weight_bytes + sz->head_kv_bytes * sz->cells
@@ -174,7 +174,7 @@ cleave_status reshard_schedule(const plan *from, const plan *to, const model_hpa
         free(todo);
         return err_set(CLEAVE_ERR_INVALID_ARG, "reshard: %zu steps, room for %zu", n_todo, cap);
     }
-    size_t held[PLAN_MAX_DEVICES];
+    size_t held[CLEAVE_MAX_DEVICES];
     memcpy(held, cost->before, sizeof held);
     memcpy(cost->peak, cost->before, sizeof cost->peak);
     /* greedy: next, the piece whose allocation leaves the fullest device

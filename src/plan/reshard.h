@@ -66,15 +66,15 @@ typedef struct reshard_sizes {
 typedef struct reshard_cost {
     /* bytes leaving and reaching each device (moves within a device not
      * counted: they stay in its memory) */
-    size_t moved_out[PLAN_MAX_DEVICES], moved_in[PLAN_MAX_DEVICES];
+    size_t moved_out[CLEAVE_MAX_DEVICES], moved_in[CLEAVE_MAX_DEVICES];
     /* weights and KV held before, after, and at the fullest point of the
      * switch in reshard_schedule's order, each piece's new buffers
      * allocated before its old ones are freed */
-    size_t before[PLAN_MAX_DEVICES], after[PLAN_MAX_DEVICES], peak[PLAN_MAX_DEVICES];
+    size_t before[CLEAVE_MAX_DEVICES], after[CLEAVE_MAX_DEVICES], peak[CLEAVE_MAX_DEVICES];
     /* the largest piece the switch reallocates on a device, in either
      * plan's shape ("one layer of staging"): the schedule keeps peak <=
      * max(before, after) + this */
-    size_t largest_piece[PLAN_MAX_DEVICES];
+    size_t largest_piece[CLEAVE_MAX_DEVICES];
 } reshard_cost;
 
 /* One piece of the switch (layer: the block, for HEADS and FF_ROWS). */

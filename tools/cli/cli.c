@@ -104,10 +104,6 @@ int cli_split_mode(const char *flag, const char *v, cleave_split_mode *out) {
     return 0;
 }
 
-const char *cli_mode_name(cleave_split_mode m) {
-    return m == CLEAVE_SPLIT_TENSOR ? "tensor" : m == CLEAVE_SPLIT_LAYER ? "layer" : "none";
-}
-
 char *cli_read_file(const char *path, size_t *len) {
     *len = 0;
     FILE *f = fopen(path, "rb");
@@ -139,7 +135,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
         fprintf(stderr, "cleave: %s needs a value\n", flag);
         return -1;
     }
-    double xs[CLI_MAX_DEVICES];
+    double xs[CLEAVE_MAX_DEVICES];
     size_t n;
     if (IS("-ngl") || IS("--n-gpu-layers")) {
         /* all layers or none: a CPU/GPU mix is not offered */
@@ -152,7 +148,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
     } else if (IS("-sm") || IS("--split-mode")) {
         if (cli_split_mode(flag, v, &p->mode)) return -1;
     } else if (IS("-ts") || IS("--tensor-split")) {
-        if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
+        if (!number_list(flag, v, xs, CLEAVE_MAX_DEVICES, &n)) return -1;
         for (size_t i = 0; i < n; i++) p->shares[i] = (float)xs[i];
         p->n_shares = n;
         p->explicit_split = true;
@@ -169,9 +165,9 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
         else if (!strcmp(v, "all")) p->kv_vram_cells = CLEAVE_KV_VRAM_ALL;
         else if (!cli_int(flag, v, 0, 1 << 24, &p->kv_vram_cells)) return -1;
     } else if (IS("-mg") || IS("--main-gpu")) {
-        if (!cli_int(flag, v, 0, CLI_MAX_DEVICES - 1, &p->main_device)) return -1;
+        if (!cli_int(flag, v, 0, CLEAVE_MAX_DEVICES - 1, &p->main_device)) return -1;
     } else {
-        if (!number_list(flag, v, xs, CLI_MAX_DEVICES, &n)) return -1;
+        if (!number_list(flag, v, xs, CLEAVE_MAX_DEVICES, &n)) return -1;
         for (size_t i = 0; i < n; i++) p->budgets[i] = (size_t)(xs[i] * 1048576.0);
         p->n_budgets = n;
     }

@@ -17,13 +17,12 @@ bool cli_float(const char *flag, const char *v, float *out);
 /* Parses "1,2,3" into up to cap ints. */
 bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n);
 /* Where a model runs: the device flags shared by run, bench and logits. */
-#define CLI_MAX_DEVICES 16
 typedef struct cli_placement {
     const char *devices; /* NULL = CPU */
     cleave_split_mode mode;
-    float shares[CLI_MAX_DEVICES];
+    float shares[CLEAVE_MAX_DEVICES];
     size_t n_shares;
-    size_t budgets[CLI_MAX_DEVICES]; /* bytes */
+    size_t budgets[CLEAVE_MAX_DEVICES]; /* bytes */
     size_t n_budgets;
     long long main_device;
     int fit;             /* -1: default (on unless -ts or -ngl was given), 0 off, 1 on */
@@ -48,7 +47,6 @@ int cli_bench_flag(const char *flag, const char *v, long long *n_ctx, cli_contex
  * after a message naming the flag. */
 int cli_split_mode(const char *flag, const char *value, cleave_split_mode *out);
 /* "none", "layer" or "tensor". */
-const char *cli_mode_name(cleave_split_mode m);
 /* A whole file, NUL-terminated (len excludes the NUL); NULL when it
  * cannot be read or memory runs out. */
 char *cli_read_file(const char *path, size_t *len);

@@ -195,8 +195,8 @@ static int one_request(const psm_opts *o, double t_start) {
     if (!rc) {
         double load = t_loaded - t_start, gen = t.end[0] - t.prefill - t.sw;
         char plan[48];
-        if (pre_mode == gen_mode) snprintf(plan, sizeof plan, "%s", cli_mode_name(gen_mode));
-        else snprintf(plan, sizeof plan, "%s, then %s", cli_mode_name(pre_mode), cli_mode_name(gen_mode));
+        if (pre_mode == gen_mode) snprintf(plan, sizeof plan, "%s", cleave_split_mode_name(gen_mode));
+        else snprintf(plan, sizeof plan, "%s, then %s", cleave_split_mode_name(pre_mode), cleave_split_mode_name(gen_mode));
         printf("| plan | prompt | generated | load s | prefill s | pp tok/s | switch s | switch GB | "
                "generation s | tg tok/s | wall s |\n");
         printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");

@@ -194,7 +194,7 @@ static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
         return;
     }
     fprintf(stderr, "\ncleave: switched from %s to %s split in %.1f ms, now on %s\n",
-            cli_mode_name(o->psm), cli_mode_name(o->place.mode), (cli_now() - t0) * 1e3,
+            cleave_split_mode_name(o->psm), cleave_split_mode_name(o->place.mode), (cli_now() - t0) * 1e3,
             cleave_context_device(ctx));
     cleave_switch_report r;
     if (cleave_context_switch_report(ctx, &r) == CLEAVE_OK) {

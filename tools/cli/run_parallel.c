@@ -130,7 +130,7 @@ int run_parallel(cleave_model *m, cleave_context *ctx, const run_opts *o, const 
                 } else {
                     n_switches++;
                     fprintf(stderr, "cleave: step %lld: switched to the %s split (%zu active)\n", step,
-                            cli_mode_name(want), n_active);
+                            cleave_split_mode_name(want), n_active);
                 }
             }
         }

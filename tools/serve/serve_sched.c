@@ -18,10 +18,6 @@ static double now(void) {
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static const char *mode_name(cleave_split_mode m) {
-    return m == CLEAVE_SPLIT_LAYER ? "layer" : m == CLEAVE_SPLIT_TENSOR ? "tensor" : "none";
-}
-
 typedef struct slot {
     serve_req *r;     /* NULL: idle */
     int32_t *cache;   /* the tokens in this sequence's cells, by position */
@@ -252,10 +248,10 @@ static void follow_gate(serve_sched *s, size_t n_active) {
     if (want == cleave_context_split_mode(s->ctx)) return;
     if (cleave_context_set_split_mode(s->ctx, want, s->o.shares, s->o.n_shares)) {
         fprintf(stderr, "cleave serve: warning: staying in the %s split: %s\n",
-                mode_name(cleave_context_split_mode(s->ctx)), cleave_last_error());
+                cleave_split_mode_name(cleave_context_split_mode(s->ctx)), cleave_last_error());
         s->switching = false;
     } else if (!s->o.quiet) {
-        fprintf(stderr, "cleave serve: switched to the %s split (%zu active)\n", mode_name(want), n_active);
+        fprintf(stderr, "cleave serve: switched to the %s split (%zu active)\n", cleave_split_mode_name(want), n_active);
     }
 }
 

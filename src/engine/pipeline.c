@@ -37,13 +37,13 @@ typedef struct stage {
 } stage;
 
 struct pipeline {
-    struct cleave_context *c;
+    placement *pl;
     size_t n, ub, n_micro, first_out, n_stages;
-    stage st[PLAN_MAX_DEVICES];
+    stage st[CLEAVE_MAX_DEVICES];
     float *slots;                  /* [n_stages - 1][2][n][n_embd]: x rows, then h rows */
     bool direct;                   /* devices copy between themselves (copy_from) */
     void **events;                 /* [n_stages - 1][n_micro]: micro-batch issued */
-    size_t done[PLAN_MAX_DEVICES]; /* micro-batches stage k has handed on */
+    size_t done[CLEAVE_MAX_DEVICES]; /* micro-batches stage k has handed on */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool failed;
@@ -86,16 +86,16 @@ static void handed_on(pipeline *p, size_t k, size_t u) {
 }
 
 static float *slot(pipeline *p, size_t boundary, bool h, size_t row) {
-    size_t e = p->c->model->hp.n_embd;
+    size_t e = p->pl->model->hp.n_embd;
     return p->slots + ((boundary * 2 + (h ? 1 : 0)) * p->n + row) * e;
 }
 
 /* Micro-batch u through stage S; a status on failure. */
 static cleave_status run_micro(stage *S, size_t u) {
     pipeline *p = S->p;
-    struct cleave_context *c = p->c;
-    const model_hparams *hp = &c->model->hp;
-    engine_device *D = &c->devs[S->dev];
+    placement *pl = p->pl;
+    const model_hparams *hp = &pl->model->hp;
+    engine_device *D = &pl->devs[S->dev];
     be_device *d = D->dev;
     size_t e = hp->n_embd, off = u * p->ub, m = p->n - off < p->ub ? p->n - off : p->ub;
     size_t bytes = m * e * sizeof(float);
@@ -103,16 +103,16 @@ static cleave_status run_micro(stage *S, size_t u) {
     v.x += off * e, v.h += off * e, v.pos += off, v.seq += off, v.cells += off, v.win += 2 * off;
     cleave_status st;
     if (S->k == 0) {
-        if ((st = d->ops->get_rows(d, &c->tok_embd, D->s.ids + off, m, v.x))) return st;
-        if ((st = d->ops->rms_norm(d, v.x, c->layers[S->l0].attn_norm, v.h, m, e, hp->norm_eps)))
+        if ((st = d->ops->get_rows(d, &pl->tok_embd, D->s.ids + off, m, v.x))) return st;
+        if ((st = d->ops->rms_norm(d, v.x, pl->layers[S->l0].attn_norm, v.h, m, e, hp->norm_eps)))
             return st;
     } else if (p->direct) {
         if (!wait_for(p, S->k - 1, u)) return CLEAVE_OK; /* another stage failed */
         const stage *P = &p->st[S->k - 1];
-        engine_scratch *ps = &c->devs[P->dev].s;
+        engine_scratch *ps = &pl->devs[P->dev].s;
         void *ready = p->events[(S->k - 1) * p->n_micro + u];
-        if ((st = engine_transfer(c, S->dev, v.x, P->dev, ps->x + off * e, bytes, ready)) ||
-            (st = engine_transfer(c, S->dev, v.h, P->dev, ps->h + off * e, bytes, ready)))
+        if ((st = engine_transfer(pl, S->dev, v.x, P->dev, ps->x + off * e, bytes, ready)) ||
+            (st = engine_transfer(pl, S->dev, v.h, P->dev, ps->h + off * e, bytes, ready)))
             return st;
     } else {
         if (!wait_for(p, S->k - 1, u)) return CLEAVE_OK; /* another stage failed */
@@ -121,7 +121,7 @@ static cleave_status run_micro(stage *S, size_t u) {
             return st;
     }
     for (uint32_t l = S->l0; l < S->l1; l++)
-        if ((st = engine_forward_layer(c, &v, l, m, false))) return st;
+        if ((st = engine_forward_layer(pl, &v, l, m, false))) return st;
     if (S->k + 1 < p->n_stages && p->direct) {
         /* the rows stay where they are until the next stage copies them */
         if ((st = d->ops->event_record(d, &p->events[S->k * p->n_micro + u]))) return st;
@@ -139,7 +139,7 @@ static cleave_status run_micro(stage *S, size_t u) {
     /* the last stage: logits of this micro-batch's rows that are wanted */
     size_t r0 = off > p->first_out ? off : p->first_out, r1 = off + m;
     if (r0 >= r1) return CLEAVE_OK;
-    return d->ops->matmul(d, &c->output, D->s.h + r0 * e, r1 - r0, NULL,
+    return d->ops->matmul(d, &pl->output, D->s.h + r0 * e, r1 - r0, NULL,
                           D->s.logits + (r0 - p->first_out) * hp->n_vocab);
 }
 
@@ -156,11 +156,11 @@ static void *stage_main(void *arg) {
     return NULL;
 }
 
-cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t first_out) {
-    const model_hparams *hp = &c->model->hp;
+cleave_status engine_pipeline_forward(placement *pl, size_t n, size_t first_out) {
+    const model_hparams *hp = &pl->model->hp;
     pipeline *p = mem_calloc(1, sizeof *p, "pipeline");
     if (!p) return CLEAVE_ERR_OOM;
-    p->c = c, p->n = n, p->ub = c->n_ubatch, p->first_out = first_out;
+    p->pl = pl, p->n = n, p->ub = pl->n_ubatch, p->first_out = first_out;
     /* uniform micro-batches: measured on 2x H200 (8B bf16, pp4096, -ub 512)
      * at 51.3k tok/s, against 50.1k with a half-size first one (to fill
      * the pipeline sooner) and 47.7k with quarter-size ends and equal
@@ -169,7 +169,7 @@ cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t
     p->n_micro = (n + p->ub - 1) / p->ub;
     /* stages: runs of layers on one device, in layer order */
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        int d = c->layers[l].dev;
+        int d = pl->layers[l].dev;
         if (!p->n_stages || p->st[p->n_stages - 1].dev != d) {
             stage *S = &p->st[p->n_stages];
             S->p = p, S->k = p->n_stages, S->dev = d, S->l0 = l;
@@ -178,9 +178,9 @@ cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t
         p->st[p->n_stages - 1].l1 = l + 1;
     }
     cleave_status st = CLEAVE_OK;
-    p->direct = !c->host_handoff;
+    p->direct = !pl->host_handoff;
     for (size_t k = 1; k < p->n_stages; k++) {
-        const be_device *a = c->devs[p->st[k - 1].dev].dev, *b = c->devs[p->st[k].dev].dev;
+        const be_device *a = pl->devs[p->st[k - 1].dev].dev, *b = pl->devs[p->st[k].dev].dev;
         p->direct &= a->ops == b->ops && b->ops->copy_from && a->ops->event_record;
     }
     if (p->direct) {
@@ -191,7 +191,7 @@ cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t
                              "pipeline handoff");
         if (!p->slots) st = CLEAVE_ERR_OOM;
     }
-    pthread_t th[PLAN_MAX_DEVICES];
+    pthread_t th[CLEAVE_MAX_DEVICES];
     size_t started = 0;
     if (!st) {
         pthread_mutex_init(&p->mu, NULL);
@@ -210,7 +210,7 @@ cleave_status engine_pipeline_forward(struct cleave_context *c, size_t n, size_t
     /* every copy that waits on an event has been issued; devices hold on
      * to what they still need until they sync */
     for (size_t k = 0; p->events && k + 1 < p->n_stages; k++) {
-        be_device *d = c->devs[p->st[k].dev].dev;
+        be_device *d = pl->devs[p->st[k].dev].dev;
         for (size_t u = 0; u < p->n_micro; u++)
             if (p->events[k * p->n_micro + u]) d->ops->event_free(d, p->events[k * p->n_micro + u]);
     }

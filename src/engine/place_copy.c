@@ -51,11 +51,11 @@ typedef struct {
 
 /* The range device d of placement o holds of a tensor whose split axis
  * has `full` units. */
-static void held(const struct cleave_context *o, size_t d, range_kind k, size_t full, size_t *lo,
+static void held(const placement *o, size_t d, range_kind k, size_t full, size_t *lo,
                  size_t *hi) {
     const model_hparams *hp = &o->model->hp;
     *lo = 0, *hi = full;
-    if (o->plan.mode != SPLIT_TENSOR || k == RANGE_ALL) return;
+    if (o->plan.mode != CLEAVE_SPLIT_TENSOR || k == RANGE_ALL) return;
     enum reshard_piece p = k == RANGE_F ? RESHARD_FF_ROWS : k == RANGE_VOCAB ? RESHARD_EMBD : RESHARD_HEADS;
     size_t per = k == RANGE_Q ? (size_t)hp->n_head / hp->n_head_kv * hp->head_dim
                  : k == RANGE_K ? hp->head_dim : 1; /* rows or elements per unit */
@@ -65,10 +65,10 @@ static void held(const struct cleave_context *o, size_t d, range_kind k, size_t 
 
 /* The parts of tensor t that placement o holds; a replicated tensor gives
  * its first holder only. */
-static size_t parts_of(const struct cleave_context *o, const gguf_tensor *t, part *out) {
+static size_t parts_of(const placement *o, const gguf_tensor *t, part *out) {
     size_t rows = (size_t)(t->n_elems / t->ne[0]), ne0 = (size_t)t->ne[0];
     const struct cleave_model *m = o->model;
-    bool tensor = o->plan.mode == SPLIT_TENSOR;
+    bool tensor = o->plan.mode == CLEAVE_SPLIT_TENSOR;
     size_t n = 0;
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
         for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
@@ -123,9 +123,10 @@ static size_t parts_of(const struct cleave_context *o, const gguf_tensor *t, par
     return n;
 }
 
-void engine_count_move(struct cleave_context *c, int from, int to, size_t bytes) {
-    c->last_switch.bytes_out[from] += bytes;
-    c->last_switch.bytes_in[to] += bytes;
+void engine_count_move(placement *pl, int from, int to, size_t bytes) {
+    if (!pl->moves) return;
+    pl->moves->bytes_out[from] += bytes;
+    pl->moves->bytes_in[to] += bytes;
 }
 
 cleave_status engine_copy_block(be_device *d, void *dst, size_t dpitch, be_device *s,
@@ -154,11 +155,11 @@ static size_t plane_pitch(const be_mat *m, bool scales) {
     return scales ? m->ne0 / QK8_0 * 2 : m->nb1;
 }
 
-cleave_status engine_copy_mat(struct cleave_context *c, int d, const gguf_tensor *t, bool by_cols,
+cleave_status engine_copy_mat(placement *pl, const placement *src, int d, const gguf_tensor *t, bool by_cols,
                               size_t lo, size_t hi, be_mat *m) {
-    const struct cleave_context *o = c->copy_src;
+    const placement *o = src;
     size_t rows = (size_t)(t->n_elems / t->ne[0]), ne0 = (size_t)t->ne[0];
-    part parts[PLAN_MAX_DEVICES];
+    part parts[CLEAVE_MAX_DEVICES];
     size_t n = parts_of(o, t, parts);
     /* the rectangle wanted: rows [r0, r1) x columns [c0, c1) */
     size_t r0 = by_cols ? 0 : lo, r1 = by_cols ? rows : hi, c0 = by_cols ? lo : 0, c1 = by_cols ? hi : ne0;
@@ -173,11 +174,11 @@ cleave_status engine_copy_mat(struct cleave_context *c, int d, const gguf_tensor
         return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: no device holds %s", t->name);
     bool split = parts[0].mat->scales != NULL;
     m->nb1 = split ? m->ne0 : quant_row_bytes(m->type, m->ne0);
-    void *data = engine_dev_alloc(c, d, m->ne1 * m->nb1, t->name);
-    void *sc = data && split ? engine_dev_alloc(c, d, m->ne1 * (m->ne0 / QK8_0) * 2, t->name) : NULL;
+    void *data = engine_dev_alloc(pl, d, m->ne1 * m->nb1, t->name);
+    void *sc = data && split ? engine_dev_alloc(pl, d, m->ne1 * (m->ne0 / QK8_0) * 2, t->name) : NULL;
     if (!data || (split && !sc)) return CLEAVE_ERR_OOM;
     m->data = data, m->scales = sc;
-    be_device *dv = c->devs[d].dev;
+    be_device *dv = pl->devs[d].dev;
     cleave_status st = CLEAVE_OK;
     for (size_t i = 0; i < n && !st; i++) {
         const be_mat *s = parts[i].mat;
@@ -199,20 +200,20 @@ cleave_status engine_copy_mat(struct cleave_context *c, int d, const gguf_tensor
             size_t w = col_bytes(m, cb - ca, scp);
             st = engine_copy_block(dv, db + (ra - r0) * dp + col_bytes(m, ca - c0, scp), dp, sv,
                                    sb + (ra - pr0) * sp + col_bytes(s, ca - pc0, scp), sp, w, rb - ra);
-            engine_count_move(c, parts[i].dev, d, w * (rb - ra));
+            engine_count_move(pl, parts[i].dev, d, w * (rb - ra));
         }
     }
     return st;
 }
 
-cleave_status engine_copy_vec(struct cleave_context *c, int d, const gguf_tensor *t, size_t i0,
+cleave_status engine_copy_vec(placement *pl, const placement *src, int d, const gguf_tensor *t, size_t i0,
                               size_t n_el, float **out) {
-    const struct cleave_context *o = c->copy_src;
-    part parts[PLAN_MAX_DEVICES];
+    const placement *o = src;
+    part parts[CLEAVE_MAX_DEVICES];
     size_t n = parts_of(o, t, parts);
     *out = NULL;
     if (!n_el) return CLEAVE_OK;
-    float *p = engine_dev_alloc(c, d, n_el * sizeof(float), t->name);
+    float *p = engine_dev_alloc(pl, d, n_el * sizeof(float), t->name);
     if (!p) return CLEAVE_ERR_OOM;
     *out = p;
     size_t got = 0;
@@ -221,9 +222,9 @@ cleave_status engine_copy_vec(struct cleave_context *c, int d, const gguf_tensor
         size_t a = i0 > parts[i].lo ? i0 : parts[i].lo;
         size_t b = i0 + n_el < parts[i].hi ? i0 + n_el : parts[i].hi;
         if (a >= b || !parts[i].vec) continue;
-        st = engine_copy_block(c->devs[d].dev, p + (a - i0), 0, o->devs[parts[i].dev].dev,
+        st = engine_copy_block(pl->devs[d].dev, p + (a - i0), 0, o->devs[parts[i].dev].dev,
                                parts[i].vec + (a - parts[i].lo), 0, (b - a) * sizeof(float), 1);
-        engine_count_move(c, parts[i].dev, d, (b - a) * sizeof(float));
+        engine_count_move(pl, parts[i].dev, d, (b - a) * sizeof(float));
         got += b - a;
     }
     if (!st && got != n_el)

@@ -1,0 +1,48 @@
+/* The environment switches (options.h), read once. */
+#include "options.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cleave_env_options opts;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Set to anything but "" or "0". */
+static bool flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static long number(const char *name, long fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    char *end;
+    long n = strtol(v, &end, 10);
+    return *end ? fallback : n;
+}
+
+void options_reload(void) {
+    opts.load_trace = flag("CLEAVE_LOAD_TRACE");
+    opts.no_graph = flag("CLEAVE_NO_GRAPH");
+    opts.host_handoff = flag("CLEAVE_HOST_HANDOFF");
+    opts.no_simd = flag("CLEAVE_NO_SIMD");
+    opts.no_p2p = flag("CLEAVE_NO_P2P");
+    opts.no_pdl = flag("CLEAVE_NO_PDL");
+    const char *numa = getenv("CLEAVE_TIER_NUMA");
+    opts.tier_numa = !(numa && strcmp(numa, "0") == 0);
+    const char *nccl = getenv("CLEAVE_NCCL");
+    opts.nccl_off = nccl && strcmp(nccl, "0") == 0;
+    long mib = number("CLEAVE_HOST_BUDGET_MIB", 0);
+    opts.host_budget_mib = mib > 0 ? (size_t)mib : 0;
+    opts.gemv_max_n = number("CLEAVE_GEMV_MAX_N", 0);
+    opts.upload_threads = number("CLEAVE_UPLOAD_THREADS", 0);
+    opts.nccl_min_kb = number("CLEAVE_NCCL_MIN_KB", -1);
+}
+
+static void load(void) { options_reload(); }
+
+const cleave_env_options *options_get(void) {
+    pthread_once(&once, load);
+    return &opts;
+}

@@ -1,0 +1,42 @@
+/* The environment switches that change how cleave runs, read once into
+ * one struct (options_get), so no other file calls getenv. Each is for
+ * comparisons, tests and diagnosis; none changes results beyond rounding.
+ *
+ *   CLEAVE_LOAD_TRACE=1        load_trace: the seconds of each step of making a placement, on stderr
+ *   CLEAVE_NO_GRAPH=1          no_graph: decode steps run op by op, never as recorded graphs
+ *   CLEAVE_HOST_HANDOFF=1      host_handoff: activations move between devices through host memory
+ *   CLEAVE_HOST_BUDGET_MIB=N   host_budget_mib: pinned host memory a tiered KV cache may take
+ *   CLEAVE_NO_SIMD=1           no_simd: the CPU backend's plain C kernels instead of AVX2
+ *   CLEAVE_NO_P2P=1            no_p2p: GPU to GPU copies staged through pinned host memory
+ *   CLEAVE_GEMV_MAX_N=N        gemv_max_n: the CUDA GEMV serves batches of up to N rows (0: default)
+ *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
+ *   CLEAVE_TIER_NUMA=0         tier_numa: a tiered cache's host part on any NUMA node
+ *   CLEAVE_UPLOAD_THREADS=N    upload_threads: host threads preparing weight uploads (0: default)
+ *   CLEAVE_NCCL=0              nccl_off: GPU all-reduces without NCCL
+ *   CLEAVE_NCCL_MIN_KB=N       nccl_min_kb: all-reduces below N KiB by cleave's own kernel (-1: default) */
+#ifndef CLEAVE_BASE_OPTIONS_H
+#define CLEAVE_BASE_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cleave_env_options {
+    bool load_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
+    size_t host_budget_mib;
+    long gemv_max_n, upload_threads, nccl_min_kb;
+} cleave_env_options;
+
+/* The switches, read from the environment on the first call. */
+const cleave_env_options *options_get(void);
+/* Reads them again: for tests that change the environment between
+ * contexts; not while another thread may call options_get. */
+void options_reload(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,229 @@
+/* The context: opening its devices, the parameters it was made with, its
+ * first placement, and what the public API asks of it between batches
+ * (sizes, names, memory, the cell table). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "engine_internal.h"
+#include "base/error.h"
+#include "base/mem.h"
+#include "quant/quant.h"
+
+/* One device from "cpu" or "cuda:N", with a byte budget (0 = none). */
+static cleave_status open_one(const char *spec, size_t len, int n_threads, size_t budget,
+                              const char *cpu_name, be_device **out) {
+    char buf[64];
+    if (len >= sizeof buf) return err_set(CLEAVE_ERR_INVALID_ARG, "device name too long");
+    memcpy(buf, spec, len);
+    buf[len] = 0;
+    if (strcmp(buf, "cpu") == 0) return be_cpu_create(cpu_name, n_threads, budget, out);
+    if (strncmp(buf, "cuda", 4) == 0) {
+        char *end;
+        long ordinal = buf[4] == ':' ? strtol(buf + 5, &end, 10) : 0;
+        if ((buf[4] == ':' && (*end || end == buf + 5)) || (buf[4] && buf[4] != ':'))
+            return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': expected cuda:N", buf);
+#ifdef CLEAVE_WITH_CUDA
+        return be_cuda_create((int)ordinal, budget, out);
+#else
+        (void)ordinal;
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "device '%s': this build of cleave has no CUDA backend", buf);
+#endif
+    }
+    return err_set(CLEAVE_ERR_INVALID_ARG, "unknown device '%s' (use cpu, cpu:N or cuda:N)", buf);
+}
+
+/* The devices of p->devices: "cpu", "cpu:N" (N virtual CPU devices) or a
+ * comma list of "cpu" / "cuda:N". */
+static cleave_status open_devices(struct cleave_context *c, const cleave_context_params *p) {
+    const char *spec = p->devices && *p->devices ? p->devices : "cpu";
+    size_t n_cpu = 0;
+    if (strncmp(spec, "cpu:", 4) == 0 && strchr(spec, ','))
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "devices '%s': cpu:N stands alone; a list names single devices (cpu,cuda:0)", spec);
+    if (strncmp(spec, "cpu:", 4) == 0) {
+        char *end;
+        long n = strtol(spec + 4, &end, 10);
+        if (*end || end == spec + 4 || n < 1 || n > CLEAVE_MAX_DEVICES)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "devices '%s': cpu:N needs N in 1..%d", spec,
+                           CLEAVE_MAX_DEVICES);
+        n_cpu = (size_t)n;
+    }
+    size_t n_dev = n_cpu;
+    if (!n_cpu) {
+        n_dev = 1;
+        for (const char *q = spec; *q; q++) n_dev += *q == ',';
+        if (n_dev > CLEAVE_MAX_DEVICES)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "devices '%s': at most %d", spec, CLEAVE_MAX_DEVICES);
+    }
+    if (p->budgets && p->n_budgets != n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%zu memory budgets for %zu devices", p->n_budgets, n_dev);
+    if (p->shares && p->n_shares != n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%zu split shares for %zu devices", p->n_shares, n_dev);
+    const char *at = spec;
+    for (size_t d = 0; d < n_dev; d++) {
+        size_t budget = p->budgets ? p->budgets[d] : 0;
+        char name[16];
+        snprintf(name, sizeof name, n_dev > 1 ? "cpu:%zu" : "cpu", d);
+        cleave_status st;
+        if (n_cpu) {
+            st = be_cpu_create(name, p->n_threads, budget, &c->devs[d]);
+        } else {
+            const char *comma = strchr(at, ',');
+            size_t len = comma ? (size_t)(comma - at) : strlen(at);
+            st = open_one(at, len, p->n_threads, budget, name, &c->devs[d]);
+            at += len + (comma ? 1 : 0);
+        }
+        if (st) return st;
+        c->n_dev = d + 1;
+    }
+    return CLEAVE_OK;
+}
+
+cleave_context_params cleave_context_default_params(void) {
+    cleave_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0,
+                               .kv_type = CLEAVE_TYPE_F16, .devices = NULL,
+                               .split_mode = CLEAVE_SPLIT_NONE, .main_device = 0,
+                               .kv_vram_cells = CLEAVE_KV_VRAM_ALL};
+    return p;
+}
+
+/* The parameters c was made with, its pointer fields pointing into c. */
+void engine_saved_params(const struct cleave_context *c, cleave_context_params *p) {
+    *p = c->params;
+    p->devices = c->devices_spec[0] ? c->devices_spec : NULL;
+    p->shares = c->has_shares ? c->shares : NULL;
+    p->n_shares = c->has_shares ? c->n_dev : 0;
+    p->budgets = c->has_budgets ? c->budgets : NULL;
+    p->n_budgets = c->has_budgets ? c->n_dev : 0;
+}
+
+static void save_params(struct cleave_context *c, const cleave_context_params *p) {
+    c->params = *p;
+    c->params.devices = NULL, c->params.shares = NULL, c->params.budgets = NULL;
+    snprintf(c->devices_spec, sizeof c->devices_spec, "%s", p->devices ? p->devices : "");
+    c->has_shares = p->shares && p->n_shares == c->n_dev;
+    c->has_budgets = p->budgets && p->n_budgets == c->n_dev;
+    for (size_t d = 0; d < c->n_dev; d++) {
+        if (c->has_shares) c->shares[d] = p->shares[d];
+        if (c->has_budgets) c->budgets[d] = p->budgets[d];
+    }
+}
+
+placement_env engine_env(struct cleave_context *c, const cleave_context_params *params) {
+    placement_env env = {.model = c->model, .devs = c->devs, .n_dev = c->n_dev, .cells = &c->cells,
+                         .comm = &c->comm, .params = params};
+    return env;
+}
+
+/* The parameters checked and resolved against the model: the context
+ * size (the model's, at most 4096, unless given) and the batch. */
+static cleave_status resolve(const cleave_model *model, cleave_context_params *p) {
+    if (!quant_type_supported(p->kv_type))
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %d: use f32, f16, bf16 or q8_0", (int)p->kv_type);
+    /* q8_0 blocks must not straddle heads: each head is read on its own */
+    if (p->kv_type == CLEAVE_TYPE_Q8_0 && model->hp.head_dim % QK8_0)
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "a q8_0 KV cache needs a head size that is a multiple of %d (this model: %u); use -ctk f16",
+                       QK8_0, model->hp.head_dim);
+    if (p->split_mode != CLEAVE_SPLIT_NONE && p->split_mode != CLEAVE_SPLIT_LAYER &&
+        p->split_mode != CLEAVE_SPLIT_TENSOR)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
+    uint32_t n_ctx = p->n_ctx ? p->n_ctx : model->hp.n_ctx_train;
+    if (!p->n_ctx && n_ctx > 4096) n_ctx = 4096;
+    if (n_ctx > (1u << 24)) return err_set(CLEAVE_ERR_INVALID_ARG, "context of %u tokens is too large", n_ctx);
+    uint32_t n_batch = p->n_batch ? p->n_batch : 512;
+    p->n_ctx = n_ctx;
+    p->n_batch = n_batch > n_ctx ? n_ctx : n_batch;
+    return CLEAVE_OK;
+}
+
+cleave_status cleave_context_new(cleave_model *model, const cleave_context_params *params, cleave_context **out) {
+    if (!model || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "context: model and out required");
+    *out = NULL;
+    if (!model->tok_embd)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "context: the model was loaded as a vocabulary alone (vocab_only)");
+    cleave_context_params p = params ? *params : cleave_context_default_params();
+    cleave_status st = resolve(model, &p);
+    if (st) return st;
+    struct cleave_context *c = mem_calloc(1, sizeof *c, "context");
+    if (!c) return CLEAVE_ERR_OOM;
+    c->model = model;
+    if ((st = open_devices(c, &p))) goto fail;
+    save_params(c, &p);
+    placement_env env = engine_env(c, &p);
+    if ((st = placement_new(&env, NULL, false, &c->pl))) goto fail;
+    /* fit may have taken a smaller context: the cells are the plan's */
+    c->params.n_ctx = c->pl->plan.n_ctx, c->params.n_batch = c->pl->plan.n_batch;
+    if ((st = kv_cells_init(&c->cells, c->params.n_ctx))) goto fail;
+    if ((st = kv_cells_set_regions(&c->cells, p.seq_regions))) goto fail;
+    *out = c;
+    return CLEAVE_OK;
+fail:
+    cleave_context_free(c);
+    return st;
+}
+
+void cleave_context_free(cleave_context *c) {
+    if (!c) return;
+    placement_free(c->spare);
+    placement_free(c->pl);
+    comm_free(c->comm); /* before the devices it lives on */
+    kv_cells_free(&c->cells);
+    for (size_t d = 0; d < c->n_dev; d++) c->devs[d]->ops->destroy(c->devs[d]);
+    free(c->logits);
+    free(c->row_of);
+    free(c);
+}
+
+uint32_t cleave_context_n_ctx(const cleave_context *c) { return c ? c->params.n_ctx : 0; }
+
+void cleave_context_set_progress(cleave_context *c, cleave_progress_fn fn, void *user) {
+    if (!c) return;
+    c->params.progress = fn;
+    c->params.progress_user = user;
+    c->pl->progress = fn;
+    c->pl->progress_user = user;
+}
+
+const char *cleave_context_device(const cleave_context *c) { return c ? c->pl->name : ""; }
+
+size_t cleave_context_n_devices(const cleave_context *c) { return c ? c->n_dev : 0; }
+
+cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_device_memory *out) {
+    if (!c || !out || d >= c->n_dev) return err_set(CLEAVE_ERR_INVALID_ARG, "memory report: no device %zu", d);
+    memset(out, 0, sizeof *out);
+    const placement *pl = c->pl;
+    be_device *dev = c->devs[d];
+    snprintf(out->name, sizeof out->name, "%s", dev->ops->name(dev));
+    out->planned_weights = pl->plan.bytes[d].weights;
+    out->planned_kv = pl->plan.bytes[d].kv;
+    out->planned_compute = pl->plan.bytes[d].compute;
+    out->planned_kv_host = pl->plan.bytes[d].kv_host;
+    size_t row = kv_store_row_bytes(&pl->store, d), tail = kv_store_tail_bytes(&pl->store, d);
+    out->kv_vram_cells = row && tail ? (uint32_t)(kv_store_head_bytes(&pl->store, d) / row) : pl->plan.n_ctx;
+    out->kv_staging = tail ? PLAN_KV_STAGING_BUFFERS * tail : 0;
+    be_mem_stats ms = {0};
+    dev->ops->mem_stats(dev, &ms);
+    out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;
+    out->device_used = ms.device_used;
+    return CLEAVE_OK;
+}
+
+void cleave_kv_clear(cleave_context *c) {
+    if (c) kv_cells_clear(&c->cells);
+}
+
+int32_t cleave_kv_seq_len(const cleave_context *c, int32_t seq) {
+    return c ? kv_cells_seq_next_pos(&c->cells, seq) : 0;
+}
+
+cleave_status cleave_kv_seq_rm(cleave_context *c, int32_t seq, int32_t p0, int32_t p1) {
+    if (!c || seq < 0 || p0 < 0 || (p1 >= 0 && p1 < p0))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "kv_seq_rm: sequence %d, positions [%d, %d)", (int)seq, (int)p0,
+                       (int)p1);
+    kv_cells_seq_remove(&c->cells, seq, p0, p1);
+    return CLEAVE_OK;
+}

@@ -1,0 +1,300 @@
+/* Weights onto the devices the plan names: whole tensors (mapped where
+ * the device can read host memory, else uploaded), and for the tensor
+ * split their row or column slices; during a split-mode switch, copied
+ * from the placement being replaced instead (engine_place_copy.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "base/error.h"
+#include "base/mem.h"
+#include "quant/quant.h"
+#include "plan/reshard.h"
+
+/* Reports placement progress; a callback returning false cancels. */
+static cleave_status placed(placement *pl, size_t bytes) {
+    pl->placed_bytes += bytes;
+    if (pl->progress && pl->total_bytes &&
+        !pl->progress((float)pl->placed_bytes / (float)pl->total_bytes, pl->progress_user))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "loading cancelled");
+    return CLEAVE_OK;
+}
+
+/* host (rows in host memory, `bytes` of them) onto device d. mappable: the
+ * memory is the mapped model file, which outlives the context, so a device
+ * that reads host memory (CPU) may alias it instead of copying. */
+static cleave_status place_host(placement *pl, int d, const be_mat *host, size_t bytes,
+                                bool mappable, const char *name, be_mat *m) {
+    be_device *dev = pl->devs[d].dev;
+    *m = *host;
+    const void *mapped = mappable && dev->ops->map_host ? dev->ops->map_host(dev, host->data, bytes) : NULL;
+    if (mapped) {
+        m->data = mapped;
+        return CLEAVE_OK;
+    }
+    if (dev->ops->upload_mat) {
+        cleave_status st = dev->ops->upload_mat(dev, host, m, name);
+        if (st) return st;
+        if ((st = engine_own(pl, d, (void *)m->data))) {
+            dev->ops->free(dev, (void *)m->data);
+            if (m->scales) dev->ops->free(dev, (void *)m->scales);
+            return st;
+        }
+        if (m->scales && (st = engine_own(pl, d, (void *)m->scales))) {
+            dev->ops->free(dev, (void *)m->scales);
+            return st;
+        }
+        return placed(pl, bytes);
+    }
+    void *p = engine_dev_alloc(pl, d, bytes, name);
+    if (!p) return CLEAVE_ERR_OOM;
+    m->data = p;
+    cleave_status st = dev->ops->write(dev, p, host->data, bytes);
+    return st ? st : placed(pl, bytes);
+}
+
+/* Rows [r0, r1) of a weight matrix onto device d (an empty range places
+ * nothing and leaves m with no rows). */
+static cleave_status place_rows(placement *pl, const placement *src, int d, const gguf_tensor *t, size_t r0,
+                                size_t r1, be_mat *m) {
+    if (src) return engine_copy_mat(pl, src, d, t, false, r0, r1, m);
+    memset(m, 0, sizeof *m);
+    be_mat host = {.type = (cleave_type)t->type, .ne0 = (size_t)t->ne[0]};
+    host.nb1 = quant_row_bytes(t->type, host.ne0);
+    host.ne1 = r1 - r0;
+    host.data = (const char *)t->data + r0 * host.nb1;
+    if (!host.ne1) {
+        *m = host;
+        return CLEAVE_OK;
+    }
+    return place_host(pl, d, &host, host.ne1 * host.nb1, true, t->name, m);
+}
+
+static cleave_status place_mat(placement *pl, const placement *src, int d, const gguf_tensor *t, be_mat *m) {
+    return place_rows(pl, src, d, t, 0, (size_t)(t->n_elems / t->ne[0]), m);
+}
+
+/* Columns [c0, c1) of every row onto device d, gathered in host memory
+ * first; quantized types need whole blocks. */
+static cleave_status place_cols(placement *pl, const placement *src, int d, const gguf_tensor *t, size_t c0,
+                                size_t c1, be_mat *m) {
+    if (src) return engine_copy_mat(pl, src, d, t, true, c0, c1, m);
+    /* every column: the rows as they are (mapped where the device reads
+     * host memory, one upload otherwise), no gather */
+    if (c0 == 0 && c1 == (size_t)t->ne[0]) return place_mat(pl, src, d, t, m);
+    memset(m, 0, sizeof *m);
+    size_t be, bb, ne0 = (size_t)t->ne[0], rows = (size_t)(t->n_elems / t->ne[0]);
+    if (!quant_type_info(t->type, NULL, &be, &bb)) return err_set(CLEAVE_ERR_UNSUPPORTED, "%s: type", t->name);
+    if (c0 % be || (c1 % be && c1 != ne0))
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "tensor split: columns [%zu, %zu) of %s cut through its %zu-element blocks",
+                       c0, c1, t->name, be);
+    be_mat host = {.type = (cleave_type)t->type, .ne0 = c1 - c0, .ne1 = rows};
+    host.nb1 = quant_row_bytes(t->type, host.ne0);
+    if (!host.ne0) {
+        *m = host;
+        return CLEAVE_OK;
+    }
+    size_t src_nb1 = quant_row_bytes(t->type, ne0), off = quant_row_bytes(t->type, c0);
+    char *buf = mem_alloc(rows * host.nb1, t->name);
+    if (!buf) return CLEAVE_ERR_OOM;
+    for (size_t r = 0; r < rows; r++)
+        memcpy(buf + r * host.nb1, (const char *)t->data + r * src_nb1 + off, host.nb1);
+    host.data = buf;
+    cleave_status st = place_host(pl, d, &host, rows * host.nb1, false, t->name, m);
+    free(buf);
+    return st;
+}
+
+/* Elements [i0, i0 + n) of a vector as f32 on device d (NULL tensor or
+ * n == 0 -> NULL). */
+static cleave_status place_vec_range(placement *pl, const placement *src, int d, const gguf_tensor *t,
+                                     size_t i0, size_t n, float **out) {
+    *out = NULL;
+    if (!t || !n) return CLEAVE_OK;
+    if (src) return engine_copy_vec(pl, src, d, t, i0, n, out);
+    be_device *dev = pl->devs[d].dev;
+    size_t all = (size_t)t->n_elems;
+    float *host = mem_alloc(all * sizeof(float), t->name);
+    if (!host) return CLEAVE_ERR_OOM;
+    quant_dequantize_row((cleave_type)t->type, t->data, host, all);
+    float *p = engine_dev_alloc(pl, d, n * sizeof(float), t->name);
+    cleave_status st = p ? dev->ops->write(dev, p, host + i0, n * sizeof(float)) : CLEAVE_ERR_OOM;
+    free(host);
+    *out = p;
+    return st ? st : placed(pl, n * sizeof(float));
+}
+
+static cleave_status place_vec(placement *pl, const placement *src, int d, const gguf_tensor *t, float **out) {
+    return place_vec_range(pl, src, d, t, 0, t ? (size_t)t->n_elems : 0, out);
+}
+
+/* ---- pieces ------------------------------------------------------------- */
+
+/* The tables the pieces land in (the blocks of each device, or of the
+ * layer split) and the rope factors of each active device. */
+cleave_status engine_place_tables(placement *pl, const placement *src) {
+    const struct cleave_model *m = pl->model;
+    cleave_status st;
+    for (size_t d = 0; d < pl->n_dev; d++)
+        if (pl->devs[d].active && (st = place_vec(pl, src, (int)d, m->rope_freqs, &pl->devs[d].rope_freqs)))
+            return st;
+    if (pl->plan.mode == CLEAVE_SPLIT_TENSOR) {
+        for (size_t d = 0; d < pl->n_dev; d++) {
+            if (!pl->devs[d].active) continue;
+            if (!(pl->slices[d] = mem_calloc(m->hp.n_layer, sizeof(engine_layer), "tensor slices")))
+                return CLEAVE_ERR_OOM;
+            for (uint32_t l = 0; l < m->hp.n_layer; l++) pl->slices[d][l].dev = (int)d;
+        }
+        return CLEAVE_OK;
+    }
+    if (!(pl->layers = mem_calloc(m->hp.n_layer, sizeof *pl->layers, "engine layers"))) return CLEAVE_ERR_OOM;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) pl->layers[l].dev = pl->plan.layer_device[l];
+    return CLEAVE_OK;
+}
+
+/* Block l's attention (with the block's norms) or FFN on device d: a
+ * tensor split's slice, or the whole of it on the block's device. */
+static cleave_status place_block_piece(placement *pl, const placement *src, enum reshard_piece p, uint32_t l,
+                                       int d) {
+    const model_hparams *hp = &pl->model->hp;
+    const model_layer *L = &pl->model->layers[l];
+    const plan *pn = &pl->plan;
+    bool tensor = pn->mode == CLEAVE_SPLIT_TENSOR;
+    if (tensor ? !pl->devs[d].active : pn->layer_device[l] != d) return CLEAVE_OK;
+    engine_layer *E = tensor ? &pl->slices[d][l] : &pl->layers[l];
+    size_t hd = hp->head_dim, G = hp->n_head / hp->n_head_kv;
+    plan_range h = reshard_units(pn, hp, (size_t)d, RESHARD_HEADS, l);
+    plan_range f = reshard_units(pn, hp, (size_t)d, RESHARD_FF_ROWS, l);
+    size_t f0 = f.lo, f1 = f.hi;
+    size_t q0 = h.lo * G * hd, q1 = h.hi * G * hd, k0 = h.lo * hd, k1 = h.hi * hd;
+    cleave_status st;
+    if (p == RESHARD_FF_ROWS) {
+        if ((st = place_rows(pl, src, d, L->w_gate, f0, f1, &E->w_gate)) ||
+            (st = place_rows(pl, src, d, L->w_up, f0, f1, &E->w_up)) ||
+            (st = place_cols(pl, src, d, L->w_down, f0, f1, &E->w_down)))
+            return st;
+        return CLEAVE_OK;
+    }
+    if ((st = place_rows(pl, src, d, L->wq, q0, q1, &E->wq)) || (st = place_rows(pl, src, d, L->wk, k0, k1, &E->wk)) ||
+        (st = place_rows(pl, src, d, L->wv, k0, k1, &E->wv)) || (st = place_cols(pl, src, d, L->wo, q0, q1, &E->wo)) ||
+        (st = place_vec(pl, src, d, L->attn_norm, &E->attn_norm)) ||
+        (st = place_vec(pl, src, d, L->ffn_norm, &E->ffn_norm)) ||
+        (st = place_vec_range(pl, src, d, L->bq, q0, q1 - q0, &E->bq)) ||
+        (st = place_vec_range(pl, src, d, L->bk, k0, k1 - k0, &E->bk)) ||
+        (st = place_vec_range(pl, src, d, L->bv, k0, k1 - k0, &E->bv)) ||
+        (st = place_vec(pl, src, d, L->q_norm, &E->q_norm)) || (st = place_vec(pl, src, d, L->k_norm, &E->k_norm)))
+        return st;
+    return CLEAVE_OK;
+}
+
+cleave_status engine_place_piece(placement *pl, const placement *src, enum reshard_piece p, uint32_t l, int d) {
+    if (p == RESHARD_HEADS || p == RESHARD_FF_ROWS) return place_block_piece(pl, src, p, l, d);
+    const struct cleave_model *m = pl->model;
+    const plan *pn = &pl->plan;
+    bool tensor = pn->mode == CLEAVE_SPLIT_TENSOR, tied = m->output == m->tok_embd;
+    if (tensor) {
+        if (!pl->devs[d].active) return CLEAVE_OK;
+        engine_device *D = &pl->devs[d];
+        size_t v0 = pn->vocab_rows[d].lo, v1 = pn->vocab_rows[d].hi;
+        if (p == RESHARD_EMBD) return place_rows(pl, src, d, m->tok_embd, v0, v1, &D->tok_embd);
+        cleave_status st = place_vec(pl, src, d, m->output_norm, &D->output_norm);
+        if (st) return st;
+        if (tied) { /* the lm head is the embedding's slice (placed first) */
+            D->output = D->tok_embd;
+            return CLEAVE_OK;
+        }
+        return place_rows(pl, src, d, m->output, v0, v1, &D->output);
+    }
+    if (p == RESHARD_EMBD) return d == pn->embd_device ? place_mat(pl, src, d, m->tok_embd, &pl->tok_embd) : CLEAVE_OK;
+    if (d != pn->head_device) return CLEAVE_OK;
+    cleave_status st = place_vec(pl, src, d, m->output_norm, &pl->output_norm);
+    if (st) return st;
+    if (tied && pn->head_device == pn->embd_device) {
+        pl->output = pl->tok_embd;
+        return CLEAVE_OK;
+    }
+    return place_mat(pl, src, d, m->output, &pl->output);
+}
+
+/* The norm each block's last add is fused with, on that block's device:
+ * the next block's attn_norm or the output norm, a copy of it where the
+ * next block runs elsewhere. */
+cleave_status engine_place_finish(placement *pl, const placement *src) {
+    const struct cleave_model *m = pl->model;
+    uint32_t n = m->hp.n_layer;
+    if (pl->plan.mode == CLEAVE_SPLIT_TENSOR) {
+        for (size_t d = 0; d < pl->n_dev; d++)
+            for (uint32_t l = 0; pl->slices[d] && l < n; l++)
+                pl->slices[d][l].next_norm = l + 1 < n ? pl->slices[d][l + 1].attn_norm : pl->devs[d].output_norm;
+        return CLEAVE_OK;
+    }
+    cleave_status st;
+    for (uint32_t l = 0; l < n; l++) {
+        engine_layer *E = &pl->layers[l];
+        if (l + 1 == n)
+            E->next_norm = pl->output_norm; /* the last block runs on the head device */
+        else if (pl->layers[l + 1].dev == E->dev)
+            E->next_norm = pl->layers[l + 1].attn_norm;
+        else if ((st = place_vec(pl, src, E->dev, m->layers[l + 1].attn_norm, &E->next_norm)))
+            return st;
+    }
+    return CLEAVE_OK;
+}
+
+cleave_status engine_place_weights(placement *pl, const placement *src) {
+    const struct cleave_model *m = pl->model;
+    cleave_status st = engine_place_tables(pl, src);
+    for (uint32_t l = 0; !st && l < m->hp.n_layer; l++)
+        for (int d = 0; !st && d < (int)pl->n_dev; d++)
+            if (!(st = engine_place_piece(pl, src, RESHARD_HEADS, l, d))) st = engine_place_piece(pl, src, RESHARD_FF_ROWS, l, d);
+    for (int d = 0; !st && d < (int)pl->n_dev; d++)
+        if (!(st = engine_place_piece(pl, src, RESHARD_EMBD, 0, d))) st = engine_place_piece(pl, src, RESHARD_HEAD, 0, d);
+    return st ? st : engine_place_finish(pl, src);
+}
+
+/* ---- giving pieces back (a split-mode switch) ----------------------------- */
+
+static void release_mat(placement *pl, int d, be_mat *m) {
+    engine_release(pl, d, m->data);
+    engine_release(pl, d, m->scales);
+    memset(m, 0, sizeof *m);
+}
+
+static void release_vec(placement *pl, int d, float **v) {
+    engine_release(pl, d, *v);
+    *v = NULL;
+}
+
+void engine_release_piece(placement *pl, enum reshard_piece p, uint32_t l, int d) {
+    const plan *pn = &pl->plan;
+    bool tensor = pn->mode == CLEAVE_SPLIT_TENSOR;
+    if (p == RESHARD_HEADS || p == RESHARD_FF_ROWS) {
+        if (tensor ? !pl->slices[d] : pn->layer_device[l] != d) return;
+        engine_layer *E = tensor ? &pl->slices[d][l] : &pl->layers[l];
+        if (p == RESHARD_FF_ROWS) {
+            release_mat(pl, d, &E->w_gate), release_mat(pl, d, &E->w_up), release_mat(pl, d, &E->w_down);
+            return;
+        }
+        release_mat(pl, d, &E->wq), release_mat(pl, d, &E->wk), release_mat(pl, d, &E->wv);
+        release_mat(pl, d, &E->wo);
+        /* a layer split's own copy of the next block's norm (not an alias) */
+        uint32_t n = pl->model->hp.n_layer;
+        if (!tensor && E->next_norm && E->next_norm != pl->output_norm &&
+            (l + 1 >= n || E->next_norm != pl->layers[l + 1].attn_norm))
+            release_vec(pl, d, &E->next_norm);
+        float **vecs[] = {&E->attn_norm, &E->ffn_norm, &E->bq, &E->bk, &E->bv, &E->q_norm, &E->k_norm};
+        for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) release_vec(pl, d, vecs[i]);
+        kv_store_free_layer(&pl->store, (size_t)d, l);
+        return;
+    }
+    if (tensor) {
+        engine_device *D = &pl->devs[d];
+        if (p == RESHARD_EMBD) release_mat(pl, d, &D->tok_embd);
+        else release_mat(pl, d, &D->output), release_vec(pl, d, &D->output_norm);
+        return;
+    }
+    if (p == RESHARD_EMBD && d == pn->embd_device) release_mat(pl, d, &pl->tok_embd);
+    if (p == RESHARD_HEAD && d == pn->head_device)
+        release_mat(pl, d, &pl->output), release_vec(pl, d, &pl->output_norm);
+}

@@ -1,0 +1,309 @@
+/* Building and freeing a placement: the plan (placement.c asks plan/ for
+ * it with the devices' budgets), the weights (place.c), the activation
+ * scratch, the KV storage, the communicator and the decode graphs' switch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "engine_internal.h"
+#include "base/error.h"
+#include "base/mem.h"
+#include "base/options.h"
+#include "quant/quant.h"
+
+static cleave_status alloc_scratch(placement *pl, int d) {
+    const model_hparams *hp = &pl->model->hp;
+    size_t n = pl->plan.n_batch, q = (size_t)hp->n_head * hp->head_dim,
+           kv = (size_t)hp->n_head_kv * hp->head_dim;
+    engine_scratch *s = &pl->devs[d].s;
+    bool tensor = pl->plan.mode == CLEAVE_SPLIT_TENSOR;
+    bool head = d == pl->plan.head_device, embd = d == pl->plan.embd_device;
+    /* tensor split: logits of this device's vocab rows */
+    size_t vocab = tensor ? pl->plan.vocab_rows[d].hi - pl->plan.vocab_rows[d].lo : head ? hp->n_vocab : 0;
+    struct {
+        void **p;
+        size_t bytes;
+        const char *what;
+    } bufs[] = {
+        {(void **)&s->x, n * hp->n_embd * 4, "hidden state"},
+        {(void **)&s->h, n * hp->n_embd * 4, "normed state"},
+        {(void **)&s->q, n * q * 4, "queries"},
+        {(void **)&s->k, n * kv * 4, "keys"},
+        {(void **)&s->v, n * kv * 4, "values"},
+        {(void **)&s->att, n * q * 4, "attention output"},
+        {(void **)&s->gate, n * hp->n_ff * 4, "ffn gate"},
+        {(void **)&s->up, n * hp->n_ff * 4, "ffn up"},
+        {(void **)&s->logits, n * vocab * 4, "logits"},
+        {(void **)&s->part, tensor ? n * hp->n_embd * 4 : 0, "partial sums"},
+        {(void **)&s->ids, embd || tensor ? n * 4 : 0, "token ids"},
+        {(void **)&s->pos, n * 4, "positions"},
+        {(void **)&s->seq, n * 4, "sequence ids"},
+        {(void **)&s->cells, n * 4, "cache cells"},
+        {(void **)&s->win, n * 8, "cell windows"},
+        {(void **)&s->n_kv_live, 4, "live cell count"},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!bufs[i].bytes) continue;
+        *bufs[i].p = engine_dev_alloc(pl, d, bufs[i].bytes, bufs[i].what);
+        if (!*bufs[i].p) return CLEAVE_ERR_OOM;
+    }
+    return CLEAVE_OK;
+}
+
+static size_t tensor_bytes(const gguf_tensor *t) { return t ? t->nbytes : 0; }
+
+/* What a tiered cache's host part may pin: 90% of the memory the kernel
+ * reports available (options: host_budget_mib overrides), or 0 (unknown:
+ * unlimited). */
+static size_t host_pinnable_bytes(void) {
+    if (options_get()->host_budget_mib) return options_get()->host_budget_mib << 20;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (size_t)(kib / 10 * 9) << 10;
+}
+
+static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
+    uint32_t n_ctx = p->n_ctx, n_batch = p->n_batch;
+    const struct cleave_model *m = pl->model;
+    size_t *layer_bytes = mem_calloc(3 * (size_t)m->hp.n_layer, sizeof *layer_bytes, "plan input");
+    if (!layer_bytes) return CLEAVE_ERR_OOM;
+    size_t *attn_bytes = layer_bytes + m->hp.n_layer, *ffn_bytes = attn_bytes + m->hp.n_layer;
+    size_t ff_align = 1;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
+                                   L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->w_gate, L->w_up,
+                                   L->w_down};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) layer_bytes[l] += tensor_bytes(ts[j]);
+        /* what a tensor split divides by kv head, and by FFN row */
+        const gguf_tensor *at[] = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv};
+        for (size_t j = 0; j < sizeof at / sizeof at[0]; j++) attn_bytes[l] += tensor_bytes(at[j]);
+        ffn_bytes[l] = tensor_bytes(L->w_gate) + tensor_bytes(L->w_up) + tensor_bytes(L->w_down);
+        size_t be = 1;
+        /* down is split by columns: whole quant blocks per device */
+        if (quant_type_info(L->w_down->type, NULL, &be, NULL) && be > ff_align) ff_align = be;
+    }
+    size_t budgets[CLEAVE_MAX_DEVICES];
+    double shares[CLEAVE_MAX_DEVICES];
+    for (size_t d = 0; d < pl->n_dev; d++) {
+        be_mem_stats ms = {0};
+        pl->devs[d].dev->ops->mem_stats(pl->devs[d].dev, &ms);
+        budgets[d] = ms.budget;
+        if (p->shares) shares[d] = p->shares[d];
+    }
+    plan_request req = {
+        .hp = &m->hp, .n_devices = pl->n_dev, .budgets = budgets, .main_device = p->main_device,
+        .shares = p->shares ? shares : NULL, .n_ctx = n_ctx, .n_batch = n_batch,
+        .kv_type = p->kv_type, .embd_bytes = tensor_bytes(m->tok_embd),
+        .head_bytes = tensor_bytes(m->output_norm) +
+                      (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
+        .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes, .layer_ffn_bytes = ffn_bytes,
+        .ff_align = (uint32_t)ff_align, .tied = m->output == m->tok_embd,
+        .kv_tiered = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL, .kv_vram_auto = p->kv_vram_cells == CLEAVE_KV_VRAM_AUTO,
+        .kv_vram_cells = p->kv_vram_cells < 0 ? 0 : p->kv_vram_cells > UINT32_MAX ? UINT32_MAX : (uint32_t)p->kv_vram_cells,
+        .host_budget = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL ? host_pinnable_bytes() : 0,
+    };
+    cleave_status st = CLEAVE_OK;
+    if (p->kv_vram_cells < CLEAVE_KV_VRAM_AUTO)
+        st = err_set(CLEAVE_ERR_INVALID_ARG, "KV cells in device memory: %lld is not a count (or ALL, AUTO)",
+                     (long long)p->kv_vram_cells);
+    switch (st ? CLEAVE_SPLIT_NONE : p->split_mode) {
+    case CLEAVE_SPLIT_NONE: req.mode = CLEAVE_SPLIT_NONE; break;
+    case CLEAVE_SPLIT_LAYER: req.mode = CLEAVE_SPLIT_LAYER; break;
+    case CLEAVE_SPLIT_TENSOR: req.mode = CLEAVE_SPLIT_TENSOR; break;
+    default: st = err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
+    }
+    if (!st && p->fit) {
+        uint32_t lo = p->fit_min_ctx ? p->fit_min_ctx : 512;
+        if (lo > n_ctx) lo = n_ctx;
+        st = plan_fit(&req, lo, 0.05, &pl->plan);
+    } else if (!st) {
+        st = plan_make(&req, &pl->plan);
+    }
+    free(layer_bytes);
+    return st;
+}
+
+/* Each layer's K/V on the device that runs it. */
+static cleave_status init_kv(placement *pl, uint32_t n_ctx, cleave_type type,
+                             bool deferred) {
+    const model_hparams *hp = &pl->model->hp;
+    be_device *devs[CLEAVE_MAX_DEVICES];
+    size_t width[CLEAVE_MAX_DEVICES];
+    bool *holds = mem_calloc(pl->n_dev * hp->n_layer, sizeof *holds, "KV placement");
+    if (!holds) return CLEAVE_ERR_OOM;
+    for (size_t d = 0; d < pl->n_dev; d++) {
+        devs[d] = pl->devs[d].dev;
+        bool tensor = pl->plan.mode == CLEAVE_SPLIT_TENSOR;
+        /* tensor split: each device keeps its kv heads of every layer */
+        size_t heads = tensor ? pl->plan.kv_heads[d].hi - pl->plan.kv_heads[d].lo : hp->n_head_kv;
+        width[d] = heads * hp->head_dim;
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            holds[d * hp->n_layer + l] =
+                tensor ? pl->devs[d].active && heads > 0 : pl->plan.layer_device[l] == (int)d;
+    }
+    cleave_status st = kv_store_init(&pl->store, devs, pl->n_dev, holds, width, n_ctx, hp->n_layer, type,
+                                     pl->plan.kv_vram_cells, deferred);
+    free(holds);
+    return st;
+}
+
+static double trace_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* CLEAVE_LOAD_TRACE (options: load_trace): how long each step of making
+ * a placement took, on stderr (where a load's seconds go). */
+typedef struct {
+    bool on;
+    double last, total;
+    char line[512];
+} load_trace;
+
+static void load_mark(load_trace *lt, const char *what) {
+    if (!lt->on) return;
+    double t = trace_now(), dt = t - lt->last;
+    size_t at = strlen(lt->line);
+    snprintf(lt->line + at, sizeof lt->line - at, "%s %s %.3f s", at ? "," : "", what, dt);
+    lt->total += dt, lt->last = t;
+}
+
+/* What cleave_context_device reports: the device, or the devices and the mode. */
+static void set_name(placement *pl) {
+    if (pl->n_dev == 1) {
+        snprintf(pl->name, sizeof pl->name, "%s", pl->devs[0].dev->ops->name(pl->devs[0].dev));
+        return;
+    }
+    size_t at = 0;
+    for (size_t d = 0; d < pl->n_dev && at < sizeof pl->name; d++)
+        at += (size_t)snprintf(pl->name + at, sizeof pl->name - at, "%s%s", d ? "+" : "",
+                               pl->devs[d].dev->ops->name(pl->devs[d].dev));
+    if (at < sizeof pl->name)
+        snprintf(pl->name + at, sizeof pl->name - at, " (%s)", cleave_split_mode_name(pl->plan.mode));
+}
+
+/* Tensor split: the context's communicator where it serves these devices
+ * and batch, else a new one that replaces it there. */
+static cleave_status take_comm(placement *pl, const placement_env *env, size_t floats) {
+    if (comm_serves(*env->comm, pl->n_dev, floats)) {
+        pl->comm = *env->comm;
+        return CLEAVE_OK;
+    }
+    be_device *devs[CLEAVE_MAX_DEVICES];
+    for (size_t d = 0; d < pl->n_dev; d++) devs[d] = pl->devs[d].dev;
+    struct comm *made = NULL;
+    cleave_status st = comm_create(devs, pl->n_dev, floats, &made);
+    if (st) return st;
+    comm_free(*env->comm);
+    *env->comm = pl->comm = made;
+    return CLEAVE_OK;
+}
+
+cleave_status placement_new(const placement_env *env, const placement *src, bool piecewise, placement **out) {
+    *out = NULL;
+    const cleave_context_params *p = env->params;
+    const struct cleave_model *model = env->model;
+    if (!env->devs || env->n_dev == 0 || env->n_dev > CLEAVE_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "placement: 1..%d devices to build on", CLEAVE_MAX_DEVICES);
+    if (p->shares && p->n_shares != env->n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%zu split shares for %zu devices", p->n_shares, env->n_dev);
+    const cleave_env_options *opt = options_get();
+    load_trace lt = {.on = opt->load_trace && !src && !piecewise};
+    lt.last = lt.on ? trace_now() : 0;
+    placement *pl = mem_calloc(1, sizeof *pl, "placement");
+    if (!pl) return CLEAVE_ERR_OOM;
+    pl->model = model;
+    pl->n_dev = env->n_dev;
+    pl->cells = env->cells;
+    pl->moves = env->moves;
+    pl->has_shares = p->shares != NULL;
+    for (size_t d = 0; p->shares && d < env->n_dev; d++) pl->shares[d] = p->shares[d];
+    for (size_t d = 0; d < env->n_dev; d++) pl->devs[d].dev = env->devs[d];
+    cleave_status st = make_plan(pl, p);
+    if (st) goto fail;
+    if (pl->plan.n_batch > pl->plan.n_ctx) pl->plan.n_batch = pl->plan.n_ctx; /* fit took a smaller context */
+    load_mark(&lt, "plan");
+    uint32_t n_batch = pl->plan.n_batch;
+    size_t n_active = 0;
+    bool tensor = pl->plan.mode == CLEAVE_SPLIT_TENSOR;
+    for (uint32_t l = 0; !tensor && l < model->hp.n_layer; l++) pl->devs[pl->plan.layer_device[l]].active = true;
+    for (size_t d = 0; tensor && d < pl->n_dev; d++) pl->devs[d].active = pl->plan.shares[d] > 0;
+    for (size_t d = 0; d < pl->n_dev; d++) n_active += pl->devs[d].active;
+    pl->progress = p->progress;
+    pl->progress_user = p->progress_user;
+    pl->n_ubatch = p->n_ubatch;
+    for (size_t d = 0; d < pl->n_dev; d++) pl->total_bytes += pl->plan.bytes[d].weights;
+    st = piecewise ? engine_place_tables(pl, src) : engine_place_weights(pl, src);
+    load_mark(&lt, "weights");
+    /* a device may still be copying the last weights (a write returns once
+     * it has read the source): their errors and their time are the load's */
+    for (size_t d = 0; !st && d < pl->n_dev; d++)
+        if (pl->devs[d].active) st = pl->devs[d].dev->ops->sync(pl->devs[d].dev);
+    if (st) goto fail;
+    if (pl->progress && !piecewise) pl->progress(1.0f, pl->progress_user); /* closes a progress bar */
+    for (size_t d = 0; d < pl->n_dev; d++)
+        if (pl->devs[d].active && (st = alloc_scratch(pl, (int)d))) goto fail;
+    load_mark(&lt, "scratch");
+    if ((st = init_kv(pl, pl->plan.n_ctx, p->kv_type, piecewise))) goto fail;
+    load_mark(&lt, "KV cache");
+    size_t floats = (size_t)n_batch * model->hp.n_embd;
+    if (n_active > 1 && !tensor) {
+        /* layer split: the hidden state handed from device to device where
+         * the devices cannot copy between themselves */
+        if (!(pl->bounce = mem_alloc(floats * sizeof(float), "device handoff"))) {
+            st = CLEAVE_ERR_OOM;
+            goto fail;
+        }
+    }
+    if (tensor) {
+        if ((st = take_comm(pl, env, floats))) goto fail;
+        for (size_t d = 0; d < pl->n_dev; d++)
+            if (pl->devs[d].active && !(pl->devs[d].ids_host = mem_alloc(n_batch * sizeof(int32_t), "token ids"))) {
+                st = CLEAVE_ERR_OOM;
+                goto fail;
+            }
+    }
+    pl->host_handoff = opt->host_handoff;
+    /* graphs where the step never needs the host between its kernels: one
+     * device, or a tensor split whose all-reduce runs on the devices (a
+     * layer split's hand-off from device to device is not recorded) */
+    bool graphs = tensor ? comm_graph_safe(pl->comm, model->hp.n_embd) : n_active == 1;
+    for (size_t d = 0; d < pl->n_dev; d++)
+        if (pl->devs[d].active && !pl->devs[d].dev->ops->graph_begin) graphs = false;
+    pl->graphs_off = !graphs || opt->no_graph;
+    set_name(pl);
+    load_mark(&lt, "the rest");
+    if (lt.on) {
+        size_t weights = 0;
+        for (size_t d = 0; d < pl->n_dev; d++) weights += pl->plan.bytes[d].weights;
+        fprintf(stderr, "cleave: placement made in %.3f s:%s (%.2f GB of weights)\n", lt.total, lt.line,
+                weights / 1e9);
+    }
+    *out = pl;
+    return CLEAVE_OK;
+fail:
+    placement_free(pl);
+    return st;
+}
+
+void placement_free(placement *pl) {
+    if (!pl) return;
+    for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++) engine_drop_graphs(pl, b);
+    kv_store_free(&pl->store);
+    engine_free_owned(pl);
+    plan_free(&pl->plan);
+    free(pl->win_host);
+    free(pl->layers);
+    for (size_t d = 0; d < CLEAVE_MAX_DEVICES; d++) free(pl->slices[d]), free(pl->devs[d].ids_host);
+    free(pl->bounce);
+    free(pl);
+}

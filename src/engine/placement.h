@@ -1,0 +1,144 @@
+/* A placement: the model laid out on the devices under one plan. It owns
+ * everything on the devices: the plan, the weights, the activation
+ * scratch, the KV storage with its tiers, the decode graphs. It borrows
+ * the context's devices, cell table and communicator (collectives are set
+ * up once per context: NCCL's set-up alone costs a few hundred ms). A
+ * split-mode switch builds a second placement from the first, piece by
+ * piece, and the context swaps its pointer (switch.c). */
+#ifndef CLEAVE_ENGINE_PLACEMENT_H
+#define CLEAVE_ENGINE_PLACEMENT_H
+
+#include "backend/backend.h"
+#include "kv/cells.h"
+#include "kv/store.h"
+#include "model/model.h"
+#include "plan/plan.h"
+
+/* A block's weights on its device. Vectors (norms, biases) are f32.
+ * next_norm is the norm the block's last residual add is fused with (the
+ * next block's attn_norm, or output_norm), on this block's device. */
+typedef struct engine_layer {
+    int dev;
+    be_mat wq, wk, wv, wo, w_gate, w_up, w_down;
+    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *next_norm;
+} engine_layer;
+
+/* Decode graphs are recorded per bucket of cache cells: the attention
+ * of bucket b is sized for ENGINE_GRAPH_MIN_CELLS << b cells (the whole
+ * context in the last one), so a step over a short cache does not launch
+ * attention blocks for the whole context. 2^24 cells of context at most
+ * in distinct buckets; larger contexts share the last. */
+#define ENGINE_GRAPH_MIN_CELLS 256u
+#define ENGINE_GRAPH_BUCKETS 17
+/* Once a step reads a tiered cache's host part, its graph stages the
+ * tail up to the cells it is sized for, every step: that graph has a slot
+ * of its own (ENGINE_GRAPH_TIER) and is sized for the live cells rounded
+ * up to ENGINE_GRAPH_TIER_STEP, recorded again each time they cross one,
+ * so a step copies at most that many rows more than it reads. */
+#define ENGINE_GRAPH_TIER ENGINE_GRAPH_BUCKETS
+#define ENGINE_GRAPH_TIER_STEP 128u
+#define ENGINE_GRAPH_SLOTS (ENGINE_GRAPH_BUCKETS + 1)
+
+/* Activation scratch for one batch of up to n_batch tokens; its buffers
+ * and their sizes are plan_scratch's table (plan.h), so the plan charges
+ * exactly what is allocated. */
+typedef struct engine_scratch {
+    float *x, *h, *q, *k, *v, *att, *gate, *up, *logits;
+    float *part; /* tensor split: partial sums before each all-reduce */
+    int32_t *ids, *pos, *seq, *cells;
+    int32_t *win; /* [n][2]: each token's cell window (kv_cells_window), with sequence regions */
+    int32_t *n_kv_live; /* live cell count for recorded decode graphs */
+} engine_scratch;
+
+/* One device of the placement: its activation scratch (on devices that
+ * run layers) and what the forward pass needs there besides the layers. */
+typedef struct engine_device {
+    be_device *dev;    /* the context's */
+    bool active;       /* runs layers (or, tensor split, slices of them) */
+    engine_scratch s;
+    float *rope_freqs; /* Llama 3 rope factors, on each active device */
+    /* tensor split: this device's vocab rows of the lm head (their logits
+     * go to s.logits) and a replica of the output norm */
+    be_mat output;
+    float *output_norm;
+    /* tensor split: this device's vocab rows of the embedding table, so
+     * each device looks up its own tokens and an all-reduce assembles the
+     * rows (no transfer before the first block, and graphs per device) */
+    be_mat tok_embd;
+    int32_t *ids_host; /* its token ids, -1 for tokens outside the slice */
+    /* the recorded one-token steps of this device, one per bucket of
+     * live cells (see graphs_off) */
+    void *graphs[ENGINE_GRAPH_SLOTS];
+} engine_device;
+
+/* A device allocation to free with the placement. */
+typedef struct engine_alloc {
+    void *p;
+    int dev;
+} engine_alloc;
+
+typedef struct placement {
+    const struct cleave_model *model;
+    plan plan;
+    size_t n_dev;
+    engine_device devs[CLEAVE_MAX_DEVICES];
+    char name[256]; /* what cleave_context_device reports */
+    kv_cells *cells; /* the context's cell table */
+    kv_store store;
+    be_mat tok_embd, output;
+    float *output_norm;
+    engine_layer *layers;
+    engine_layer *slices[CLEAVE_MAX_DEVICES]; /* tensor split: [n_layer] per device */
+    struct comm *comm; /* tensor split: the context's collectives */
+    float *bounce;     /* host buffer for handing the hidden state between devices */
+    bool host_handoff; /* never copy_from (options: tests the host path) */
+    uint32_t n_ubatch; /* layer split: micro-batch of the prefill pipeline (0 = none) */
+    engine_alloc *owned;
+    size_t n_owned, cap_owned;
+    /* One-token decode step recorded once per device and cell bucket
+     * (engine_device.graphs) and replayed, where every active device
+     * records graphs and nothing in the step needs the host: one device,
+     * or a tensor split whose all-reduce runs on the devices. graphs_off
+     * where not, after a failed recording, or when the options say so. */
+    bool graphs_off;
+    uint32_t graph_cells;  /* the cells the step being recorded is sized for */
+    size_t batch_seq_runs; /* the batch in flight: runs of one sequence's tokens (be_attn.n_seq_runs) */
+    int32_t *win_host;     /* its tokens' cell windows, uploaded to each device's scratch win */
+    size_t win_cap;
+    uint32_t tier_graph_cells; /* the cells the ENGINE_GRAPH_TIER graphs are sized for */
+    /* weight placement progress (a callback returning false cancels) */
+    cleave_progress_fn progress;
+    void *progress_user;
+    size_t placed_bytes, total_bytes;
+    /* while a switch builds or rebuilds this placement: where it counts
+     * the bytes that move (NULL otherwise) */
+    cleave_switch_report *moves;
+    /* the shares it was asked for (a switch back to the same ones is none) */
+    bool has_shares;
+    float shares[CLEAVE_MAX_DEVICES];
+} placement;
+
+/* What building a placement needs besides the model: the context's
+ * devices, cell table and communicator slot, and the parameters. */
+typedef struct placement_env {
+    const struct cleave_model *model;
+    be_device *const *devs;
+    size_t n_dev;
+    kv_cells *cells;
+    /* the context's communicator: a tensor placement uses it where it
+     * serves these devices and batch, else makes one and puts it here
+     * (freeing the one it replaces) */
+    struct comm **comm;
+    const cleave_context_params *params; /* resolved: n_ctx and n_batch set */
+    cleave_switch_report *moves;         /* a switch: where copies from src are counted */
+} placement_env;
+
+/* A placement of env's model on env's devices. src: another placement of
+ * the same model on the same devices, whose weights are copied device to
+ * device instead of placed from the model file. piecewise: only the
+ * tables, no weights and no KV layers (a switch places them piece by
+ * piece, engine_place_piece). On failure frees what it took. */
+cleave_status placement_new(const placement_env *env, const placement *src, bool piecewise, placement **out);
+void placement_free(placement *pl);
+
+#endif
