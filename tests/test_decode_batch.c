@@ -126,6 +126,51 @@ static void check_bad_regions(const char *path) {
     cleave_model_free(m);
 }
 
+/* The contract both decode calls share: a call the cache cannot take is
+ * refused before its first pass and changes nothing, however many passes
+ * of n_batch it would have run, with or without regions; one that fits
+ * exactly runs. n_ctx 64, n_batch 8, 2 regions of 32 cells. */
+static void check_refusal_changes_nothing(const char *path, const char *devices, cleave_split_mode mode) {
+    size_t nv;
+    cleave_model *m = tu_load(path, &nv);
+    if (!m) return;
+    for (uint32_t regions = 0; regions <= 2; regions += 2) {
+        cleave_context *c = ctx(m, devices, mode, regions);
+        int32_t tok[64], pos[64], seq[64];
+        for (int i = 0; i < 64; i++) tok[i] = (int32_t)((i * 7 + 1) % nv), pos[i] = i, seq[i] = 0;
+        uint32_t room = regions ? 32 : 64; /* sequence 0's cells */
+        /* 40 tokens of sequence 0 in one batch (5 passes): too many for its region */
+        if (regions) {
+            CHECK(cleave_decode_batch(c, tok, pos, seq, 40) == CLEAVE_ERR_CONTEXT_FULL);
+            CHECK(cleave_kv_seq_len(c, 0) == 0);
+            CHECK(cleave_decode(c, tok, 40, 0, 0, false) == CLEAVE_ERR_CONTEXT_FULL);
+            CHECK(cleave_kv_seq_len(c, 0) == 0);
+        }
+        /* 65 tokens: too many for any layout */
+        int32_t t65[65];
+        for (int i = 0; i < 65; i++) t65[i] = tok[i % 64];
+        CHECK(cleave_decode(c, t65, 65, 0, 0, true) == CLEAVE_ERR_CONTEXT_FULL);
+        CHECK(cleave_kv_seq_len(c, 0) == 0 && cleave_get_logits(c, -1) == NULL);
+        /* a neighbour that fits: exactly the room, in passes of 8 */
+        CHECK_OK(cleave_decode(c, tok, room - 3, 0, 0, false));
+        CHECK(cleave_kv_seq_len(c, 0) == (int32_t)room - 3 && cleave_get_logits(c, -1) != NULL);
+        /* a later batch one token over: refused, the 29 or 61 cached stay */
+        CHECK(cleave_decode_batch(c, tok, pos + room - 3, seq, 4) == CLEAVE_ERR_CONTEXT_FULL);
+        CHECK(cleave_kv_seq_len(c, 0) == (int32_t)room - 3);
+        /* a batch mixing a sequence that fits with one that does not is refused whole */
+        if (regions) {
+            int32_t r = (int32_t)room;
+            int32_t mt[7] = {1, 2, 3, 4, 5, 6, 7}, mp[7] = {0, 1, 2, r - 3, r - 2, r - 1, r}, ms[7] = {1, 1, 1, 0, 0, 0, 0};
+            CHECK(cleave_decode_batch(c, mt, mp, ms, 7) == CLEAVE_ERR_CONTEXT_FULL);
+            CHECK(cleave_kv_seq_len(c, 1) == 0 && cleave_kv_seq_len(c, 0) == (int32_t)room - 3);
+        }
+        CHECK_OK(cleave_decode_batch(c, tok, pos + room - 3, seq, 3)); /* the last cells */
+        CHECK(cleave_kv_seq_len(c, 0) == (int32_t)room);
+        cleave_context_free(c);
+    }
+    cleave_model_free(m);
+}
+
 int main(void) {
     const char *stories = tu_stories_model();
     if (stories) check_model(stories, NULL, CLEAVE_SPLIT_NONE, 0);
@@ -140,6 +185,8 @@ int main(void) {
         check_model(p, "cpu:2", CLEAVE_SPLIT_LAYER, 4);
         check_model(p, "cpu:3", CLEAVE_SPLIT_TENSOR, 4);
         if (a == 0) check_bad_regions(p);
+        if (a == 0) check_refusal_changes_nothing(p, NULL, CLEAVE_SPLIT_NONE);
+        if (a == 0) check_refusal_changes_nothing(p, "cpu:2", CLEAVE_SPLIT_LAYER);
     }
     return tu_finish("test_decode_batch");
 }
