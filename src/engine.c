@@ -178,7 +178,7 @@ static cleave_status make_plan(struct cleave_context *c, const cleave_context_pa
     double shares[PLAN_MAX_DEVICES];
     for (size_t d = 0; d < c->n_dev; d++) {
         be_mem_stats ms = {0};
-        c->devs[d].dev->ops->mem_stats(c->devs[d].dev, &ms);
+        be_get_mem_stats(c->devs[d].dev, &ms);
         budgets[d] = ms.budget;
         if (p->shares) shares[d] = p->shares[d];
     }
@@ -374,7 +374,7 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
     /* a device may still be copying the last weights (a write returns once
      * it has read the source): their errors and their time are the load's */
     for (size_t d = 0; !st && d < c->n_dev; d++)
-        if (c->devs[d].active) st = c->devs[d].dev->ops->sync(c->devs[d].dev);
+        if (c->devs[d].active) st = be_sync(c->devs[d].dev);
     if (st) goto fail;
     if (c->progress && !piecewise) c->progress(1.0f, c->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < c->n_dev; d++)
@@ -413,15 +413,15 @@ static cleave_status build(cleave_model *model, const cleave_context_params *par
      * layer split's hand-off from device to device is not recorded) */
     bool graphs = tensor ? comm_graph_safe(c->comm, model->hp.n_embd) : n_active == 1;
     for (size_t d = 0; d < c->n_dev; d++)
-        if (c->devs[d].active && !c->devs[d].dev->ops->graph_begin) graphs = false;
+        if (c->devs[d].active && !be_has(c->devs[d].dev, BE_CAP_GRAPH)) graphs = false;
     c->graphs_off = !graphs || (no_graph && *no_graph && *no_graph != '0');
     if (c->n_dev == 1) {
-        snprintf(c->name, sizeof c->name, "%s", c->devs[0].dev->ops->name(c->devs[0].dev));
+        snprintf(c->name, sizeof c->name, "%s", be_name(c->devs[0].dev));
     } else {
         size_t at = 0;
         for (size_t d = 0; d < c->n_dev && at < sizeof c->name; d++)
             at += (size_t)snprintf(c->name + at, sizeof c->name - at, "%s%s", d ? "+" : "",
-                                   c->devs[d].dev->ops->name(c->devs[d].dev));
+                                   be_name(c->devs[d].dev));
         if (at < sizeof c->name)
             snprintf(c->name + at, sizeof c->name - at, " (%s)", plan_mode_name(c->plan.mode));
     }
@@ -449,10 +449,10 @@ void cleave_context_free(cleave_context *c) {
     free(c->win_host);
     for (size_t i = 0; i < c->n_owned; i++) {
         be_device *d = c->devs[c->owned[i].dev].dev;
-        d->ops->free(d, c->owned[i].p);
+        be_free(d, c->owned[i].p);
     }
     for (size_t d = 0; d < c->n_dev && !c->borrowed_devices; d++)
-        c->devs[d].dev->ops->destroy(c->devs[d].dev);
+        be_destroy(c->devs[d].dev);
     plan_free(&c->plan);
     free(c->owned);
     free(c->layers);
@@ -481,7 +481,7 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
         return err_set(CLEAVE_ERR_INVALID_ARG, "memory report: no device %zu", d);
     memset(out, 0, sizeof *out);
     be_device *dev = c->devs[d].dev;
-    snprintf(out->name, sizeof out->name, "%s", dev->ops->name(dev));
+    snprintf(out->name, sizeof out->name, "%s", be_name(dev));
     out->planned_weights = c->plan.bytes[d].weights;
     out->planned_kv = c->plan.bytes[d].kv;
     out->planned_compute = c->plan.bytes[d].compute;
@@ -490,7 +490,7 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     out->kv_vram_cells = row && tail ? (uint32_t)(kv_head_bytes(&c->kv, d) / row) : c->plan.n_ctx;
     out->kv_staging = tail ? PLAN_KV_STAGING_BUFFERS * tail : 0;
     be_mem_stats ms = {0};
-    dev->ops->mem_stats(dev, &ms);
+    be_get_mem_stats(dev, &ms);
     out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;
     out->device_used = ms.device_used;
     return CLEAVE_OK;
@@ -509,10 +509,10 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
 cleave_status engine_add_norm(struct cleave_context *c, be_device *d, float *x, const float *r,
                               const float *w, float *y, size_t rows) {
     const model_hparams *hp = &c->model->hp;
-    if (d->ops->add_rms_norm)
-        return d->ops->add_rms_norm(d, x, r, w, y, rows, hp->n_embd, hp->norm_eps);
-    TRY(d->ops->add(d, x, r, rows * hp->n_embd));
-    return d->ops->rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
+    if (be_has(d, BE_CAP_ADD_RMS_NORM))
+        return be_add_rms_norm(d, x, r, w, y, rows, hp->n_embd, hp->norm_eps);
+    TRY(be_add(d, x, r, rows * hp->n_embd));
+    return be_rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
 }
 
 /* RoPE on q and k, then k and v into this device's cache rows kc, vc. */
@@ -520,18 +520,17 @@ static cleave_status rope_and_store(struct cleave_context *c, int dv, const engi
                                     size_t n, size_t n_head, size_t n_head_kv, void *kc, void *vc) {
     engine_device *D = &c->devs[dv];
     be_device *d = D->dev;
-    const be_ops *o = d->ops;
     const model_hparams *hp = &c->model->hp;
     size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
                     .freq_factors = D->rope_freqs};
-    if (o->rope_store)
-        return o->rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc,
+    if (be_has(d, BE_CAP_ROPE_STORE))
+        return be_rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc,
                              c->kv.type, s->cells);
-    TRY(o->rope(d, s->q, n, qw, n_head, hd, s->pos, &rope));
-    TRY(o->rope(d, s->k, n, kw, n_head_kv, hd, s->pos, &rope));
-    TRY(o->kv_store(d, s->k, n, kw, kc, c->kv.type, s->cells));
-    return o->kv_store(d, s->v, n, kw, vc, c->kv.type, s->cells);
+    TRY(be_apply_rope(d, s->q, n, qw, n_head, hd, s->pos, &rope));
+    TRY(be_apply_rope(d, s->k, n, kw, n_head_kv, hd, s->pos, &rope));
+    TRY(be_kv_store(d, s->k, n, kw, kc, c->kv.type, s->cells));
+    return be_kv_store(d, s->v, n, kw, vc, c->kv.type, s->cells);
 }
 
 cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
@@ -539,20 +538,19 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
                                size_t n_head_kv, bool graph, float *out) {
     const model_hparams *hp = &c->model->hp;
     be_device *d = c->devs[E->dev].dev;
-    const be_ops *o = d->ops;
     size_t hd = hp->head_dim;
-    if (o->matmul_multi) {
+    if (be_has(d, BE_CAP_MATMUL_MULTI)) {
         const be_mat *w[3] = {&E->wq, &E->wk, &E->wv};
         const float *b[3] = {E->bq, E->bk, E->bv};
         float *y[3] = {s->q, s->k, s->v};
-        TRY(o->matmul_multi(d, w, b, y, 3, s->h, n));
+        TRY(be_matmul_multi(d, w, b, y, 3, s->h, n));
     } else {
-        TRY(o->matmul(d, &E->wq, s->h, n, E->bq, s->q));
-        TRY(o->matmul(d, &E->wk, s->h, n, E->bk, s->k));
-        TRY(o->matmul(d, &E->wv, s->h, n, E->bv, s->v));
+        TRY(be_matmul(d, &E->wq, s->h, n, E->bq, s->q));
+        TRY(be_matmul(d, &E->wk, s->h, n, E->bk, s->k));
+        TRY(be_matmul(d, &E->wv, s->h, n, E->bv, s->v));
     }
-    if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
-    if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
+    if (E->q_norm) TRY(be_rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
+    if (E->k_norm) TRY(be_rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
     uint32_t n_kv = graph ? c->graph_cells : c->kv.hi;
     void *kc, *vc; /* a tiered cache: written and read through the staged alias */
     TRY(kv_layer_begin(&c->kv, (size_t)E->dev, l, n_kv, &kc, &vc));
@@ -565,24 +563,24 @@ cleave_status engine_attention(struct cleave_context *c, const engine_layer *E,
         .cell_seq = c->kv.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
         .n_seq_runs = c->batch_seq_runs, .tok_win = c->kv.regions ? s->win : NULL,
     };
-    TRY(o->attention(d, &a));
+    TRY(be_attention(d, &a));
     TRY(kv_layer_end(&c->kv, (size_t)E->dev, l, n_kv));
-    return o->matmul(d, &E->wo, s->att, n, NULL, out);
+    return be_matmul(d, &E->wo, s->att, n, NULL, out);
 }
 
 cleave_status engine_ffn(struct cleave_context *c, const engine_layer *E, const engine_scratch *s,
                          size_t n, float *out) {
     be_device *d = c->devs[E->dev].dev;
-    const be_ops *o = d->ops;
-    if (o->ffn) return o->ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
-    if (o->matmul_swiglu) {
-        TRY(o->matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));
+    if (be_has(d, BE_CAP_FFN))
+        return be_ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
+    if (be_has(d, BE_CAP_MATMUL_SWIGLU)) {
+        TRY(be_matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));
     } else {
-        TRY(o->matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
-        TRY(o->matmul(d, &E->w_up, s->h, n, NULL, s->up));
-        TRY(o->swiglu(d, s->gate, s->up, s->gate, n * E->w_up.ne1));
+        TRY(be_matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
+        TRY(be_matmul(d, &E->w_up, s->h, n, NULL, s->up));
+        TRY(be_swiglu(d, s->gate, s->up, s->gate, n * E->w_up.ne1));
     }
-    return o->matmul(d, &E->w_down, s->gate, n, NULL, out);
+    return be_matmul(d, &E->w_down, s->gate, n, NULL, out);
 }
 
 /* One block, on its device. On entry that device's s->h holds this layer's
@@ -605,13 +603,13 @@ cleave_status engine_forward_layer(struct cleave_context *c, const engine_scratc
 cleave_status engine_transfer(struct cleave_context *c, int to, void *dst, int from,
                               const void *src, size_t bytes, void *ready) {
     be_device *a = c->devs[from].dev, *b = c->devs[to].dev;
-    if (a->ops == b->ops && b->ops->copy_from && !c->host_handoff)
-        return b->ops->copy_from(b, dst, a, src, bytes, ready);
+    if (be_same_backend(a, b) && be_has(b, BE_CAP_PEER) && !c->host_handoff)
+        return be_copy_from(b, dst, a, src, bytes, ready);
     if (bytes > (size_t)c->plan.n_batch * c->model->hp.n_embd * sizeof(float))
         return err_set(CLEAVE_ERR_INVALID_ARG, "transfer of %zu bytes exceeds the hand-off buffer",
                        bytes);
-    TRY(a->ops->read(a, c->bounce, src, bytes));
-    return b->ops->write(b, dst, c->bounce, bytes);
+    TRY(be_read(a, c->bounce, src, bytes));
+    return be_write(b, dst, c->bounce, bytes);
 }
 
 /* Layer split: the residual stream x and its norm h move to the next
@@ -628,8 +626,8 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
     int cur = c->plan.embd_device;
     be_device *d = c->devs[cur].dev;
     engine_scratch *s = &c->devs[cur].s;
-    TRY(d->ops->get_rows(d, &c->tok_embd, s->ids, n, s->x));
-    TRY(d->ops->rms_norm(d, s->x, c->layers[0].attn_norm, s->h, n, hp->n_embd, hp->norm_eps));
+    TRY(be_get_rows(d, &c->tok_embd, s->ids, n, s->x));
+    TRY(be_rms_norm(d, s->x, c->layers[0].attn_norm, s->h, n, hp->n_embd, hp->norm_eps));
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (c->layers[l].dev != cur) {
             TRY(handoff(c, cur, c->layers[l].dev, n));
@@ -641,14 +639,14 @@ static cleave_status forward_body(struct cleave_context *c, size_t n, size_t fir
      * whose logits are wanted go through the lm head. */
     d = c->devs[cur].dev;
     s = &c->devs[cur].s;
-    TRY(d->ops->matmul(d, &c->output, s->h + first_out * hp->n_embd, n - first_out, NULL, s->logits));
+    TRY(be_matmul(d, &c->output, s->h + first_out * hp->n_embd, n - first_out, NULL, s->logits));
     return CLEAVE_OK;
 }
 
 void engine_drop_graphs(struct cleave_context *c, size_t b) {
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].graphs[b]) {
-            c->devs[d].dev->ops->graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
+            be_graph_free(c->devs[d].dev, c->devs[d].graphs[b]);
             c->devs[d].graphs[b] = NULL;
         }
 }
@@ -687,7 +685,7 @@ static cleave_status forward_graph(struct cleave_context *c) {
     for (size_t d = 0; d < c->n_dev; d++) {
         engine_device *D = &c->devs[d];
         if (!D->active) continue;
-        TRY(D->dev->ops->write(D->dev, D->s.n_kv_live, &live, sizeof live));
+        TRY(be_write(D->dev, D->s.n_kv_live, &live, sizeof live));
         record |= !D->graphs[b];
     }
     if (record) {
@@ -696,14 +694,14 @@ static cleave_status forward_graph(struct cleave_context *c) {
         bool begun[PLAN_MAX_DEVICES] = {false};
         c->graph_cells = cells;
         for (size_t d = 0; !st && d < c->n_dev; d++)
-            if (c->devs[d].active && !(st = c->devs[d].dev->ops->graph_begin(c->devs[d].dev)))
+            if (c->devs[d].active && !(st = be_graph_begin(c->devs[d].dev)))
                 begun[d] = true;
         if (!st) st = tensor ? engine_tensor_body(c, 1, 0, true) : forward_body(c, 1, 0, true);
         for (size_t d = 0; d < c->n_dev; d++) {
             engine_device *D = &c->devs[d];
             if (!begun[d]) continue; /* every recording begun is ended */
             void *g = NULL;
-            cleave_status end = D->dev->ops->graph_end(D->dev, &g);
+            cleave_status end = be_graph_end(D->dev, &g);
             if (!st && end) st = end;
             D->graphs[b] = g;
         }
@@ -714,13 +712,13 @@ static cleave_status forward_graph(struct cleave_context *c) {
     }
     for (size_t d = 0; d < c->n_dev; d++)
         if (c->devs[d].active)
-            TRY(c->devs[d].dev->ops->graph_launch(c->devs[d].dev, c->devs[d].graphs[b]));
+            TRY(be_graph_launch(c->devs[d].dev, c->devs[d].graphs[b]));
     return CLEAVE_OK;
 }
 
 cleave_status engine_sync_all(struct cleave_context *c) {
     for (size_t d = 0; d < c->n_dev; d++)
-        if (c->devs[d].active) TRY(c->devs[d].dev->ops->sync(c->devs[d].dev));
+        if (c->devs[d].active) TRY(be_sync(c->devs[d].dev));
     return CLEAVE_OK;
 }
 
@@ -730,7 +728,7 @@ cleave_status engine_sync_all(struct cleave_context *c) {
 static cleave_status upload_ids(struct cleave_context *c, const int32_t *tokens, size_t n) {
     if (c->plan.mode != SPLIT_TENSOR) {
         be_device *e = c->devs[c->plan.embd_device].dev;
-        return e->ops->write(e, c->devs[c->plan.embd_device].s.ids, tokens, n * sizeof(int32_t));
+        return be_write(e, c->devs[c->plan.embd_device].s.ids, tokens, n * sizeof(int32_t));
     }
     for (size_t d = 0; d < c->n_dev; d++) {
         engine_device *D = &c->devs[d];
@@ -738,7 +736,7 @@ static cleave_status upload_ids(struct cleave_context *c, const int32_t *tokens,
         int32_t lo = (int32_t)c->plan.vocab_rows[d].lo, hi = (int32_t)c->plan.vocab_rows[d].hi;
         for (size_t i = 0; i < n; i++)
             D->ids_host[i] = tokens[i] >= lo && tokens[i] < hi ? tokens[i] - lo : -1;
-        TRY(D->dev->ops->write(D->dev, D->s.ids, D->ids_host, n * sizeof(int32_t)));
+        TRY(be_write(D->dev, D->s.ids, D->ids_host, n * sizeof(int32_t)));
     }
     return CLEAVE_OK;
 }
@@ -771,10 +769,10 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
         if (!c->devs[i].active) continue;
         be_device *d = c->devs[i].dev;
         engine_scratch *s = &c->devs[i].s;
-        TRY(d->ops->write(d, s->pos, pos, n * sizeof(int32_t)));
-        TRY(d->ops->write(d, s->seq, seq, n * sizeof(int32_t)));
-        TRY(d->ops->write(d, s->cells, cells, n * sizeof(int32_t)));
-        if (c->kv.regions) TRY(d->ops->write(d, s->win, c->win_host, 2 * n * sizeof(int32_t)));
+        TRY(be_write(d, s->pos, pos, n * sizeof(int32_t)));
+        TRY(be_write(d, s->seq, seq, n * sizeof(int32_t)));
+        TRY(be_write(d, s->cells, cells, n * sizeof(int32_t)));
+        if (c->kv.regions) TRY(be_write(d, s->win, c->win_host, 2 * n * sizeof(int32_t)));
     }
     TRY(kv_sync_cells(&c->kv));
 
@@ -800,8 +798,8 @@ cleave_status engine_forward(struct cleave_context *c, const int32_t *tokens, co
         return engine_sync_all(c);
     }
     engine_device *H = &c->devs[c->plan.head_device];
-    TRY(H->dev->ops->read(H->dev, logits_host, H->s.logits,
-                          (n - first_out) * hp->n_vocab * sizeof(float)));
+    TRY(be_read(H->dev, logits_host, H->s.logits,
+                (n - first_out) * hp->n_vocab * sizeof(float)));
     return engine_sync_all(c);
 }
 

@@ -27,9 +27,9 @@ cleave_status engine_own(struct cleave_context *c, int d, void *p) {
 
 void *engine_dev_alloc(struct cleave_context *c, int d, size_t bytes, const char *what) {
     be_device *dev = c->devs[d].dev;
-    void *p = dev->ops->alloc(dev, bytes, what);
+    void *p = be_alloc(dev, bytes, what);
     if (p && engine_own(c, d, p)) {
-        dev->ops->free(dev, p);
+        be_free(dev, p);
         return NULL;
     }
     return p;
@@ -53,21 +53,21 @@ static cleave_status place_host(struct cleave_context *c, int d, const be_mat *h
                                 bool mappable, const char *name, be_mat *m) {
     be_device *dev = c->devs[d].dev;
     *m = *host;
-    const void *mapped = mappable && dev->ops->map_host ? dev->ops->map_host(dev, host->data, bytes) : NULL;
+    const void *mapped = mappable && be_has(dev, BE_CAP_MAP_HOST) ? be_map_host(dev, host->data, bytes) : NULL;
     if (mapped) {
         m->data = mapped;
         return CLEAVE_OK;
     }
-    if (dev->ops->upload_mat) {
-        cleave_status st = dev->ops->upload_mat(dev, host, m, name);
+    if (be_has(dev, BE_CAP_UPLOAD_MAT)) {
+        cleave_status st = be_upload_mat(dev, host, m, name);
         if (st) return st;
         if ((st = engine_own(c, d, (void *)m->data))) {
-            dev->ops->free(dev, (void *)m->data);
-            if (m->scales) dev->ops->free(dev, (void *)m->scales);
+            be_free(dev, (void *)m->data);
+            if (m->scales) be_free(dev, (void *)m->scales);
             return st;
         }
         if (m->scales && (st = engine_own(c, d, (void *)m->scales))) {
-            dev->ops->free(dev, (void *)m->scales);
+            be_free(dev, (void *)m->scales);
             return st;
         }
         return placed(c, bytes);
@@ -75,7 +75,7 @@ static cleave_status place_host(struct cleave_context *c, int d, const be_mat *h
     void *p = engine_dev_alloc(c, d, bytes, name);
     if (!p) return CLEAVE_ERR_OOM;
     m->data = p;
-    cleave_status st = dev->ops->write(dev, p, host->data, bytes);
+    cleave_status st = be_write(dev, p, host->data, bytes);
     return st ? st : placed(c, bytes);
 }
 
@@ -145,7 +145,7 @@ static cleave_status place_vec_range(struct cleave_context *c, int d, const gguf
     if (!host) return CLEAVE_ERR_OOM;
     quant_dequantize_row((cleave_type)t->type, t->data, host, all);
     float *p = engine_dev_alloc(c, d, n * sizeof(float), t->name);
-    cleave_status st = p ? dev->ops->write(dev, p, host + i0, n * sizeof(float)) : CLEAVE_ERR_OOM;
+    cleave_status st = p ? be_write(dev, p, host + i0, n * sizeof(float)) : CLEAVE_ERR_OOM;
     free(host);
     *out = p;
     return st ? st : placed(c, n * sizeof(float));
@@ -288,7 +288,7 @@ static void release(struct cleave_context *c, int d, const void *p) {
     for (size_t i = 0; i < c->n_owned; i++)
         if (c->owned[i].p == p && c->owned[i].dev == d) {
             be_device *dev = c->devs[d].dev;
-            dev->ops->free(dev, (void *)p);
+            be_free(dev, (void *)p);
             c->owned[i] = c->owned[--c->n_owned];
             return;
         }

@@ -20,13 +20,13 @@ static cleave_status alloc_buffer(kv_cache *kv, size_t d, uint32_t l, bool is_v)
     size_t bytes = kv->row_bytes[d] * kv->n_ctx;
     const char *what = is_v ? "V cache" : "K cache";
     if (!tiered(kv, d)) {
-        *p = dev->ops->alloc(dev, bytes, what);
+        *p = be_alloc(dev, bytes, what);
         return *p ? CLEAVE_OK : CLEAVE_ERR_OOM;
     }
     /* alternate layers alternate staging slots: one is filled while the
      * layer before reads the other */
     be_tier *t = &kv->tiers[d][2 * l + is_v];
-    cleave_status st = dev->ops->tier_alloc(dev, bytes, kv->tier_head[d], (int)(2 * (l % 2) + is_v), what, t);
+    cleave_status st = be_tier_alloc(dev, bytes, kv->tier_head[d], (int)(2 * (l % 2) + is_v), what, t);
     if (!st) *p = t->base;
     return st;
 }
@@ -35,20 +35,20 @@ static void free_buffer(kv_cache *kv, size_t d, uint32_t l, bool is_v) {
     void **p = is_v ? &kv->v[d][l] : &kv->k[d][l];
     if (!*p) return;
     be_device *dev = kv->devs[d];
-    if (tiered(kv, d)) dev->ops->tier_free(dev, &kv->tiers[d][2 * l + is_v]);
-    else dev->ops->free(dev, *p);
+    if (tiered(kv, d)) be_tier_free(dev, &kv->tiers[d][2 * l + is_v]);
+    else be_free(dev, *p);
     *p = NULL;
 }
 
 /* Device d's head: vram_cells rows rounded down to its granularity. */
 static cleave_status set_tiers(kv_cache *kv, size_t d) {
     be_device *dev = kv->devs[d];
-    if (!dev->ops->tier_alloc)
+    if (!be_has(dev, BE_CAP_TIER))
         return err_set(CLEAVE_ERR_UNSUPPORTED,
                        "KV cache: %s cannot keep part of the cache in host memory (a KV cache in "
                        "two tiers is not supported on this backend yet); leave out --kv-vram-cells",
-                       dev->ops->name(dev));
-    size_t gran = dev->ops->tier_granularity(dev);
+                       be_name(dev));
+    size_t gran = be_tier_granularity(dev);
     size_t head = (size_t)kv->vram_cells * kv->row_bytes[d];
     kv->tier_head[d] = gran ? head / gran * gran : head;
     kv->tiers[d] = mem_calloc(2 * (size_t)kv->n_layer, sizeof(be_tier), "KV tiers");
@@ -84,8 +84,8 @@ static cleave_status init(kv_cache *kv, be_device *const *devs, size_t n_dev, co
         kv->k[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
         kv->v[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
         if (!kv->k[d] || !kv->v[d]) goto oom;
-        kv->dev_pos[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
-        kv->dev_seq[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
+        kv->dev_pos[d] = be_alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
+        kv->dev_seq[d] = be_alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
         if (!kv->dev_pos[d] || !kv->dev_seq[d]) goto oom;
         cleave_status st = kv->vram_cells < n_ctx ? set_tiers(kv, d) : CLEAVE_OK;
         if (st) {
@@ -145,8 +145,8 @@ bool kv_reaches_tail(const kv_cache *kv, uint32_t cells) {
 
 static cleave_status stage_layer(kv_cache *kv, size_t d, uint32_t l, size_t used) {
     be_device *dev = kv->devs[d];
-    cleave_status st = dev->ops->tier_stage(dev, &kv->tiers[d][2 * l], used);
-    return st ? st : dev->ops->tier_stage(dev, &kv->tiers[d][2 * l + 1], used);
+    cleave_status st = be_tier_stage(dev, &kv->tiers[d][2 * l], used);
+    return st ? st : be_tier_stage(dev, &kv->tiers[d][2 * l + 1], used);
 }
 
 /* Layer l's staging started for `used` bytes, unless its slot already
@@ -172,7 +172,7 @@ cleave_status kv_layer_begin(kv_cache *kv, size_t d, uint32_t l, uint32_t cells,
     cleave_status st = ensure_staged(kv, d, l, used);
     if (!st) st = ensure_staged(kv, d, l + 1, used);
     const be_tier *tk = &kv->tiers[d][2 * l], *tv = &kv->tiers[d][2 * l + 1];
-    if (!st) st = dev->ops->tier_join(dev, tv); /* V was staged after K: both are in */
+    if (!st) st = be_tier_join(dev, tv); /* V was staged after K: both are in */
     if (!st) *k = tk->alias, *v = tv->alias;
     return st;
 }
@@ -192,7 +192,7 @@ cleave_status kv_layer_persist(kv_cache *kv, size_t d, uint32_t l, uint32_t cell
     size_t used;
     if (!reaches_tail(kv, d, cells, &used)) return CLEAVE_OK;
     be_device *dev = kv->devs[d];
-    return dev->ops->tier_persist(dev, &kv->tiers[d][2 * l], 2, kv->row_bytes[d], new_cells, n); /* K and V */
+    return be_tier_persist(dev, &kv->tiers[d][2 * l], 2, kv->row_bytes[d], new_cells, n); /* K and V */
 }
 
 size_t kv_head_bytes(const kv_cache *kv, size_t d) {
@@ -214,8 +214,8 @@ void kv_free(kv_cache *kv) {
         free(kv->k[i]);
         free(kv->v[i]);
         free(kv->tiers[i]);
-        if (kv->dev_pos[i]) d->ops->free(d, kv->dev_pos[i]);
-        if (kv->dev_seq[i]) d->ops->free(d, kv->dev_seq[i]);
+        if (kv->dev_pos[i]) be_free(d, kv->dev_pos[i]);
+        if (kv->dev_seq[i]) be_free(d, kv->dev_seq[i]);
     }
     free(kv->pos);
     free(kv->seq);
@@ -352,8 +352,8 @@ cleave_status kv_sync_cells(kv_cache *kv) {
     for (size_t i = 0; i < kv->n_dev && !st; i++) {
         be_device *d = kv->devs[i];
         if (!kv->dev_pos[i]) continue;
-        st = d->ops->write(d, kv->dev_pos[i] + lo, kv->pos + lo, bytes);
-        if (!st) st = d->ops->write(d, kv->dev_seq[i] + lo, kv->seq + lo, bytes);
+        st = be_write(d, kv->dev_pos[i] + lo, kv->pos + lo, bytes);
+        if (!st) st = be_write(d, kv->dev_seq[i] + lo, kv->seq + lo, bytes);
     }
     if (!st) {
         kv->dirty_lo = kv->n_ctx;

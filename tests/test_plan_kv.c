@@ -329,10 +329,10 @@ static void test_kv(void) {
     CHECK_OK(be_cpu_create("small", 1, 4096, &small));
     CHECK(kv_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32, UINT32_MAX) == CLEAVE_ERR_OOM);
     be_mem_stats ms;
-    small->ops->mem_stats(small, &ms);
+    be_get_mem_stats(small, &ms);
     CHECK(ms.used == 0);
-    small->ops->destroy(small);
-    dev->ops->destroy(dev);
+    be_destroy(small);
+    be_destroy(dev);
 }
 
 int main(void) {
