@@ -51,7 +51,7 @@ static cleave_status issue(rig *r, size_t floats, int reps) {
 
 static cleave_status sync_all(rig *r) {
     for (size_t d = 0; d < r->n; d++) {
-        cleave_status st = r->dev[d]->ops->sync(r->dev[d]);
+        cleave_status st = be_sync(r->dev[d]);
         if (st) return st;
     }
     return CLEAVE_OK;
@@ -63,19 +63,19 @@ static double per_call(rig *r, size_t floats, bool graph) {
     void *g[MAX_DEV] = {0};
     if (graph) {
         for (size_t d = 0; d < r->n; d++)
-            if (r->dev[d]->ops->graph_begin(r->dev[d])) return -1;
+            if (be_graph_begin(r->dev[d])) return -1;
         cleave_status st = issue(r, floats, REPS);
         for (size_t d = 0; d < r->n; d++)
-            if (r->dev[d]->ops->graph_end(r->dev[d], &g[d])) st = CLEAVE_ERR_DEVICE;
+            if (be_graph_end(r->dev[d], &g[d])) st = CLEAVE_ERR_DEVICE;
         if (st) return -1;
-        for (size_t d = 0; d < r->n; d++) r->dev[d]->ops->graph_launch(r->dev[d], g[d]);
+        for (size_t d = 0; d < r->n; d++) be_graph_launch(r->dev[d], g[d]);
         if (sync_all(r)) return -1;
     }
     double t0 = now();
     for (int k = 0; k < 3; k++) {
         if (graph) {
             for (size_t d = 0; d < r->n; d++)
-                if (r->dev[d]->ops->graph_launch(r->dev[d], g[d])) return -1;
+                if (be_graph_launch(r->dev[d], g[d])) return -1;
         } else if (issue(r, floats, REPS)) {
             return -1;
         }
@@ -83,7 +83,7 @@ static double per_call(rig *r, size_t floats, bool graph) {
     if (sync_all(r)) return -1;
     double t = (now() - t0) / (3.0 * REPS);
     for (size_t d = 0; d < r->n; d++)
-        if (g[d]) r->dev[d]->ops->graph_free(r->dev[d], g[d]);
+        if (g[d]) be_graph_free(r->dev[d], g[d]);
     return t;
 }
 
@@ -100,17 +100,17 @@ int main(int argc, char **argv) {
     for (size_t d = 0; d < r.n; d++) {
         if (be_cuda_create(ord[d], 0, &r.dev[d])) return fail("device");
         be_device *dv = r.dev[d];
-        r.buf[d] = dv->ops->alloc(dv, max_floats * 4, "buffer");
-        r.x[d] = dv->ops->alloc(dv, 4096 * 4, "x");
-        r.h[d] = dv->ops->alloc(dv, 4096 * 4, "h");
-        r.w[d] = dv->ops->alloc(dv, 4096 * 4, "w");
+        r.buf[d] = be_alloc(dv, max_floats * 4, "buffer");
+        r.x[d] = be_alloc(dv, 4096 * 4, "x");
+        r.h[d] = be_alloc(dv, 4096 * 4, "h");
+        r.w[d] = be_alloc(dv, 4096 * 4, "w");
         if (!r.buf[d] || !r.x[d] || !r.h[d] || !r.w[d]) return fail("alloc");
         float *ones = calloc(max_floats, 4);
         if (!ones) return 1;
         for (size_t i = 0; i < max_floats; i++) ones[i] = 1e-3f * (float)(i % 97);
-        dv->ops->write(dv, r.buf[d], ones, max_floats * 4);
-        dv->ops->write(dv, r.x[d], ones, 4096 * 4);
-        dv->ops->write(dv, r.w[d], ones, 4096 * 4);
+        be_write(dv, r.buf[d], ones, max_floats * 4);
+        be_write(dv, r.x[d], ones, 4096 * 4);
+        be_write(dv, r.w[d], ones, 4096 * 4);
         free(ones);
         r.has[d] = true;
     }
@@ -133,6 +133,6 @@ int main(int argc, char **argv) {
                (sizes[i] ? sizes[i] : 4096) * 4.0 / b / 1e9);
     }
     comm_free(r.c);
-    for (size_t d = 0; d < r.n; d++) r.dev[d]->ops->destroy(r.dev[d]);
+    for (size_t d = 0; d < r.n; d++) be_destroy(r.dev[d]);
     return 0;
 }

@@ -77,81 +77,80 @@ static void free_mat(test_mat *tm) {
 static void test_memory(void) {
     be_device *d = make_dev(2, true, 1 << 20);
     if (!d) return;
-    const be_ops *o = d->ops;
-    CHECK(strcmp(o->name(d), "cpu-simd") == 0);
+    CHECK(strcmp(be_name(d), "cpu-simd") == 0);
     be_mem_stats ms;
-    void *a = o->alloc(d, 600000, "a");
+    void *a = be_alloc(d, 600000, "a");
     CHECK(a != NULL);
     CHECK(((uintptr_t)a & 63) == 0);
-    o->mem_stats(d, &ms);
+    be_get_mem_stats(d, &ms);
     CHECK(ms.used == 600000 && ms.peak == 600000 && ms.budget == 1 << 20);
 
     err_clear();
-    void *b = o->alloc(d, 500000, "big buffer");
+    void *b = be_alloc(d, 500000, "big buffer");
     CHECK(b == NULL);
     CHECK_MSG(strstr(cleave_last_error(), "cpu-simd") && strstr(cleave_last_error(), "500000") &&
                   strstr(cleave_last_error(), "600000") && strstr(cleave_last_error(), "1048576") &&
                   strstr(cleave_last_error(), "big buffer"),
               "message: %s", cleave_last_error());
-    o->mem_stats(d, &ms);
+    be_get_mem_stats(d, &ms);
     CHECK(ms.used == 600000);
 
-    void *c = o->alloc(d, 400000, "c");
+    void *c = be_alloc(d, 400000, "c");
     CHECK(c != NULL);
-    o->mem_stats(d, &ms);
+    be_get_mem_stats(d, &ms);
     CHECK(ms.used == 1000000 && ms.peak == 1000000);
-    o->free(d, a);
-    o->free(d, NULL);
-    o->mem_stats(d, &ms);
+    be_free(d, a);
+    be_free(d, NULL);
+    be_get_mem_stats(d, &ms);
     CHECK(ms.used == 400000 && ms.peak == 1000000);
     /* Exactly up to the budget is allowed. */
-    void *e = o->alloc(d, (1 << 20) - 400000, "e");
+    void *e = be_alloc(d, (1 << 20) - 400000, "e");
     CHECK(e != NULL);
-    CHECK(o->alloc(d, 1, "one more") == NULL);
-    o->free(d, e);
+    CHECK(be_alloc(d, 1, "one more") == NULL);
+    be_free(d, e);
 
     /* Copies. */
     float host[64], back[64];
     fill(host, 64, 1.0f);
     float *dp = c;
-    CHECK_OK(o->write(d, dp, host, sizeof host));
-    CHECK_OK(o->copy(d, dp + 64, dp, sizeof host));
-    CHECK_OK(o->read(d, back, dp + 64, sizeof back));
+    CHECK_OK(be_write(d, dp, host, sizeof host));
+    CHECK_OK(be_copy(d, dp + 64, dp, sizeof host));
+    CHECK_OK(be_read(d, back, dp + 64, sizeof back));
     CHECK(memcmp(host, back, sizeof host) == 0);
-    CHECK_OK(o->sync(d));
-    CHECK(o->write(d, NULL, host, 4) == CLEAVE_ERR_INVALID_ARG);
-    CHECK(o->map_host(d, host, sizeof host) == (const void *)host);
-    o->mem_stats(d, &ms);
+    CHECK_OK(be_sync(d));
+    CHECK(be_write(d, NULL, host, 4) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_map_host(d, host, sizeof host) == (const void *)host);
+    be_get_mem_stats(d, &ms);
     CHECK(ms.used == 400000); /* mapping costs nothing */
 
     /* c is left allocated on purpose: destroy must free it (ASan checks). */
-    o->destroy(d);
+    be_destroy(d);
 
     /* Unlimited budget, all cores. */
     be_device *u = NULL;
     CHECK_OK(be_cpu_create(NULL, 0, 0, &u));
     if (u) {
-        void *big = u->ops->alloc(u, (size_t)64 << 20, "big");
+        void *big = be_alloc(u, (size_t)64 << 20, "big");
         CHECK(big != NULL);
-        u->ops->mem_stats(u, &ms);
+        be_get_mem_stats(u, &ms);
         CHECK(ms.budget == 0 && ms.used == (size_t)64 << 20);
-        u->ops->free(u, big);
-        u->ops->mem_stats(u, &ms);
+        be_free(u, big);
+        be_get_mem_stats(u, &ms);
         CHECK(ms.used == 0 && ms.peak == (size_t)64 << 20);
         /* A block freed on the wrong device is left alone. */
         be_device *v = make_dev(1, true, 0);
-        void *vb = v ? v->ops->alloc(v, 1000, "v") : NULL;
+        void *vb = v ? be_alloc(v, 1000, "v") : NULL;
         CHECK(vb != NULL);
-        u->ops->free(u, vb);
+        be_free(u, vb);
         if (v) {
-            v->ops->mem_stats(v, &ms);
+            be_get_mem_stats(v, &ms);
             CHECK(ms.used == 1000);
-            v->ops->free(v, vb);
-            v->ops->mem_stats(v, &ms);
+            be_free(v, vb);
+            be_get_mem_stats(v, &ms);
             CHECK(ms.used == 0);
-            v->ops->destroy(v);
+            be_destroy(v);
         }
-        u->ops->destroy(u);
+        be_destroy(u);
     }
     be_device *bad = NULL;
     CHECK(be_cpu_create("x", -1, 0, &bad) == CLEAVE_ERR_INVALID_ARG && bad == NULL);
@@ -175,10 +174,10 @@ static void test_injected_oom(void) {
     if (!d) return;
     be_mem_stats ms;
     err_fail_alloc_countdown = 1;
-    CHECK(d->ops->alloc(d, 1000, "doomed") == NULL);
+    CHECK(be_alloc(d, 1000, "doomed") == NULL);
     err_fail_alloc_countdown = 0;
     CHECK(strstr(cleave_last_error(), "oom") != NULL);
-    d->ops->mem_stats(d, &ms);
+    be_get_mem_stats(d, &ms);
     CHECK(ms.used == 0 && ms.peak == 0);
 
     /* Scratch growth (q8_0 panels) failing mid-op. */
@@ -186,11 +185,11 @@ static void test_injected_oom(void) {
     float x[32 * 64], y[32 * 30];
     fill(x, 32 * 64, 1.0f);
     err_fail_alloc_countdown = 1;
-    CHECK(d->ops->matmul(d, &tm.m, x, 32, NULL, y) == CLEAVE_ERR_OOM);
+    CHECK(be_matmul(d, &tm.m, x, 32, NULL, y) == CLEAVE_ERR_OOM);
     err_fail_alloc_countdown = 0;
-    CHECK_OK(d->ops->matmul(d, &tm.m, x, 32, NULL, y));
+    CHECK_OK(be_matmul(d, &tm.m, x, 32, NULL, y));
     free_mat(&tm);
-    d->ops->destroy(d);
+    be_destroy(d);
 }
 
 /* ---- matmul ------------------------------------------------------------- */
@@ -251,7 +250,7 @@ static void test_matmul(void) {
                          * reference is the expensive part, so only the
                          * full product runs per case. */
                         memset(y, 0xff, n * m * sizeof(float));
-                        CHECK_OK(devs[di]->ops->matmul(devs[di], &tm.m, x, n, wb ? bias : NULL, y));
+                        CHECK_OK(be_matmul(devs[di], &tm.m, x, n, wb ? bias : NULL, y));
                         double e = mm_error(&tm, x, n, wb ? bias : NULL, y);
                         if (e > type_worst) type_worst = e;
                         CHECK_MSG(e < tol, "matmul %s k=%zu n=%zu dev=%d bias=%d: err %.3g",
@@ -272,19 +271,19 @@ static void test_matmul(void) {
     fill(x, 64, 1.0f);
     be_mat bad = {.data = x, .type = (cleave_type)2 /* q4_0 */, .ne0 = 64, .ne1 = 1, .nb1 = 64};
     err_clear();
-    CHECK(d->ops->matmul(d, &bad, x, 1, NULL, y) == CLEAVE_ERR_UNSUPPORTED);
+    CHECK(be_matmul(d, &bad, x, 1, NULL, y) == CLEAVE_ERR_UNSUPPORTED);
     CHECK(strstr(cleave_last_error(), "q4_0") != NULL);
     be_mat ok = {.data = x, .type = CLEAVE_TYPE_F32, .ne0 = 64, .ne1 = 1, .nb1 = 256};
-    CHECK(d->ops->matmul(d, &ok, NULL, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
-    CHECK(d->ops->matmul(d, &ok, x, 0, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_matmul(d, &ok, NULL, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_matmul(d, &ok, x, 0, NULL, y) == CLEAVE_ERR_INVALID_ARG);
     be_mat q = {.data = x, .type = CLEAVE_TYPE_Q8_0, .ne0 = 48, .ne1 = 1, .nb1 = 64};
-    CHECK(d->ops->matmul(d, &q, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_matmul(d, &q, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
     be_mat shortrow = {.data = x, .type = CLEAVE_TYPE_F32, .ne0 = 64, .ne1 = 1, .nb1 = 100};
-    CHECK(d->ops->matmul(d, &shortrow, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_matmul(d, &shortrow, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
     be_mat unaligned = {.data = x, .type = CLEAVE_TYPE_F32, .ne0 = 16, .ne1 = 2, .nb1 = 66};
-    CHECK(d->ops->matmul(d, &unaligned, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_matmul(d, &unaligned, x, 1, NULL, y) == CLEAVE_ERR_INVALID_ARG);
     for (int di = 0; di < 4; di++)
-        devs[di]->ops->destroy(devs[di]);
+        be_destroy(devs[di]);
 }
 
 /* ---- get_rows, rms_norm ------------------------------------------------- */
@@ -296,8 +295,8 @@ static void test_get_rows(void) {
         test_mat tm = make_mat(all_types[ti], 10, 96, 8);
         int32_t ids[5] = {3, 0, 9, 3, 7};
         float out[5 * 96], outc[5 * 96];
-        CHECK_OK(d->ops->get_rows(d, &tm.m, ids, 5, out));
-        CHECK_OK(dc->ops->get_rows(dc, &tm.m, ids, 5, outc));
+        CHECK_OK(be_get_rows(d, &tm.m, ids, 5, out));
+        CHECK_OK(be_get_rows(dc, &tm.m, ids, 5, outc));
         for (size_t i = 0; i < 5; i++) {
             CHECK(memcmp(out + i * 96, tm.deq + (size_t)ids[i] * 96, 96 * sizeof(float)) == 0);
             CHECK(memcmp(outc + i * 96, tm.deq + (size_t)ids[i] * 96, 96 * sizeof(float)) == 0);
@@ -305,22 +304,22 @@ static void test_get_rows(void) {
         int32_t bad[2] = {1, 10};
         out[0] = 42.0f;
         err_clear();
-        CHECK(d->ops->get_rows(d, &tm.m, bad, 2, out) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(be_get_rows(d, &tm.m, bad, 2, out) == CLEAVE_ERR_INVALID_ARG);
         CHECK_MSG(strstr(cleave_last_error(), "get_rows") && strstr(cleave_last_error(), "10"),
                   "%s", cleave_last_error());
         CHECK(out[0] == 42.0f); /* nothing written */
         bad[1] = -2;
-        CHECK(d->ops->get_rows(d, &tm.m, bad, 2, out) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(be_get_rows(d, &tm.m, bad, 2, out) == CLEAVE_ERR_INVALID_ARG);
         /* -1: a token outside this device's vocab slice, a row of zeros */
         int32_t some[2] = {-1, 3};
         out[5] = 42.0f;
-        CHECK_OK(d->ops->get_rows(d, &tm.m, some, 2, out));
+        CHECK_OK(be_get_rows(d, &tm.m, some, 2, out));
         CHECK(out[0] == 0.0f && out[5] == 0.0f && out[95] == 0.0f);
         CHECK(memcmp(out + 96, tm.deq + 3 * 96, 96 * sizeof(float)) == 0);
         free_mat(&tm);
     }
-    d->ops->destroy(d);
-    dc->ops->destroy(dc);
+    be_destroy(d);
+    be_destroy(dc);
 }
 
 static void test_rms_norm(void) {
@@ -333,7 +332,7 @@ static void test_rms_norm(void) {
             float *x = malloc(rows * w * 4), *g = malloc(w * 4), *y = malloc(rows * w * 4);
             fill(x, rows * w, 3.0f);
             fill(g, w, 1.0f);
-            CHECK_OK(d->ops->rms_norm(d, x, g, y, rows, w, 1e-5f));
+            CHECK_OK(be_rms_norm(d, x, g, y, rows, w, 1e-5f));
             double worst = 0;
             for (size_t r = 0; r < rows; r++) {
                 double ss = 0;
@@ -348,16 +347,16 @@ static void test_rms_norm(void) {
             }
             CHECK_MSG(worst < 1e-6, "rms_norm w=%zu simd=%d err %.3g", w, simd, worst);
             /* In place gives the same result. */
-            CHECK_OK(d->ops->rms_norm(d, x, g, x, rows, w, 1e-5f));
+            CHECK_OK(be_rms_norm(d, x, g, x, rows, w, 1e-5f));
             CHECK(memcmp(x, y, rows * w * 4) == 0);
             free(x);
             free(g);
             free(y);
         }
         float v = 1;
-        CHECK(d->ops->rms_norm(d, &v, &v, &v, 0, 1, 1e-5f) == CLEAVE_ERR_INVALID_ARG);
-        CHECK(d->ops->rms_norm(d, &v, NULL, &v, 1, 1, 1e-5f) == CLEAVE_ERR_INVALID_ARG);
-        d->ops->destroy(d);
+        CHECK(be_rms_norm(d, &v, &v, &v, 0, 1, 1e-5f) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(be_rms_norm(d, &v, NULL, &v, 1, 1, 1e-5f) == CLEAVE_ERR_INVALID_ARG);
+        be_destroy(d);
     }
 }
 
@@ -388,25 +387,25 @@ static void test_rope(void) {
     int32_t pos1 = 1;
     be_rope p = {4, 10000.0f, false, NULL};
     float x[4] = {1, 0, 1, 0};
-    CHECK_OK(d->ops->rope(d, x, 1, 4, 1, 4, &pos1, &p));
+    CHECK_OK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &p));
     CHECK(near(x[0], cos(1.0), 1e-6) && near(x[1], sin(1.0), 1e-6));
     CHECK(near(x[2], cos(0.01), 1e-6) && near(x[3], sin(0.01), 1e-6));
     p.neox = true;
     float xn[4] = {1, 1, 0, 0};
-    CHECK_OK(d->ops->rope(d, xn, 1, 4, 1, 4, &pos1, &p));
+    CHECK_OK(be_apply_rope(d, xn, 1, 4, 1, 4, &pos1, &p));
     CHECK(near(xn[0], cos(1.0), 1e-6) && near(xn[2], sin(1.0), 1e-6));
     CHECK(near(xn[1], cos(0.01), 1e-6) && near(xn[3], sin(0.01), 1e-6));
     /* freq_factors divide the frequency: factor 100 on pair 0 gives 0.01. */
     float ff[2] = {100.0f, 1.0f};
     p = (be_rope){4, 10000.0f, false, ff};
     float xf[4] = {1, 0, 1, 0};
-    CHECK_OK(d->ops->rope(d, xf, 1, 4, 1, 4, &pos1, &p));
+    CHECK_OK(be_apply_rope(d, xf, 1, 4, 1, 4, &pos1, &p));
     CHECK(near(xf[0], cos(0.01), 1e-6) && near(xf[1], sin(0.01), 1e-6));
     CHECK(near(xf[2], cos(0.01), 1e-6) && near(xf[3], sin(0.01), 1e-6));
     /* pos 0 is the identity. */
     int32_t pos0 = 0;
     float xi[4] = {0.5f, -2, 3, 4}, xi0[4] = {0.5f, -2, 3, 4};
-    CHECK_OK(d->ops->rope(d, xi, 1, 4, 1, 4, &pos0, &p));
+    CHECK_OK(be_apply_rope(d, xi, 1, 4, 1, 4, &pos0, &p));
     CHECK(memcmp(xi, xi0, sizeof xi) == 0);
 
     /* Many rows and heads, partial rotation, padded rows, large positions:
@@ -423,7 +422,7 @@ static void test_rope(void) {
             pos[i] = i * 997 % 8000;
         fill(a, N * RW, 2.0f);
         memcpy(b, a, N * RW * 4);
-        CHECK_OK(d->ops->rope(d, a, N, RW, NH, HD, pos, &pr));
+        CHECK_OK(be_apply_rope(d, a, N, RW, NH, HD, pos, &pr));
         double worst = 0;
         for (int r = 0; r < N; r++) {
             for (int h = 0; h < NH; h++)
@@ -438,10 +437,10 @@ static void test_rope(void) {
         free(b);
     }
     be_rope odd = {3, 10000.0f, false, NULL};
-    CHECK(d->ops->rope(d, x, 1, 4, 1, 4, &pos1, &odd) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &odd) == CLEAVE_ERR_INVALID_ARG);
     be_rope wide = {8, 10000.0f, false, NULL};
-    CHECK(d->ops->rope(d, x, 1, 4, 1, 4, &pos1, &wide) == CLEAVE_ERR_INVALID_ARG);
-    d->ops->destroy(d);
+    CHECK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &wide) == CLEAVE_ERR_INVALID_ARG);
+    be_destroy(d);
 }
 
 /* ---- kv_store, attention ------------------------------------------------ */
@@ -457,8 +456,8 @@ static void test_kv_store(void) {
         cleave_type t = all_types[ti];
         size_t rb = quant_row_bytes(t, W);
         char *cache = calloc(CELLS, rb), *cc = calloc(CELLS, rb), *ref = calloc(CELLS, rb);
-        CHECK_OK(d->ops->kv_store(d, src, 3, W, cache, t, cells));
-        CHECK_OK(dc->ops->kv_store(dc, src, 3, W, cc, t, cells));
+        CHECK_OK(be_kv_store(d, src, 3, W, cache, t, cells));
+        CHECK_OK(be_kv_store(dc, src, 3, W, cc, t, cells));
         for (int i = 0; i < 3; i++)
             quant_quantize_row(t, src + i * W, ref + cells[i] * rb, W);
         CHECK_MSG(memcmp(cache, ref, CELLS * rb) == 0, "kv_store %s simd", cleave_type_name(t));
@@ -469,12 +468,12 @@ static void test_kv_store(void) {
     }
     float cache[W];
     int32_t neg = -1;
-    CHECK(d->ops->kv_store(d, src, 1, W, cache, CLEAVE_TYPE_F32, &neg) == CLEAVE_ERR_INVALID_ARG);
-    CHECK(d->ops->kv_store(d, src, 1, 40, cache, CLEAVE_TYPE_Q8_0, cells) ==
+    CHECK(be_kv_store(d, src, 1, W, cache, CLEAVE_TYPE_F32, &neg) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_kv_store(d, src, 1, 40, cache, CLEAVE_TYPE_Q8_0, cells) ==
           CLEAVE_ERR_INVALID_ARG);
-    CHECK(d->ops->kv_store(d, src, 1, W, cache, (cleave_type)2, cells) == CLEAVE_ERR_UNSUPPORTED);
-    d->ops->destroy(d);
-    dc->ops->destroy(dc);
+    CHECK(be_kv_store(d, src, 1, W, cache, (cleave_type)2, cells) == CLEAVE_ERR_UNSUPPORTED);
+    be_destroy(d);
+    be_destroy(dc);
 }
 
 static void test_attention(void) {
@@ -545,7 +544,7 @@ static void test_attention(void) {
                          .tok_seq = tok_seq, .cell_pos = cell_pos, .cell_seq = cell_seq,
                          .scale = scale, .out = out};
             memset(out, 0xff, NT * qw * 4);
-            CHECK_OK(d->ops->attention(d, &a));
+            CHECK_OK(be_attention(d, &a));
             double worst = 0;
             for (size_t i = 0; i < NT * qw; i++) {
                 double e = fabs(out[i] - ref[i]);
@@ -558,13 +557,13 @@ static void test_attention(void) {
 
             /* The cache written by kv_store is what attention reads. */
             void *kc2 = calloc(NC, rb), *vc2 = calloc(NC, rb);
-            CHECK_OK(d->ops->kv_store(d, kv_k, NC, kw, kc2, t, all_cells));
-            CHECK_OK(d->ops->kv_store(d, kv_v, NC, kw, vc2, t, all_cells));
+            CHECK_OK(be_kv_store(d, kv_k, NC, kw, kc2, t, all_cells));
+            CHECK_OK(be_kv_store(d, kv_v, NC, kw, vc2, t, all_cells));
             a.k = kc2;
             a.v = vc2;
             float *out2 = malloc(NT * qw * 4);
             a.out = out2;
-            CHECK_OK(d->ops->attention(d, &a));
+            CHECK_OK(be_attention(d, &a));
             CHECK(memcmp(out, out2, NT * qw * 4) == 0);
             free(out2);
             free(kc2);
@@ -573,15 +572,15 @@ static void test_attention(void) {
             if (cfg == 0 && ti == 0) {
                 be_attn bad = a;
                 bad.n_head_kv = 3;
-                CHECK(d->ops->attention(d, &bad) == CLEAVE_ERR_INVALID_ARG);
+                CHECK(be_attention(d, &bad) == CLEAVE_ERR_INVALID_ARG);
                 bad = a;
                 bad.kv_type = (cleave_type)2;
-                CHECK(d->ops->attention(d, &bad) == CLEAVE_ERR_UNSUPPORTED);
+                CHECK(be_attention(d, &bad) == CLEAVE_ERR_UNSUPPORTED);
                 bad = a;
                 bad.q = NULL;
-                CHECK(d->ops->attention(d, &bad) == CLEAVE_ERR_INVALID_ARG);
+                CHECK(be_attention(d, &bad) == CLEAVE_ERR_INVALID_ARG);
             }
-            d->ops->destroy(d);
+            be_destroy(d);
         }
         free(kc);
         free(vc);
@@ -613,7 +612,7 @@ static void test_elementwise(void) {
                 g[2] = 0.0f;
                 g[3] = -88.5f;
             }
-            CHECK_OK(d->ops->swiglu(d, g, u, o, n));
+            CHECK_OK(be_swiglu(d, g, u, o, n));
             double worst = 0;
             for (size_t i = 0; i < n; i++) {
                 double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
@@ -624,11 +623,11 @@ static void test_elementwise(void) {
             CHECK_MSG(worst < 1e-5, "swiglu n=%zu cfg=%d err %.3g", n, cfg, worst);
             /* out aliasing gate */
             memcpy(y, g, n * 4);
-            CHECK_OK(d->ops->swiglu(d, y, u, y, n));
+            CHECK_OK(be_swiglu(d, y, u, y, n));
             CHECK(memcmp(y, o, n * 4) == 0);
 
             memcpy(y, u, n * 4);
-            CHECK_OK(d->ops->add(d, y, g, n));
+            CHECK_OK(be_add(d, y, g, n));
             bool ok = true;
             for (size_t i = 0; i < n; i++)
                 ok = ok && y[i] == u[i] + g[i];
@@ -639,9 +638,9 @@ static void test_elementwise(void) {
             free(y);
         }
         float v = 0;
-        CHECK(d->ops->add(d, &v, NULL, 1) == CLEAVE_ERR_INVALID_ARG);
-        CHECK(d->ops->swiglu(d, &v, &v, &v, 0) == CLEAVE_ERR_INVALID_ARG);
-        d->ops->destroy(d);
+        CHECK(be_add(d, &v, NULL, 1) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(be_swiglu(d, &v, &v, &v, 0) == CLEAVE_ERR_INVALID_ARG);
+        be_destroy(d);
     }
 }
 
@@ -695,12 +694,12 @@ static void test_copy2d(void) {
     be_device *a = make_dev(1, true, 0), *b = make_dev(1, true, 0);
     if (!a || !b) return;
     enum { ROWS = 7, SP = 40, DP = 24, W = 12, OFF = 5 };
-    unsigned char *src = a->ops->alloc(a, ROWS * SP, "src"), *dst = b->ops->alloc(b, ROWS * DP, "dst");
+    unsigned char *src = be_alloc(a, ROWS * SP, "src"), *dst = be_alloc(b, ROWS * DP, "dst");
     CHECK(src && dst);
     if (src && dst) {
         for (int i = 0; i < ROWS * SP; i++) src[i] = (unsigned char)(i * 7 + 1);
         memset(dst, 0xee, ROWS * DP);
-        CHECK_OK(b->ops->copy2d_from(b, dst + 3, DP, a, src + OFF, SP, W, ROWS, NULL));
+        CHECK_OK(be_copy2d_from(b, dst + 3, DP, a, src + OFF, SP, W, ROWS, NULL));
         bool ok = true;
         for (int r = 0; r < ROWS; r++)
             for (int c = 0; c < DP; c++) {
@@ -709,14 +708,14 @@ static void test_copy2d(void) {
             }
         CHECK_MSG(ok, "2-D copy: wrong bytes");
         /* nothing to copy is fine; a pitch below the width is an error */
-        CHECK_OK(b->ops->copy2d_from(b, dst, DP, a, src, SP, 0, ROWS, NULL));
-        CHECK(b->ops->copy2d_from(b, dst, W - 1, a, src, SP, W, ROWS, NULL) == CLEAVE_ERR_INVALID_ARG);
-        CHECK(b->ops->copy2d_from(b, NULL, DP, a, src, SP, W, ROWS, NULL) == CLEAVE_ERR_INVALID_ARG);
+        CHECK_OK(be_copy2d_from(b, dst, DP, a, src, SP, 0, ROWS, NULL));
+        CHECK(be_copy2d_from(b, dst, W - 1, a, src, SP, W, ROWS, NULL) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(be_copy2d_from(b, NULL, DP, a, src, SP, W, ROWS, NULL) == CLEAVE_ERR_INVALID_ARG);
     }
-    a->ops->free(a, src);
-    b->ops->free(b, dst);
-    a->ops->destroy(a);
-    b->ops->destroy(b);
+    be_free(a, src);
+    be_free(b, dst);
+    be_destroy(a);
+    be_destroy(b);
 }
 
 /* The tiered KV cache's buffers: base spans device and host memory, alias
@@ -727,14 +726,13 @@ static void test_tiers(void) {
     size_t page = 4096;
     be_device *d = make_dev(1, true, 0);
     if (!d) return;
-    const be_ops *o = d->ops;
-    page = o->tier_granularity(d);
+    page = be_tier_granularity(d);
     size_t bytes = 3 * page + 100, head = page;
     be_tier a, b;
-    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "K", &a));
-    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "V", &b));
+    CHECK_OK(be_tier_alloc(d, bytes, head, 0, "K", &a));
+    CHECK_OK(be_tier_alloc(d, bytes, head, 0, "V", &b));
     be_mem_stats ms;
-    o->mem_stats(d, &ms);
+    be_get_mem_stats(d, &ms);
     CHECK_MSG(ms.used == 2 * head + (3 * page + page - head), "tiers: %zu bytes counted", ms.used);
     unsigned char *base = a.base, *alias = a.alias;
     for (size_t i = 0; i < bytes; i++) base[i] = (unsigned char)(i * 13 + 5);
@@ -742,7 +740,7 @@ static void test_tiers(void) {
     for (size_t i = 0; i < head; i++) head_shared &= alias[i] == base[i];
     for (size_t i = head; i < bytes; i++) tail_apart |= alias[i] != base[i];
     CHECK_MSG(head_shared && tail_apart, "tiers: the alias shares the head only");
-    CHECK_OK(o->tier_stage(d, &a, head + 2 * page)); /* part of the tail */
+    CHECK_OK(be_tier_stage(d, &a, head + 2 * page)); /* part of the tail */
     bool staged = true, rest_apart = false;
     for (size_t i = 0; i < head + 2 * page; i++) staged &= alias[i] == base[i];
     for (size_t i = head + 2 * page; i < bytes; i++) rest_apart |= alias[i] != base[i];
@@ -751,14 +749,14 @@ static void test_tiers(void) {
     CHECK_MSG(!memcmp(balias + head, alias + head, 2 * page), "tiers: one slot, one staging");
     base[7] = 0x5a;
     CHECK_MSG(alias[7] == 0x5a, "tiers: a write to the head shows through the alias");
-    CHECK(o->tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
-    CHECK_OK(o->tier_stage(d, &a, 0));
-    CHECK_OK(o->tier_join(d, &a));
+    CHECK(be_tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
+    CHECK_OK(be_tier_stage(d, &a, 0));
+    CHECK_OK(be_tier_join(d, &a));
     /* rows written through the alias reach the host tier: rows of 100
      * bytes; the first cell lies in the head, the second straddles it */
     int32_t c1 = (int32_t)(head / 100), c2 = c1 + 20, cells[3] = {0, c1, c2};
     for (size_t i = 0; i < bytes; i++) alias[i] = (unsigned char)(i * 7 + 1);
-    CHECK_OK(o->tier_persist(d, &a, 1, 100, cells, 3));
+    CHECK_OK(be_tier_persist(d, &a, 1, 100, cells, 3));
     bool rows_in = true, rest_kept = true;
     for (size_t i = head; i < bytes; i++) {
         bool written = (i >= (size_t)c1 * 100 && i < (size_t)c1 * 100 + 100) ||
@@ -768,26 +766,26 @@ static void test_tiers(void) {
     }
     CHECK_MSG(rows_in && rest_kept, "tiers: persist copies the cells' rows past the head and no more");
     int32_t far = 1000;
-    CHECK(o->tier_persist(d, &a, 1, 100, &far, 1) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_tier_persist(d, &a, 1, 100, &far, 1) == CLEAVE_ERR_INVALID_ARG);
     be_tier c;
-    CHECK(o->tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
-    CHECK(o->tier_alloc(d, page, 2 * page, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
-    CHECK_OK(o->tier_alloc(d, bytes, 0, 1, "all in host memory", &c));
-    CHECK_OK(o->tier_stage(d, &c, bytes));
-    o->tier_free(d, &c);
-    o->tier_free(d, &a);
-    o->tier_free(d, &b);
-    o->tier_free(d, &b); /* freed twice: nothing */
-    o->mem_stats(d, &ms);
+    CHECK(be_tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_tier_alloc(d, page, 2 * page, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
+    CHECK_OK(be_tier_alloc(d, bytes, 0, 1, "all in host memory", &c));
+    CHECK_OK(be_tier_stage(d, &c, bytes));
+    be_tier_free(d, &c);
+    be_tier_free(d, &a);
+    be_tier_free(d, &b);
+    be_tier_free(d, &b); /* freed twice: nothing */
+    be_get_mem_stats(d, &ms);
     CHECK_MSG(ms.used == 0, "tiers: %zu bytes still counted", ms.used);
-    d->ops->destroy(d);
+    be_destroy(d);
     /* a budget below the head and staging */
     be_device *small = make_dev(1, true, 2 * page);
     if (!small) return;
-    CHECK(small->ops->tier_alloc(small, 4 * page, 2 * page, 0, "K", &a) == CLEAVE_ERR_OOM);
-    small->ops->mem_stats(small, &ms);
+    CHECK(be_tier_alloc(small, 4 * page, 2 * page, 0, "K", &a) == CLEAVE_ERR_OOM);
+    be_get_mem_stats(small, &ms);
     CHECK_MSG(ms.used == 0, "tiers: a refused buffer left %zu bytes counted", ms.used);
-    small->ops->destroy(small);
+    be_destroy(small);
 }
 
 int main(void) {

@@ -18,7 +18,7 @@ int main(void) {
     float *buf[N];
     for (int d = 0; d < N; d++) {
         CHECK_OK(be_cpu_create("cpu", 1, 0, &dev[d]));
-        buf[d] = dev[d]->ops->alloc(dev[d], FLOATS * sizeof(float), "buffer");
+        buf[d] = be_alloc(dev[d], FLOATS * sizeof(float), "buffer");
         CHECK(buf[d] != NULL);
     }
     comm *c = NULL;
@@ -68,8 +68,8 @@ int main(void) {
     CHECK(strstr(cleave_last_error(), "cuda:1 appears twice") != NULL);
 
     for (int d = 0; d < N; d++) {
-        dev[d]->ops->free(dev[d], buf[d]);
-        dev[d]->ops->destroy(dev[d]);
+        be_free(dev[d], buf[d]);
+        be_destroy(dev[d]);
     }
     return tu_finish("test_comm");
 }

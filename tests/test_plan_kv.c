@@ -317,8 +317,8 @@ static void test_kv(void) {
     kv_cells_dirty(&cells, &lo, &hi);
     CHECK(hi <= lo); /* taken by the storage */
     int32_t pos[8], seq[8];
-    dev->ops->read(dev, pos, kv_store_cell_pos(&kv, 0), 5 * sizeof *pos);
-    dev->ops->read(dev, seq, kv_store_cell_seq(&kv, 0), 5 * sizeof *seq);
+    be_read(dev, pos, kv_store_cell_pos(&kv, 0), 5 * sizeof *pos);
+    be_read(dev, seq, kv_store_cell_seq(&kv, 0), 5 * sizeof *seq);
     CHECK(pos[0] == 0 && pos[4] == 4 && seq[0] == 0 && seq[4] == 0);
     kv_store_free(&kv);
     kv_cells_free(&cells);
@@ -328,10 +328,10 @@ static void test_kv(void) {
     CHECK_OK(be_cpu_create("small", 1, 4096, &small));
     CHECK(kv_store_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32, UINT32_MAX, false) == CLEAVE_ERR_OOM);
     be_mem_stats ms;
-    small->ops->mem_stats(small, &ms);
+    be_get_mem_stats(small, &ms);
     CHECK(ms.used == 0);
-    small->ops->destroy(small);
-    dev->ops->destroy(dev);
+    be_destroy(small);
+    be_destroy(dev);
 }
 
 int main(void) {

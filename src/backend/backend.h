@@ -1,5 +1,6 @@
-/* The device interface: a table of function pointers plus a context, as in
- * ggml's backend interface. A device owns memory and runs the ops the
+/* The device interface: tables of function pointers plus a context, as in
+ * ggml's backend interface; callers go through the be_* wrappers of
+ * backend_call.h and ask be_has() for optional ops. A device owns memory and runs the ops the
  * forward pass needs on it; it knows nothing of layers, plans or split
  * modes. Every pointer an op takes is a device pointer of that device.
  * Activations are f32, row-major: [rows][width]. Allocation returns NULL on
@@ -74,7 +75,7 @@ typedef struct be_mem_stats {
     size_t device_used;        /* the device's own count of bytes in use (GPUs), or 0 */
 } be_mem_stats;
 
-/* A K or V buffer of one layer of a tiered KV cache (be_ops.tier_alloc). */
+/* A K or V buffer of one layer of a tiered KV cache (be_tier_ops.alloc). */
 typedef struct be_tier {
     void *base;  /* [0, head): device memory, [head, bytes): pinned host memory */
     void *alias; /* [0, head): the same device memory, [head, bytes): a staging buffer */
@@ -82,31 +83,36 @@ typedef struct be_tier {
     void *impl; /* the backend's */
 } be_tier;
 
-typedef struct be_ops {
-    const char *(*name)(be_device *d);
-    void (*destroy)(be_device *d);
-    void (*mem_stats)(be_device *d, be_mem_stats *out);
+/* The ops come in tables by kind. memory and compute are required; the
+ * others, and the members marked optional, may be NULL: callers ask
+ * be_has() and call through the be_* wrappers (backend_call.h), which
+ * refuse an op a device lacks with CLEAVE_ERR_UNSUPPORTED. */
 
-    /* Memory. alloc returns NULL (with the error message set) on failure or
-     * when the device's budget would be exceeded. */
+/* Memory. Every member is required unless marked optional. */
+typedef struct be_memory_ops {
+    void (*mem_stats)(be_device *d, be_mem_stats *out);
+    /* alloc returns NULL (with the error message set) on failure or when
+     * the device's budget would be exceeded. */
     void *(*alloc)(be_device *d, size_t bytes, const char *what);
     void (*free)(be_device *d, void *p);
-    /* Optional (NULL = unsupported): a device pointer aliasing host memory
-     * that stays valid while the caller keeps it (CPU: the pointer itself),
-     * so mmapped weights need no copy. */
-    const void *(*map_host)(be_device *d, const void *host, size_t bytes);
-
-    /* Optional (NULL = weights are copied byte for byte with alloc+write):
-     * allocates and fills a device copy of a host matrix in the layout the
-     * device computes fastest with (out->scales may be set); the engine
-     * frees out->data and out->scales with free(). */
-    cleave_status (*upload_mat)(be_device *d, const be_mat *host, be_mat *out, const char *what);
-
     cleave_status (*write)(be_device *d, void *dst, const void *host_src, size_t n);
     cleave_status (*read)(be_device *d, void *host_dst, const void *src, size_t n);
     cleave_status (*copy)(be_device *d, void *dst, const void *src, size_t n);
     cleave_status (*sync)(be_device *d);
 
+    /* Optional (NULL = unsupported): a device pointer aliasing host memory
+     * that stays valid while the caller keeps it (CPU: the pointer itself),
+     * so mmapped weights need no copy. */
+    const void *(*map_host)(be_device *d, const void *host, size_t bytes);
+    /* Optional (NULL = weights are copied byte for byte with alloc+write):
+     * allocates and fills a device copy of a host matrix in the layout the
+     * device computes fastest with (out->scales may be set); the engine
+     * frees out->data and out->scales with free(). */
+    cleave_status (*upload_mat)(be_device *d, const be_mat *host, be_mat *out, const char *what);
+} be_memory_ops;
+
+/* The ops the forward pass is made of; every member is required. */
+typedef struct be_compute_ops {
     /* out[i][:] = dequant(table row ids[i]); out is [n][table.ne0]. An id
      * of -1 gives a row of zeros: a device holding a slice of the
      * vocabulary looks up only its own tokens. */
@@ -131,9 +137,12 @@ typedef struct be_ops {
                             size_t n);
     /* y[i] += x[i], n elements. */
     cleave_status (*add)(be_device *d, float *y, const float *x, size_t n);
+} be_compute_ops;
 
-    /* Optional fused ops (NULL: the engine composes them from the ops
-     * above; results must match that composition up to rounding). */
+/* Optional fused ops, each member optional (NULL: the engine composes them
+ * from the compute ops; results must match that composition up to
+ * rounding). */
+typedef struct be_fused_ops {
     /* x += r, then y = rms_norm(x) * w: the residual add fused with the
      * norm that follows it; y may be r. */
     cleave_status (*add_rms_norm)(be_device *d, float *x, const float *r, const float *w, float *y,
@@ -148,84 +157,127 @@ typedef struct be_ops {
      * SwiGLU fused; gate and up have the same shape and type. */
     cleave_status (*matmul_swiglu)(be_device *d, const be_mat *gate, const be_mat *up,
                                    const float *x, size_t n, float *y);
-
-    /* Optional (NULL = unsupported): record the ops issued between
-     * graph_begin and graph_end into a graph that graph_launch replays with
-     * the same pointers (CUDA graphs). Memory ops (write/read/alloc) must
-     * stay outside a recording. */
-    cleave_status (*graph_begin)(be_device *d);
-    cleave_status (*graph_end)(be_device *d, void **graph);
-    cleave_status (*graph_launch)(be_device *d, void *graph);
-    void (*graph_free)(be_device *d, void *graph);
-    /* Optional: y[i] = x . w[i]^T (+ bias[i]) for count matrices that share
-     * the input (the q, k, v projections), in as few launches as the device
+    /* y[i] = x . w[i]^T (+ bias[i]) for count matrices that share the
+     * input (the q, k, v projections), in as few launches as the device
      * can; bias may be NULL, as may any bias[i]. */
     cleave_status (*matmul_multi)(be_device *d, const be_mat *const *w, const float *const *bias,
                                   float *const *y, size_t count, const float *x, size_t n);
-    /* Optional: the whole FFN, y = (silu(x . gate^T) * (x . up^T)) . down^T,
-     * with tmp ([n][gate.ne1] floats) for the intermediate; y may be x. */
+    /* The whole FFN, y = (silu(x . gate^T) * (x . up^T)) . down^T, with
+     * tmp ([n][gate.ne1] floats) for the intermediate; y may be x. */
     cleave_status (*ffn)(be_device *d, const be_mat *gate, const be_mat *up, const be_mat *down,
                          const float *x, size_t n, float *tmp, float *y);
+} be_fused_ops;
 
-    /* Optional (NULL: activations move between devices through host
-     * memory with read and write): copies between two devices of this
-     * backend, by peer access where they have it, else staged through
-     * pinned host memory, ordered by events rather than host syncs.
-     * event_record marks the work issued so far on d (*ev is created on
-     * first use, then re-recorded); copy_from copies n bytes from src on
-     * `from` to dst on d after the work `ready` marks on `from` (NULL: all
-     * work issued there so far) and after the work issued so far on d;
-     * work issued later on d runs after it. The caller keeps src unchanged,
-     * and dst unused by other work, until d has synced. */
+/* Optional table (NULL = unsupported), every member required within:
+ * record the ops issued between begin and end into a graph that launch
+ * replays with the same pointers (CUDA graphs). Memory ops
+ * (write/read/alloc) must stay outside a recording. */
+typedef struct be_graph_ops {
+    cleave_status (*begin)(be_device *d);
+    cleave_status (*end)(be_device *d, void **graph);
+    cleave_status (*launch)(be_device *d, void *graph);
+    void (*free)(be_device *d, void *graph);
+} be_graph_ops;
+
+/* Optional table (NULL: activations move between devices through host
+ * memory with read and write): copies between two devices of this
+ * backend, by peer access where they have it, else staged through pinned
+ * host memory, ordered by events rather than host syncs. event_record
+ * marks the work issued so far on d (*ev is created on first use, then
+ * re-recorded); copy_from copies n bytes from src on `from` to dst on d
+ * after the work `ready` marks on `from` (NULL: all work issued there so
+ * far) and after the work issued so far on d; work issued later on d runs
+ * after it. The caller keeps src unchanged, and dst unused by other work,
+ * until d has synced. */
+typedef struct be_peer_ops {
     cleave_status (*event_record)(be_device *d, void **ev);
     void (*event_free)(be_device *d, void *ev);
     cleave_status (*copy_from)(be_device *d, void *dst, be_device *from, const void *src, size_t n,
                                void *ready);
-    /* Optional, with copy_from: `height` rows of `width` bytes from src on
-     * `from`, its rows spitch bytes apart, to dst on d, rows dpitch apart
-     * (pitches >= width), ordered as copy_from. What a split-mode switch
-     * moves is mostly such blocks: a range of columns of every row (the o
-     * and down projections, a range of kv heads of every cache cell). */
+    /* Optional within the table: `height` rows of `width` bytes from src
+     * on `from`, its rows spitch bytes apart, to dst on d, rows dpitch
+     * apart (pitches >= width), ordered as copy_from. What a split-mode
+     * switch moves is mostly such blocks: a range of columns of every row
+     * (the o and down projections, a range of kv heads of every cache
+     * cell). */
     cleave_status (*copy2d_from)(be_device *d, void *dst, size_t dpitch, be_device *from,
                                  const void *src, size_t spitch, size_t width, size_t height,
                                  void *ready);
+} be_peer_ops;
 
-    /* Optional (NULL: this device keeps no tiered KV cache). tier_alloc
-     * makes a buffer of `bytes` whose first `head` bytes (a multiple of
-     * tier_granularity) are device memory and the rest pinned host memory,
-     * in one address range (base), and a second range (alias) whose
-     * [0, head) is that same device memory and whose [head, bytes) is the
-     * device's staging buffer number `slot` (one per slot and size, shared
-     * by every buffer of that slot: the engine gives alternate layers
-     * alternate slots, so one layer's staging is filled while the layer
-     * before reads its own). The device's budget counts head and the
-     * staging, not the host part.
-     *
-     * tier_stage copies base's bytes [head, used) into the staging on a
-     * side queue (a GPU's copy engine): the copy starts once every op
-     * queued before it has run, and ops queued after it run beside it
-     * until tier_join(t), after which ops wait for t's latest staging
-     * (stagings finish in the order they were started, so joining the
-     * latest covers the ones before it). tier_persist copies, in each of
-     * the n_t buffers t[0..n_t) (of equal bytes and head) and for each of
-     * the n cells (device memory) whose row of row_bytes reaches past
-     * head, that row's bytes past head from alias to base, in op order:
-     * the engine writes new rows through the alias (device memory) and
-     * persists them to the host tier. */
-    size_t (*tier_granularity)(be_device *d);
-    cleave_status (*tier_alloc)(be_device *d, size_t bytes, size_t head, int slot, const char *what,
-                                be_tier *out);
-    cleave_status (*tier_stage)(be_device *d, const be_tier *t, size_t used);
-    cleave_status (*tier_join)(be_device *d, const be_tier *t);
-    cleave_status (*tier_persist)(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
-                                  const int32_t *cells, size_t n);
-    void (*tier_free)(be_device *d, be_tier *t);
+/* Optional table (NULL: this device keeps no tiered KV cache), every
+ * member required within. alloc makes a buffer of `bytes` whose first
+ * `head` bytes (a multiple of granularity) are device memory and the rest
+ * pinned host memory, in one address range (base), and a second range
+ * (alias) whose [0, head) is that same device memory and whose
+ * [head, bytes) is the device's staging buffer number `slot`: one per slot
+ * and size, shared by every buffer allocated with both, so one slot's
+ * staging can be filled while another slot's is read. The device's
+ * budget counts head and the staging, not the host part.
+ *
+ * stage copies base's bytes [head, used) into the staging on a side queue
+ * (a GPU's copy engine): the copy starts once every op queued before it
+ * has run, and ops queued after it run beside it until join(t), after
+ * which ops wait for t's latest staging (stagings finish in the order
+ * they were started, so joining the latest covers the ones before it).
+ * persist copies, in each of the n_t buffers t[0..n_t) (of equal bytes
+ * and head) and for each of the n cells (device memory) whose row of
+ * row_bytes reaches past head, that row's bytes past head from alias to
+ * base, in op order: rows written through the alias (device memory) reach
+ * the host tier. */
+typedef struct be_tier_ops {
+    size_t (*granularity)(be_device *d);
+    cleave_status (*alloc)(be_device *d, size_t bytes, size_t head, int slot, const char *what,
+                           be_tier *out);
+    cleave_status (*stage)(be_device *d, const be_tier *t, size_t used);
+    cleave_status (*join)(be_device *d, const be_tier *t);
+    cleave_status (*persist)(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
+                             const int32_t *cells, size_t n);
+    void (*free)(be_device *d, be_tier *t);
+} be_tier_ops;
+
+typedef struct be_ops {
+    const char *(*name)(be_device *d);
+    void (*destroy)(be_device *d);
+    const be_memory_ops *memory;   /* required */
+    const be_compute_ops *compute; /* required */
+    const be_fused_ops *fused;     /* optional, as is each member */
+    const be_graph_ops *graph;     /* optional */
+    const be_peer_ops *peer;       /* optional */
+    const be_tier_ops *tier;       /* optional */
 } be_ops;
 
 struct be_device {
     const be_ops *ops;
     void *impl;
 };
+
+/* What a device offers beyond the required ops: one bit each. */
+typedef enum be_cap {
+    BE_CAP_MAP_HOST = 1u << 0,
+    BE_CAP_UPLOAD_MAT = 1u << 1,
+    BE_CAP_ADD_RMS_NORM = 1u << 2,
+    BE_CAP_ROPE_STORE = 1u << 3,
+    BE_CAP_MATMUL_SWIGLU = 1u << 4,
+    BE_CAP_MATMUL_MULTI = 1u << 5,
+    BE_CAP_FFN = 1u << 6,
+    BE_CAP_GRAPH = 1u << 7,
+    BE_CAP_PEER = 1u << 8,   /* event_record, event_free, copy_from */
+    BE_CAP_COPY2D = 1u << 9, /* copy2d_from (implies BE_CAP_PEER) */
+    BE_CAP_TIER = 1u << 10,
+} be_cap;
+
+/* The capability bits of d, from which tables and members it fills (0 for
+ * NULL), and whether it has cap. */
+unsigned be_caps(const be_device *d);
+static inline bool be_has(const be_device *d, be_cap cap) {
+    return (be_caps(d) & (unsigned)cap) != 0;
+}
+/* Whether a and b are devices of one backend, so the peer ops of one may
+ * name the other as `from`. */
+static inline bool be_same_backend(const be_device *a, const be_device *b) {
+    return a && b && a->ops == b->ops;
+}
 
 /* CPU device: n_threads workers (0 = all cores); budget_bytes caps its
  * allocations (0 = unlimited) so tests can emulate a full device. */
@@ -241,4 +293,6 @@ bool be_is_cuda(const be_device *d);
 #ifdef __cplusplus
 }
 #endif
+
+#include "backend_call.h"
 #endif

@@ -378,13 +378,13 @@ static void cuda_comm_free(comm *c) {
     for (size_t d = 0; d < c->n; d++) {
         be_device *dev = c->devs[d];
         cudaSetDevice(((cuda_device *)dev->impl)->ordinal);
-        dev->ops->sync(dev);
+        be_sync(dev);
         if (!c->host) {
-            dev->ops->free(dev, c->inbox[d]);
-            dev->ops->free(dev, c->flags[d]);
-            dev->ops->free(dev, c->ll[d]);
+            be_free(dev, c->inbox[d]);
+            be_free(dev, c->flags[d]);
+            be_free(dev, c->ll[d]);
         }
-        dev->ops->free(dev, c->state[d]);
+        be_free(dev, c->state[d]);
     }
     if (c->host_mem) cudaFreeHost(c->host_mem);
     if (c->host_big) cudaFreeHost(c->host_big);
@@ -563,14 +563,14 @@ cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floa
     for (size_t d = 0; !st && d < n; d++) {
         be_device *dev = devs[d];
         if (!c->host) {
-            c->inbox[d] = (float *)dev->ops->alloc(dev, slot_bytes, "all-reduce inbox");
-            c->flags[d] = (unsigned *)dev->ops->alloc(dev, flag_bytes, "all-reduce flags");
-            c->ll[d] = (uint4 *)dev->ops->alloc(dev, ll_bytes, "all-reduce slots (fused)");
+            c->inbox[d] = (float *)be_alloc(dev, slot_bytes, "all-reduce inbox");
+            c->flags[d] = (unsigned *)be_alloc(dev, flag_bytes, "all-reduce flags");
+            c->ll[d] = (uint4 *)be_alloc(dev, ll_bytes, "all-reduce slots (fused)");
             if (!c->inbox[d] || !c->flags[d] || !c->ll[d]) st = CLEAVE_ERR_OOM;
             else if (!(st = zero(dev, c->flags[d], flag_bytes))) st = zero(dev, c->ll[d], ll_bytes);
         }
         if (!st) {
-            c->state[d] = (unsigned *)dev->ops->alloc(dev, 2 * sizeof(unsigned), "all-reduce state");
+            c->state[d] = (unsigned *)be_alloc(dev, 2 * sizeof(unsigned), "all-reduce state");
             st = c->state[d] ? zero(dev, c->state[d], 2 * sizeof(unsigned)) : CLEAVE_ERR_OOM;
         }
     }

@@ -49,7 +49,7 @@ static cleave_status host_all_reduce_sum(comm *c, float *const *bufs, const bool
     for (size_t d = 0; d < c->n; d++) {
         if (!bufs[d] || !contributes[d]) continue;
         be_device *dev = c->devs[d];
-        cleave_status st = dev->ops->read(dev, first ? c->acc : c->tmp, bufs[d], bytes);
+        cleave_status st = be_read(dev, first ? c->acc : c->tmp, bufs[d], bytes);
         if (st) return st;
         if (!first)
             for (size_t i = 0; i < n_floats; i++) c->acc[i] += c->tmp[i];
@@ -59,7 +59,7 @@ static cleave_status host_all_reduce_sum(comm *c, float *const *bufs, const bool
     for (size_t d = 0; d < c->n; d++) {
         if (!bufs[d]) continue;
         be_device *dev = c->devs[d];
-        cleave_status st = dev->ops->write(dev, bufs[d], c->acc, bytes);
+        cleave_status st = be_write(dev, bufs[d], c->acc, bytes);
         if (st) return st;
     }
     return CLEAVE_OK;

@@ -20,9 +20,9 @@ cleave_status engine_own(placement *pl, int d, void *p) {
 
 void *engine_dev_alloc(placement *pl, int d, size_t bytes, const char *what) {
     be_device *dev = pl->devs[d].dev;
-    void *p = dev->ops->alloc(dev, bytes, what);
+    void *p = be_alloc(dev, bytes, what);
     if (p && engine_own(pl, d, p)) {
-        dev->ops->free(dev, p);
+        be_free(dev, p);
         return NULL;
     }
     return p;
@@ -35,7 +35,7 @@ void engine_release(placement *pl, int d, const void *p) {
     for (size_t i = 0; i < pl->n_owned; i++)
         if (pl->owned[i].p == p && pl->owned[i].dev == d) {
             be_device *dev = pl->devs[d].dev;
-            dev->ops->free(dev, (void *)p);
+            be_free(dev, (void *)p);
             pl->owned[i] = pl->owned[--pl->n_owned];
             return;
         }
@@ -44,7 +44,7 @@ void engine_release(placement *pl, int d, const void *p) {
 void engine_free_owned(placement *pl) {
     for (size_t i = 0; i < pl->n_owned; i++) {
         be_device *d = pl->devs[pl->owned[i].dev].dev;
-        d->ops->free(d, pl->owned[i].p);
+        be_free(d, pl->owned[i].p);
     }
     free(pl->owned);
     pl->owned = NULL;

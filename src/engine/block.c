@@ -18,10 +18,10 @@
 cleave_status engine_add_norm(placement *pl, be_device *d, float *x, const float *r,
                               const float *w, float *y, size_t rows) {
     const model_hparams *hp = &pl->model->hp;
-    if (d->ops->add_rms_norm)
-        return d->ops->add_rms_norm(d, x, r, w, y, rows, hp->n_embd, hp->norm_eps);
-    TRY(d->ops->add(d, x, r, rows * hp->n_embd));
-    return d->ops->rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
+    if (be_has(d, BE_CAP_ADD_RMS_NORM))
+        return be_add_rms_norm(d, x, r, w, y, rows, hp->n_embd, hp->norm_eps);
+    TRY(be_add(d, x, r, rows * hp->n_embd));
+    return be_rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
 }
 
 /* RoPE on q and k, then k and v into this device's cache rows kc, vc. */
@@ -29,18 +29,17 @@ static cleave_status rope_and_store(placement *pl, int dv, const engine_scratch 
                                     size_t n, size_t n_head, size_t n_head_kv, void *kc, void *vc) {
     engine_device *D = &pl->devs[dv];
     be_device *d = D->dev;
-    const be_ops *o = d->ops;
     const model_hparams *hp = &pl->model->hp;
     size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
                     .freq_factors = D->rope_freqs};
-    if (o->rope_store)
-        return o->rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc,
+    if (be_has(d, BE_CAP_ROPE_STORE))
+        return be_rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc,
                              pl->store.type, s->cells);
-    TRY(o->rope(d, s->q, n, qw, n_head, hd, s->pos, &rope));
-    TRY(o->rope(d, s->k, n, kw, n_head_kv, hd, s->pos, &rope));
-    TRY(o->kv_store(d, s->k, n, kw, kc, pl->store.type, s->cells));
-    return o->kv_store(d, s->v, n, kw, vc, pl->store.type, s->cells);
+    TRY(be_apply_rope(d, s->q, n, qw, n_head, hd, s->pos, &rope));
+    TRY(be_apply_rope(d, s->k, n, kw, n_head_kv, hd, s->pos, &rope));
+    TRY(be_kv_store(d, s->k, n, kw, kc, pl->store.type, s->cells));
+    return be_kv_store(d, s->v, n, kw, vc, pl->store.type, s->cells);
 }
 
 cleave_status engine_attention(placement *pl, const engine_layer *E,
@@ -48,20 +47,19 @@ cleave_status engine_attention(placement *pl, const engine_layer *E,
                                size_t n_head_kv, bool graph, float *out) {
     const model_hparams *hp = &pl->model->hp;
     be_device *d = pl->devs[E->dev].dev;
-    const be_ops *o = d->ops;
     size_t hd = hp->head_dim;
-    if (o->matmul_multi) {
+    if (be_has(d, BE_CAP_MATMUL_MULTI)) {
         const be_mat *w[3] = {&E->wq, &E->wk, &E->wv};
         const float *b[3] = {E->bq, E->bk, E->bv};
         float *y[3] = {s->q, s->k, s->v};
-        TRY(o->matmul_multi(d, w, b, y, 3, s->h, n));
+        TRY(be_matmul_multi(d, w, b, y, 3, s->h, n));
     } else {
-        TRY(o->matmul(d, &E->wq, s->h, n, E->bq, s->q));
-        TRY(o->matmul(d, &E->wk, s->h, n, E->bk, s->k));
-        TRY(o->matmul(d, &E->wv, s->h, n, E->bv, s->v));
+        TRY(be_matmul(d, &E->wq, s->h, n, E->bq, s->q));
+        TRY(be_matmul(d, &E->wk, s->h, n, E->bk, s->k));
+        TRY(be_matmul(d, &E->wv, s->h, n, E->bv, s->v));
     }
-    if (E->q_norm) TRY(o->rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
-    if (E->k_norm) TRY(o->rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
+    if (E->q_norm) TRY(be_rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
+    if (E->k_norm) TRY(be_rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
     uint32_t n_kv = graph ? pl->graph_cells : kv_cells_hi(pl->cells);
     void *kc, *vc; /* a tiered cache: written and read through the staged alias */
     TRY(kv_store_layer_begin(&pl->store, (size_t)E->dev, l, n_kv, &kc, &vc));
@@ -74,24 +72,23 @@ cleave_status engine_attention(placement *pl, const engine_layer *E,
         .cell_seq = pl->store.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
         .n_seq_runs = pl->batch_seq_runs, .tok_win = kv_cells_regions(pl->cells) ? s->win : NULL,
     };
-    TRY(o->attention(d, &a));
+    TRY(be_attention(d, &a));
     TRY(kv_store_layer_end(&pl->store, (size_t)E->dev, l, n_kv));
-    return o->matmul(d, &E->wo, s->att, n, NULL, out);
+    return be_matmul(d, &E->wo, s->att, n, NULL, out);
 }
 
 cleave_status engine_ffn(placement *pl, const engine_layer *E, const engine_scratch *s,
                          size_t n, float *out) {
     be_device *d = pl->devs[E->dev].dev;
-    const be_ops *o = d->ops;
-    if (o->ffn) return o->ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
-    if (o->matmul_swiglu) {
-        TRY(o->matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));
+    if (be_has(d, BE_CAP_FFN)) return be_ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
+    if (be_has(d, BE_CAP_MATMUL_SWIGLU)) {
+        TRY(be_matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));
     } else {
-        TRY(o->matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
-        TRY(o->matmul(d, &E->w_up, s->h, n, NULL, s->up));
-        TRY(o->swiglu(d, s->gate, s->up, s->gate, n * E->w_up.ne1));
+        TRY(be_matmul(d, &E->w_gate, s->h, n, NULL, s->gate));
+        TRY(be_matmul(d, &E->w_up, s->h, n, NULL, s->up));
+        TRY(be_swiglu(d, s->gate, s->up, s->gate, n * E->w_up.ne1));
     }
-    return o->matmul(d, &E->w_down, s->gate, n, NULL, out);
+    return be_matmul(d, &E->w_down, s->gate, n, NULL, out);
 }
 
 /* One block, on its device. On entry that device's s->h holds this layer's
@@ -114,18 +111,18 @@ cleave_status engine_forward_layer(placement *pl, const engine_scratch *s, uint3
 cleave_status engine_transfer(placement *pl, int to, void *dst, int from,
                               const void *src, size_t bytes, void *ready) {
     be_device *a = pl->devs[from].dev, *b = pl->devs[to].dev;
-    if (a->ops == b->ops && b->ops->copy_from && !pl->host_handoff)
-        return b->ops->copy_from(b, dst, a, src, bytes, ready);
+    if (be_same_backend(a, b) && be_has(b, BE_CAP_PEER) && !pl->host_handoff)
+        return be_copy_from(b, dst, a, src, bytes, ready);
     if (bytes > (size_t)pl->plan.n_batch * pl->model->hp.n_embd * sizeof(float))
         return err_set(CLEAVE_ERR_INVALID_ARG, "transfer of %zu bytes exceeds the hand-off buffer",
                        bytes);
-    TRY(a->ops->read(a, pl->bounce, src, bytes));
-    return b->ops->write(b, dst, pl->bounce, bytes);
+    TRY(be_read(a, pl->bounce, src, bytes));
+    return be_write(b, dst, pl->bounce, bytes);
 }
 
 cleave_status engine_sync_all(placement *pl) {
     for (size_t d = 0; d < pl->n_dev; d++)
-        if (pl->devs[d].active) TRY(pl->devs[d].dev->ops->sync(pl->devs[d].dev));
+        if (pl->devs[d].active) TRY(be_sync(pl->devs[d].dev));
     return CLEAVE_OK;
 }
 

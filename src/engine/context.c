@@ -172,7 +172,7 @@ void cleave_context_free(cleave_context *c) {
     placement_free(c->pl);
     comm_free(c->comm); /* before the devices it lives on */
     kv_cells_free(&c->cells);
-    for (size_t d = 0; d < c->n_dev; d++) c->devs[d]->ops->destroy(c->devs[d]);
+    for (size_t d = 0; d < c->n_dev; d++) be_destroy(c->devs[d]);
     free(c->logits);
     free(c->row_of);
     free(c);
@@ -197,7 +197,7 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     memset(out, 0, sizeof *out);
     const placement *pl = c->pl;
     be_device *dev = c->devs[d];
-    snprintf(out->name, sizeof out->name, "%s", dev->ops->name(dev));
+    snprintf(out->name, sizeof out->name, "%s", be_name(dev));
     out->planned_weights = pl->plan.bytes[d].weights;
     out->planned_kv = pl->plan.bytes[d].kv;
     out->planned_compute = pl->plan.bytes[d].compute;
@@ -206,7 +206,7 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     out->kv_vram_cells = row && tail ? (uint32_t)(kv_store_head_bytes(&pl->store, d) / row) : pl->plan.n_ctx;
     out->kv_staging = tail ? PLAN_KV_STAGING_BUFFERS * tail : 0;
     be_mem_stats ms = {0};
-    dev->ops->mem_stats(dev, &ms);
+    be_get_mem_stats(dev, &ms);
     out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;
     out->device_used = ms.device_used;
     return CLEAVE_OK;

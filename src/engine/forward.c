@@ -13,7 +13,7 @@
 static cleave_status upload_ids(placement *pl, const int32_t *tokens, size_t n) {
     if (pl->plan.mode != CLEAVE_SPLIT_TENSOR) {
         be_device *e = pl->devs[pl->plan.embd_device].dev;
-        return e->ops->write(e, pl->devs[pl->plan.embd_device].s.ids, tokens, n * sizeof(int32_t));
+        return be_write(e, pl->devs[pl->plan.embd_device].s.ids, tokens, n * sizeof(int32_t));
     }
     for (size_t d = 0; d < pl->n_dev; d++) {
         engine_device *D = &pl->devs[d];
@@ -21,7 +21,7 @@ static cleave_status upload_ids(placement *pl, const int32_t *tokens, size_t n) 
         int32_t lo = (int32_t)pl->plan.vocab_rows[d].lo, hi = (int32_t)pl->plan.vocab_rows[d].hi;
         for (size_t i = 0; i < n; i++)
             D->ids_host[i] = tokens[i] >= lo && tokens[i] < hi ? tokens[i] - lo : -1;
-        TRY(D->dev->ops->write(D->dev, D->s.ids, D->ids_host, n * sizeof(int32_t)));
+        TRY(be_write(D->dev, D->s.ids, D->ids_host, n * sizeof(int32_t)));
     }
     return CLEAVE_OK;
 }
@@ -54,10 +54,10 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
         if (!pl->devs[i].active) continue;
         be_device *d = pl->devs[i].dev;
         engine_scratch *s = &pl->devs[i].s;
-        TRY(d->ops->write(d, s->pos, pos, n * sizeof(int32_t)));
-        TRY(d->ops->write(d, s->seq, seq, n * sizeof(int32_t)));
-        TRY(d->ops->write(d, s->cells, cells, n * sizeof(int32_t)));
-        if (kv_cells_regions(pl->cells)) TRY(d->ops->write(d, s->win, pl->win_host, 2 * n * sizeof(int32_t)));
+        TRY(be_write(d, s->pos, pos, n * sizeof(int32_t)));
+        TRY(be_write(d, s->seq, seq, n * sizeof(int32_t)));
+        TRY(be_write(d, s->cells, cells, n * sizeof(int32_t)));
+        if (kv_cells_regions(pl->cells)) TRY(be_write(d, s->win, pl->win_host, 2 * n * sizeof(int32_t)));
     }
     TRY(kv_store_sync_cells(&pl->store, pl->cells));
 
@@ -83,7 +83,7 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
         return engine_sync_all(pl);
     }
     engine_device *H = &pl->devs[pl->plan.head_device];
-    TRY(H->dev->ops->read(H->dev, logits_host, H->s.logits,
+    TRY(be_read(H->dev, logits_host, H->s.logits,
                           (n - first_out) * hp->n_vocab * sizeof(float)));
     return engine_sync_all(pl);
 }

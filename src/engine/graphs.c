@@ -6,7 +6,7 @@
 void engine_drop_graphs(placement *pl, size_t b) {
     for (size_t d = 0; d < pl->n_dev; d++)
         if (pl->devs[d].graphs[b]) {
-            pl->devs[d].dev->ops->graph_free(pl->devs[d].dev, pl->devs[d].graphs[b]);
+            be_graph_free(pl->devs[d].dev, pl->devs[d].graphs[b]);
             pl->devs[d].graphs[b] = NULL;
         }
 }
@@ -45,7 +45,7 @@ cleave_status engine_forward_graph(placement *pl) {
     for (size_t d = 0; d < pl->n_dev; d++) {
         engine_device *D = &pl->devs[d];
         if (!D->active) continue;
-        TRY(D->dev->ops->write(D->dev, D->s.n_kv_live, &live, sizeof live));
+        TRY(be_write(D->dev, D->s.n_kv_live, &live, sizeof live));
         record |= !D->graphs[b];
     }
     if (record) {
@@ -54,14 +54,14 @@ cleave_status engine_forward_graph(placement *pl) {
         bool begun[CLEAVE_MAX_DEVICES] = {false};
         pl->graph_cells = cells;
         for (size_t d = 0; !st && d < pl->n_dev; d++)
-            if (pl->devs[d].active && !(st = pl->devs[d].dev->ops->graph_begin(pl->devs[d].dev)))
+            if (pl->devs[d].active && !(st = be_graph_begin(pl->devs[d].dev)))
                 begun[d] = true;
         if (!st) st = tensor ? engine_tensor_body(pl, 1, 0, true) : engine_layer_body(pl, 1, 0, true);
         for (size_t d = 0; d < pl->n_dev; d++) {
             engine_device *D = &pl->devs[d];
             if (!begun[d]) continue; /* every recording begun is ended */
             void *g = NULL;
-            cleave_status end = D->dev->ops->graph_end(D->dev, &g);
+            cleave_status end = be_graph_end(D->dev, &g);
             if (!st && end) st = end;
             D->graphs[b] = g;
         }
@@ -72,7 +72,7 @@ cleave_status engine_forward_graph(placement *pl) {
     }
     for (size_t d = 0; d < pl->n_dev; d++)
         if (pl->devs[d].active)
-            TRY(pl->devs[d].dev->ops->graph_launch(pl->devs[d].dev, pl->devs[d].graphs[b]));
+            TRY(be_graph_launch(pl->devs[d].dev, pl->devs[d].graphs[b]));
     return CLEAVE_OK;
 }
 

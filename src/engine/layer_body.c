@@ -17,8 +17,8 @@ cleave_status engine_layer_body(placement *pl, size_t n, size_t first_out, bool 
     int cur = pl->plan.embd_device;
     be_device *d = pl->devs[cur].dev;
     engine_scratch *s = &pl->devs[cur].s;
-    TRY(d->ops->get_rows(d, &pl->tok_embd, s->ids, n, s->x));
-    TRY(d->ops->rms_norm(d, s->x, pl->layers[0].attn_norm, s->h, n, hp->n_embd, hp->norm_eps));
+    TRY(be_get_rows(d, &pl->tok_embd, s->ids, n, s->x));
+    TRY(be_rms_norm(d, s->x, pl->layers[0].attn_norm, s->h, n, hp->n_embd, hp->norm_eps));
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (pl->layers[l].dev != cur) {
             TRY(handoff(pl, cur, pl->layers[l].dev, n));
@@ -30,7 +30,7 @@ cleave_status engine_layer_body(placement *pl, size_t n, size_t first_out, bool 
      * whose logits are wanted go through the lm head. */
     d = pl->devs[cur].dev;
     s = &pl->devs[cur].s;
-    TRY(d->ops->matmul(d, &pl->output, s->h + first_out * hp->n_embd, n - first_out, NULL, s->logits));
+    TRY(be_matmul(d, &pl->output, s->h + first_out * hp->n_embd, n - first_out, NULL, s->logits));
     return CLEAVE_OK;
 }
 

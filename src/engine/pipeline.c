@@ -103,8 +103,8 @@ static cleave_status run_micro(stage *S, size_t u) {
     v.x += off * e, v.h += off * e, v.pos += off, v.seq += off, v.cells += off, v.win += 2 * off;
     cleave_status st;
     if (S->k == 0) {
-        if ((st = d->ops->get_rows(d, &pl->tok_embd, D->s.ids + off, m, v.x))) return st;
-        if ((st = d->ops->rms_norm(d, v.x, pl->layers[S->l0].attn_norm, v.h, m, e, hp->norm_eps)))
+        if ((st = be_get_rows(d, &pl->tok_embd, D->s.ids + off, m, v.x))) return st;
+        if ((st = be_rms_norm(d, v.x, pl->layers[S->l0].attn_norm, v.h, m, e, hp->norm_eps)))
             return st;
     } else if (p->direct) {
         if (!wait_for(p, S->k - 1, u)) return CLEAVE_OK; /* another stage failed */
@@ -116,22 +116,22 @@ static cleave_status run_micro(stage *S, size_t u) {
             return st;
     } else {
         if (!wait_for(p, S->k - 1, u)) return CLEAVE_OK; /* another stage failed */
-        if ((st = d->ops->write(d, v.x, slot(p, S->k - 1, false, off), bytes)) ||
-            (st = d->ops->write(d, v.h, slot(p, S->k - 1, true, off), bytes)))
+        if ((st = be_write(d, v.x, slot(p, S->k - 1, false, off), bytes)) ||
+            (st = be_write(d, v.h, slot(p, S->k - 1, true, off), bytes)))
             return st;
     }
     for (uint32_t l = S->l0; l < S->l1; l++)
         if ((st = engine_forward_layer(pl, &v, l, m, false))) return st;
     if (S->k + 1 < p->n_stages && p->direct) {
         /* the rows stay where they are until the next stage copies them */
-        if ((st = d->ops->event_record(d, &p->events[S->k * p->n_micro + u]))) return st;
+        if ((st = be_event_record(d, &p->events[S->k * p->n_micro + u]))) return st;
         handed_on(p, S->k, u);
         return CLEAVE_OK;
     }
     if (S->k + 1 < p->n_stages) {
         /* read is synchronous: the rows are final when it returns */
-        if ((st = d->ops->read(d, slot(p, S->k, false, off), v.x, bytes)) ||
-            (st = d->ops->read(d, slot(p, S->k, true, off), v.h, bytes)))
+        if ((st = be_read(d, slot(p, S->k, false, off), v.x, bytes)) ||
+            (st = be_read(d, slot(p, S->k, true, off), v.h, bytes)))
             return st;
         handed_on(p, S->k, u);
         return CLEAVE_OK;
@@ -139,7 +139,7 @@ static cleave_status run_micro(stage *S, size_t u) {
     /* the last stage: logits of this micro-batch's rows that are wanted */
     size_t r0 = off > p->first_out ? off : p->first_out, r1 = off + m;
     if (r0 >= r1) return CLEAVE_OK;
-    return d->ops->matmul(d, &pl->output, D->s.h + r0 * e, r1 - r0, NULL,
+    return be_matmul(d, &pl->output, D->s.h + r0 * e, r1 - r0, NULL,
                           D->s.logits + (r0 - p->first_out) * hp->n_vocab);
 }
 
@@ -181,7 +181,7 @@ cleave_status engine_pipeline_forward(placement *pl, size_t n, size_t first_out)
     p->direct = !pl->host_handoff;
     for (size_t k = 1; k < p->n_stages; k++) {
         const be_device *a = pl->devs[p->st[k - 1].dev].dev, *b = pl->devs[p->st[k].dev].dev;
-        p->direct &= a->ops == b->ops && b->ops->copy_from && a->ops->event_record;
+        p->direct &= be_same_backend(a, b) && be_has(b, BE_CAP_PEER) && be_has(a, BE_CAP_PEER);
     }
     if (p->direct) {
         p->events = mem_calloc((p->n_stages - 1) * p->n_micro, sizeof *p->events, "pipeline events");
@@ -212,7 +212,7 @@ cleave_status engine_pipeline_forward(placement *pl, size_t n, size_t first_out)
     for (size_t k = 0; p->events && k + 1 < p->n_stages; k++) {
         be_device *d = pl->devs[p->st[k].dev].dev;
         for (size_t u = 0; u < p->n_micro; u++)
-            if (p->events[k * p->n_micro + u]) d->ops->event_free(d, p->events[k * p->n_micro + u]);
+            if (p->events[k * p->n_micro + u]) be_event_free(d, p->events[k * p->n_micro + u]);
     }
     free(p->events);
     free(p->slots);

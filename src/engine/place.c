@@ -27,21 +27,21 @@ static cleave_status place_host(placement *pl, int d, const be_mat *host, size_t
                                 bool mappable, const char *name, be_mat *m) {
     be_device *dev = pl->devs[d].dev;
     *m = *host;
-    const void *mapped = mappable && dev->ops->map_host ? dev->ops->map_host(dev, host->data, bytes) : NULL;
+    const void *mapped = mappable && be_has(dev, BE_CAP_MAP_HOST) ? be_map_host(dev, host->data, bytes) : NULL;
     if (mapped) {
         m->data = mapped;
         return CLEAVE_OK;
     }
-    if (dev->ops->upload_mat) {
-        cleave_status st = dev->ops->upload_mat(dev, host, m, name);
+    if (be_has(dev, BE_CAP_UPLOAD_MAT)) {
+        cleave_status st = be_upload_mat(dev, host, m, name);
         if (st) return st;
         if ((st = engine_own(pl, d, (void *)m->data))) {
-            dev->ops->free(dev, (void *)m->data);
-            if (m->scales) dev->ops->free(dev, (void *)m->scales);
+            be_free(dev, (void *)m->data);
+            if (m->scales) be_free(dev, (void *)m->scales);
             return st;
         }
         if (m->scales && (st = engine_own(pl, d, (void *)m->scales))) {
-            dev->ops->free(dev, (void *)m->scales);
+            be_free(dev, (void *)m->scales);
             return st;
         }
         return placed(pl, bytes);
@@ -49,7 +49,7 @@ static cleave_status place_host(placement *pl, int d, const be_mat *host, size_t
     void *p = engine_dev_alloc(pl, d, bytes, name);
     if (!p) return CLEAVE_ERR_OOM;
     m->data = p;
-    cleave_status st = dev->ops->write(dev, p, host->data, bytes);
+    cleave_status st = be_write(dev, p, host->data, bytes);
     return st ? st : placed(pl, bytes);
 }
 
@@ -119,7 +119,7 @@ static cleave_status place_vec_range(placement *pl, const placement *src, int d,
     if (!host) return CLEAVE_ERR_OOM;
     quant_dequantize_row((cleave_type)t->type, t->data, host, all);
     float *p = engine_dev_alloc(pl, d, n * sizeof(float), t->name);
-    cleave_status st = p ? dev->ops->write(dev, p, host + i0, n * sizeof(float)) : CLEAVE_ERR_OOM;
+    cleave_status st = p ? be_write(dev, p, host + i0, n * sizeof(float)) : CLEAVE_ERR_OOM;
     free(host);
     *out = p;
     return st ? st : placed(pl, n * sizeof(float));

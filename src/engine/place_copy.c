@@ -132,13 +132,13 @@ void engine_count_move(placement *pl, int from, int to, size_t bytes) {
 cleave_status engine_copy_block(be_device *d, void *dst, size_t dpitch, be_device *s,
                                 const void *src, size_t spitch, size_t width, size_t height) {
     if (!width || !height) return CLEAVE_OK;
-    if (d->ops == s->ops && d->ops->copy2d_from)
-        return d->ops->copy2d_from(d, dst, dpitch, s, src, spitch, width, height, NULL);
+    if (be_same_backend(d, s) && be_has(d, BE_CAP_COPY2D))
+        return be_copy2d_from(d, dst, dpitch, s, src, spitch, width, height, NULL);
     char *buf = mem_alloc(spitch * (height - 1) + width, "copy staging");
     if (!buf) return CLEAVE_ERR_OOM;
-    cleave_status st = s->ops->read(s, buf, src, spitch * (height - 1) + width);
+    cleave_status st = be_read(s, buf, src, spitch * (height - 1) + width);
     for (size_t r = 0; !st && r < height; r++)
-        st = d->ops->write(d, (char *)dst + r * dpitch, buf + r * spitch, width);
+        st = be_write(d, (char *)dst + r * dpitch, buf + r * spitch, width);
     free(buf);
     return st;
 }

@@ -94,7 +94,7 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
     double shares[CLEAVE_MAX_DEVICES];
     for (size_t d = 0; d < pl->n_dev; d++) {
         be_mem_stats ms = {0};
-        pl->devs[d].dev->ops->mem_stats(pl->devs[d].dev, &ms);
+        be_get_mem_stats(pl->devs[d].dev, &ms);
         budgets[d] = ms.budget;
         if (p->shares) shares[d] = p->shares[d];
     }
@@ -180,13 +180,13 @@ static void load_mark(load_trace *lt, const char *what) {
 /* What cleave_context_device reports: the device, or the devices and the mode. */
 static void set_name(placement *pl) {
     if (pl->n_dev == 1) {
-        snprintf(pl->name, sizeof pl->name, "%s", pl->devs[0].dev->ops->name(pl->devs[0].dev));
+        snprintf(pl->name, sizeof pl->name, "%s", be_name(pl->devs[0].dev));
         return;
     }
     size_t at = 0;
     for (size_t d = 0; d < pl->n_dev && at < sizeof pl->name; d++)
         at += (size_t)snprintf(pl->name + at, sizeof pl->name - at, "%s%s", d ? "+" : "",
-                               pl->devs[d].dev->ops->name(pl->devs[d].dev));
+                               be_name(pl->devs[d].dev));
     if (at < sizeof pl->name)
         snprintf(pl->name + at, sizeof pl->name - at, " (%s)", cleave_split_mode_name(pl->plan.mode));
 }
@@ -247,7 +247,7 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
     /* a device may still be copying the last weights (a write returns once
      * it has read the source): their errors and their time are the load's */
     for (size_t d = 0; !st && d < pl->n_dev; d++)
-        if (pl->devs[d].active) st = pl->devs[d].dev->ops->sync(pl->devs[d].dev);
+        if (pl->devs[d].active) st = be_sync(pl->devs[d].dev);
     if (st) goto fail;
     if (pl->progress && !piecewise) pl->progress(1.0f, pl->progress_user); /* closes a progress bar */
     for (size_t d = 0; d < pl->n_dev; d++)
@@ -278,7 +278,7 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
      * layer split's hand-off from device to device is not recorded) */
     bool graphs = tensor ? comm_graph_safe(pl->comm, model->hp.n_embd) : n_active == 1;
     for (size_t d = 0; d < pl->n_dev; d++)
-        if (pl->devs[d].active && !pl->devs[d].dev->ops->graph_begin) graphs = false;
+        if (pl->devs[d].active && !be_has(pl->devs[d].dev, BE_CAP_GRAPH)) graphs = false;
     pl->graphs_off = !graphs || opt->no_graph;
     set_name(pl);
     load_mark(&lt, "the rest");

@@ -108,13 +108,13 @@ static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, 
             char *tmp = mem_alloc(rows * rb, "state rows");
             if (!tmp) return CLEAVE_ERR_OOM;
             char *dev_rows = (char *)buf + (size_t)cells[i] * rb;
-            if (!to_cache) st = dev->ops->read(dev, tmp, dev_rows, rows * rb);
+            if (!to_cache) st = be_read(dev, tmp, dev_rows, rows * rb);
             for (size_t r = 0; !st && r < rows; r++) {
                 char *cr = canon + (i + r) * canon_row + h.lo * hr;
                 if (to_cache) memcpy(tmp + r * rb, cr, w);
                 else memcpy(cr, tmp + r * rb, w);
             }
-            if (!st && to_cache) st = dev->ops->write(dev, dev_rows, tmp, rows * rb);
+            if (!st && to_cache) st = be_write(dev, dev_rows, tmp, rows * rb);
             free(tmp);
             i = j;
         }

@@ -61,13 +61,13 @@ static cleave_status embed(placement *pl, size_t n) {
         engine_device *D = &pl->devs[d];
         has[d] = D->active && range_len(pl->plan.vocab_rows[d]) > 0;
         bufs[d] = D->active ? D->s.x : NULL;
-        if (has[d]) TRY(D->dev->ops->get_rows(D->dev, &D->tok_embd, D->s.ids, n, D->s.x));
+        if (has[d]) TRY(be_get_rows(D->dev, &D->tok_embd, D->s.ids, n, D->s.x));
     }
     TRY(comm_all_reduce_sum(pl->comm, bufs, has, n * hp->n_embd));
     for (size_t d = 0; d < pl->n_dev; d++) {
         engine_device *D = &pl->devs[d];
         if (D->active)
-            TRY(D->dev->ops->rms_norm(D->dev, D->s.x, pl->slices[d][0].attn_norm, D->s.h, n,
+            TRY(be_rms_norm(D->dev, D->s.x, pl->slices[d][0].attn_norm, D->s.h, n,
                                       hp->n_embd, hp->norm_eps));
     }
     return CLEAVE_OK;
@@ -94,7 +94,7 @@ cleave_status engine_tensor_body(placement *pl, size_t n, size_t first_out, bool
     for (size_t d = 0; d < pl->n_dev; d++) {
         engine_device *D = &pl->devs[d];
         if (D->active && range_len(pl->plan.vocab_rows[d]))
-            TRY(D->dev->ops->matmul(D->dev, &D->output, D->s.h + first_out * hp->n_embd,
+            TRY(be_matmul(D->dev, &D->output, D->s.h + first_out * hp->n_embd,
                                     n - first_out, NULL, D->s.logits));
     }
     return CLEAVE_OK;
@@ -107,12 +107,12 @@ cleave_status engine_tensor_logits(placement *pl, size_t rows, float *logits_hos
         size_t v0 = pl->plan.vocab_rows[d].lo, nv = range_len(pl->plan.vocab_rows[d]);
         if (!D->active || !nv) continue;
         if (pl->n_dev == 1 || nv == n_vocab) { /* the whole row: straight in */
-            TRY(D->dev->ops->read(D->dev, logits_host, D->s.logits, rows * nv * sizeof(float)));
+            TRY(be_read(D->dev, logits_host, D->s.logits, rows * nv * sizeof(float)));
             continue;
         }
         float *tmp = mem_alloc(rows * nv * sizeof(float), "logits slice");
         if (!tmp) return CLEAVE_ERR_OOM;
-        cleave_status st = D->dev->ops->read(D->dev, tmp, D->s.logits, rows * nv * sizeof(float));
+        cleave_status st = be_read(D->dev, tmp, D->s.logits, rows * nv * sizeof(float));
         for (size_t r = 0; !st && r < rows; r++)
             memcpy(logits_host + r * n_vocab + v0, tmp + r * nv, nv * sizeof(float));
         free(tmp);

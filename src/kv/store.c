@@ -24,13 +24,13 @@ static cleave_status alloc_buffer(kv_store *s, size_t d, uint32_t l, bool is_v) 
     size_t bytes = s->row_bytes[d] * s->n_ctx;
     const char *what = is_v ? "V cache" : "K cache";
     if (!tiered(s, d)) {
-        *p = dev->ops->alloc(dev, bytes, what);
+        *p = be_alloc(dev, bytes, what);
         return *p ? CLEAVE_OK : CLEAVE_ERR_OOM;
     }
     /* alternate layers alternate staging slots: one is filled while the
      * layer before reads the other */
     be_tier *t = &s->tiers[d][2 * l + is_v];
-    cleave_status st = dev->ops->tier_alloc(dev, bytes, s->tier_head[d], (int)(2 * (l % 2) + is_v), what, t);
+    cleave_status st = be_tier_alloc(dev, bytes, s->tier_head[d], (int)(2 * (l % 2) + is_v), what, t);
     if (!st) *p = t->base;
     return st;
 }
@@ -39,20 +39,20 @@ static void free_buffer(kv_store *s, size_t d, uint32_t l, bool is_v) {
     void **p = is_v ? &s->v[d][l] : &s->k[d][l];
     if (!*p) return;
     be_device *dev = s->devs[d];
-    if (tiered(s, d)) dev->ops->tier_free(dev, &s->tiers[d][2 * l + is_v]);
-    else dev->ops->free(dev, *p);
+    if (tiered(s, d)) be_tier_free(dev, &s->tiers[d][2 * l + is_v]);
+    else be_free(dev, *p);
     *p = NULL;
 }
 
 /* Device d's head: vram_cells rows rounded down to its granularity. */
 static cleave_status set_tiers(kv_store *s, size_t d) {
     be_device *dev = s->devs[d];
-    if (!dev->ops->tier_alloc)
+    if (!be_has(dev, BE_CAP_TIER))
         return err_set(CLEAVE_ERR_UNSUPPORTED,
                        "KV cache: %s cannot keep part of the cache in host memory (a KV cache in "
                        "two tiers is not supported on this backend yet); leave out --s-vram-cells",
-                       dev->ops->name(dev));
-    size_t gran = dev->ops->tier_granularity(dev);
+                       be_name(dev));
+    size_t gran = be_tier_granularity(dev);
     size_t head = (size_t)s->vram_cells * s->row_bytes[d];
     s->tier_head[d] = gran ? head / gran * gran : head;
     s->tiers[d] = mem_calloc(2 * (size_t)s->n_layer, sizeof(be_tier), "KV tiers");
@@ -86,8 +86,8 @@ cleave_status kv_store_init(kv_store *s, be_device *const *devs, size_t n_dev, c
         s->k[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
         s->v[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
         if (!s->k[d] || !s->v[d]) goto oom;
-        s->dev_pos[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
-        s->dev_seq[d] = dev->ops->alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
+        s->dev_pos[d] = be_alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell positions");
+        s->dev_seq[d] = be_alloc(dev, (size_t)n_ctx * sizeof(int32_t), "KV cell sequences");
         if (!s->dev_pos[d] || !s->dev_seq[d]) goto oom;
         cleave_status st = s->vram_cells < n_ctx ? set_tiers(s, d) : CLEAVE_OK;
         if (st) {
@@ -135,8 +135,8 @@ bool kv_store_reaches_tail(const kv_store *s, uint32_t cells) {
 
 static cleave_status stage_layer(kv_store *s, size_t d, uint32_t l, size_t used) {
     be_device *dev = s->devs[d];
-    cleave_status st = dev->ops->tier_stage(dev, &s->tiers[d][2 * l], used);
-    return st ? st : dev->ops->tier_stage(dev, &s->tiers[d][2 * l + 1], used);
+    cleave_status st = be_tier_stage(dev, &s->tiers[d][2 * l], used);
+    return st ? st : be_tier_stage(dev, &s->tiers[d][2 * l + 1], used);
 }
 
 /* Layer l's staging started for `used` bytes, unless its slot already
@@ -162,7 +162,7 @@ cleave_status kv_store_layer_begin(kv_store *s, size_t d, uint32_t l, uint32_t c
     cleave_status st = ensure_staged(s, d, l, used);
     if (!st) st = ensure_staged(s, d, l + 1, used);
     const be_tier *tk = &s->tiers[d][2 * l], *tv = &s->tiers[d][2 * l + 1];
-    if (!st) st = dev->ops->tier_join(dev, tv); /* V was staged after K: both are in */
+    if (!st) st = be_tier_join(dev, tv); /* V was staged after K: both are in */
     if (!st) *k = tk->alias, *v = tv->alias;
     return st;
 }
@@ -182,7 +182,7 @@ cleave_status kv_store_layer_persist(kv_store *s, size_t d, uint32_t l, uint32_t
     size_t used;
     if (!reaches_tail(s, d, cells, &used)) return CLEAVE_OK;
     be_device *dev = s->devs[d];
-    return dev->ops->tier_persist(dev, &s->tiers[d][2 * l], 2, s->row_bytes[d], new_cells, n); /* K and V */
+    return be_tier_persist(dev, &s->tiers[d][2 * l], 2, s->row_bytes[d], new_cells, n); /* K and V */
 }
 
 size_t kv_store_head_bytes(const kv_store *s, size_t d) {
@@ -204,8 +204,8 @@ void kv_store_free(kv_store *s) {
         free(s->k[i]);
         free(s->v[i]);
         free(s->tiers[i]);
-        if (s->dev_pos[i]) d->ops->free(d, s->dev_pos[i]);
-        if (s->dev_seq[i]) d->ops->free(d, s->dev_seq[i]);
+        if (s->dev_pos[i]) be_free(d, s->dev_pos[i]);
+        if (s->dev_seq[i]) be_free(d, s->dev_seq[i]);
     }
     memset(s, 0, sizeof *s);
 }
@@ -222,8 +222,8 @@ cleave_status kv_store_sync_cells(kv_store *s, kv_cells *cells) {
     for (size_t i = 0; i < s->n_dev && !st; i++) {
         be_device *d = s->devs[i];
         if (!s->dev_pos[i]) continue;
-        st = d->ops->write(d, s->dev_pos[i] + lo, cells->pos + lo, bytes);
-        if (!st) st = d->ops->write(d, s->dev_seq[i] + lo, cells->seq + lo, bytes);
+        st = be_write(d, s->dev_pos[i] + lo, cells->pos + lo, bytes);
+        if (!st) st = be_write(d, s->dev_seq[i] + lo, cells->seq + lo, bytes);
     }
     if (!st) kv_cells_mark_clean(cells);
     return st;

@@ -12,22 +12,22 @@
 static void one_case(be_device *a, be_device *b, const char *label, size_t rows, size_t sp,
                      size_t dp, size_t w, size_t soff, size_t doff) {
     unsigned char *hs = malloc(rows * sp), *hd = malloc(rows * dp), *back = malloc(rows * dp);
-    void *src = a->ops->alloc(a, rows * sp, "src"), *dst = b->ops->alloc(b, rows * dp, "dst");
+    void *src = be_alloc(a, rows * sp, "src"), *dst = be_alloc(b, rows * dp, "dst");
     CHECK(hs && hd && back && src && dst);
     if (hs && hd && back && src && dst) {
         for (size_t i = 0; i < rows * sp; i++) hs[i] = (unsigned char)(i * 131 + 7);
         memset(hd, 0xee, rows * dp);
-        CHECK_OK(a->ops->write(a, src, hs, rows * sp));
-        CHECK_OK(b->ops->write(b, dst, hd, rows * dp));
-        CHECK_OK(a->ops->sync(a));
-        CHECK_OK(b->ops->sync(b));
+        CHECK_OK(be_write(a, src, hs, rows * sp));
+        CHECK_OK(be_write(b, dst, hd, rows * dp));
+        CHECK_OK(be_sync(a));
+        CHECK_OK(be_sync(b));
         if (rows == 1)
-            CHECK_OK(b->ops->copy_from(b, (char *)dst + doff, a, (const char *)src + soff, w, NULL));
+            CHECK_OK(be_copy_from(b, (char *)dst + doff, a, (const char *)src + soff, w, NULL));
         else
-            CHECK_OK(b->ops->copy2d_from(b, (char *)dst + doff, dp, a, (const char *)src + soff, sp,
-                                         w, rows, NULL));
-        CHECK_OK(b->ops->sync(b));
-        CHECK_OK(b->ops->read(b, back, dst, rows * dp));
+            CHECK_OK(be_copy2d_from(b, (char *)dst + doff, dp, a, (const char *)src + soff, sp,
+                                    w, rows, NULL));
+        CHECK_OK(be_sync(b));
+        CHECK_OK(be_read(b, back, dst, rows * dp));
         size_t bad = 0;
         for (size_t r = 0; r < rows; r++)
             for (size_t c = 0; c < dp; c++) {
@@ -37,8 +37,8 @@ static void one_case(be_device *a, be_device *b, const char *label, size_t rows,
         fprintf(stderr, "%-28s %6zu rows of %6zu bytes: %s\n", label, rows, w, bad ? "WRONG" : "ok");
         CHECK_MSG(!bad, "%s: %zu wrong bytes", label, bad);
     }
-    if (src) a->ops->free(a, src);
-    if (dst) b->ops->free(b, dst);
+    if (src) be_free(a, src);
+    if (dst) be_free(b, dst);
     free(hs);
     free(hd);
     free(back);
@@ -54,17 +54,17 @@ static void run(int o1, const char *label) {
         one_case(a, b, label, 4096, 4096, 2048, 2048, 1024, 0); /* half the columns of a layer */
         one_case(b, a, label, 2048, 1024, 4096, 1024, 0, 2048); /* and back into place */
     }
-    if (a) a->ops->destroy(a);
-    if (b) b->ops->destroy(b);
+    if (a) be_destroy(a);
+    if (b) be_destroy(b);
 }
 
 int main(void) {
     be_device *probe = NULL;
     if (be_cuda_create(0, 0, &probe)) tu_skip("no CUDA device");
-    probe->ops->destroy(probe);
+    be_destroy(probe);
     int o1 = 1;
     if (be_cuda_create(1, 0, &probe)) o1 = 0; /* one GPU: two handles of it */
-    else probe->ops->destroy(probe);
+    else be_destroy(probe);
     fprintf(stderr, "devices: cuda:0, cuda:%d\n", o1);
     run(o1, "peer");
     setenv("CLEAVE_NO_P2P", "1", 1);

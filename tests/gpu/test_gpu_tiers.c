@@ -28,38 +28,37 @@ static void test_buffers(void) {
     be_device *d = NULL;
     CHECK_OK(be_cuda_create(0, 0, &d));
     if (!d) return;
-    const be_ops *o = d->ops;
-    size_t g = o->tier_granularity(d);
+    size_t g = be_tier_granularity(d);
     CHECK_MSG(g > 0, "no granularity");
     size_t bytes = 3 * g + 100, head = g;
     be_tier a, b;
-    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "K", &a));
-    CHECK_OK(o->tier_alloc(d, bytes, head, 0, "V", &b));
+    CHECK_OK(be_tier_alloc(d, bytes, head, 0, "K", &a));
+    CHECK_OK(be_tier_alloc(d, bytes, head, 0, "V", &b));
     unsigned char *host = malloc(bytes), *back = malloc(bytes);
     if (a.base && b.base && host && back) {
         for (size_t i = 0; i < bytes; i++) host[i] = (unsigned char)(i * 13 + 5);
-        CHECK_OK(o->write(d, a.base, host, bytes)); /* across both tiers */
-        CHECK_OK(o->read(d, back, a.base, bytes));
+        CHECK_OK(be_write(d, a.base, host, bytes)); /* across both tiers */
+        CHECK_OK(be_read(d, back, a.base, bytes));
         CHECK_MSG(!memcmp(back, host, bytes), "the base range does not read back what was written");
-        CHECK_OK(o->tier_stage(d, &a, head + 2 * g));
-        CHECK_OK(o->tier_join(d, &a));
-        CHECK_OK(o->read(d, back, a.alias, head + 2 * g));
+        CHECK_OK(be_tier_stage(d, &a, head + 2 * g));
+        CHECK_OK(be_tier_join(d, &a));
+        CHECK_OK(be_read(d, back, a.alias, head + 2 * g));
         CHECK_MSG(!memcmp(back, host, head + 2 * g), "the alias does not read the staged cache");
-        CHECK_OK(o->read(d, back, b.alias, head + 2 * g));
+        CHECK_OK(be_read(d, back, b.alias, head + 2 * g));
         CHECK_MSG(!memcmp(back + head, host + head, 2 * g), "two buffers of one slot, two stagings");
-        CHECK(o->tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(be_tier_stage(d, &a, bytes + 1) == CLEAVE_ERR_INVALID_ARG);
         /* rows written through the alias persist to the host tier: rows of
          * 1088 bytes (a q8_0 row), one inside the head, one across it,
          * one in the tail */
         int32_t c1 = (int32_t)(head / 1088), cells[3] = {0, c1, c1 + 100};
-        int32_t *dcells = o->alloc(d, sizeof cells, "cells");
+        int32_t *dcells = be_alloc(d, sizeof cells, "cells");
         unsigned char *fresh = malloc(bytes);
         if (dcells && fresh) {
             for (size_t i = 0; i < bytes; i++) fresh[i] = (unsigned char)(i * 7 + 1);
-            CHECK_OK(o->write(d, dcells, cells, sizeof cells));
-            CHECK_OK(o->write(d, a.alias, fresh, head + 2 * g));
-            CHECK_OK(o->tier_persist(d, &a, 1, 1088, dcells, 3));
-            CHECK_OK(o->read(d, back, a.base, bytes));
+            CHECK_OK(be_write(d, dcells, cells, sizeof cells));
+            CHECK_OK(be_write(d, a.alias, fresh, head + 2 * g));
+            CHECK_OK(be_tier_persist(d, &a, 1, 1088, dcells, 3));
+            CHECK_OK(be_read(d, back, a.base, bytes));
             bool rows_in = true, rest_kept = true;
             for (size_t i = head; i < bytes; i++) {
                 bool in = (i >= (size_t)c1 * 1088 && i < (size_t)(c1 + 1) * 1088) ||
@@ -69,19 +68,19 @@ static void test_buffers(void) {
             }
             CHECK_MSG(rows_in && rest_kept, "persist copies the cells' rows past the head and no more");
         }
-        if (dcells) o->free(d, dcells);
+        if (dcells) be_free(d, dcells);
         free(fresh);
         be_tier c;
-        CHECK(o->tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
+        CHECK(be_tier_alloc(d, bytes, head + 1, 1, "K", &c) == CLEAVE_ERR_INVALID_ARG);
     }
     free(host);
     free(back);
-    o->tier_free(d, &a);
-    o->tier_free(d, &b);
+    be_tier_free(d, &a);
+    be_tier_free(d, &b);
     be_mem_stats ms;
-    o->mem_stats(d, &ms);
+    be_get_mem_stats(d, &ms);
     CHECK_MSG(ms.used == 0, "%zu bytes still counted", ms.used);
-    o->destroy(d);
+    be_destroy(d);
 }
 
 static cleave_context *ctx_on(cleave_model *m, const char *devs, cleave_split_mode mode, cleave_type kv,
@@ -186,7 +185,7 @@ static void state_elsewhere(const char *path) {
 int main(void) {
     be_device *probe = NULL;
     if (be_cuda_create(0, 0, &probe) != CLEAVE_OK) tu_skip("no CUDA device");
-    probe->ops->destroy(probe);
+    be_destroy(probe);
     test_buffers();
     const char *stories = tu_stories_model();
     const char *qwen3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F16);

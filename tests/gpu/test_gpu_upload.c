@@ -42,17 +42,17 @@ static void writes(be_device *d, const char *label) {
         {total - 777, 777, 5},
     };
     unsigned char *src = malloc(total + 16), *want = malloc(total), *back = malloc(total);
-    unsigned char *dev = d->ops->alloc(d, total, "upload test");
+    unsigned char *dev = be_alloc(d, total, "upload test");
     CHECK(src && want && back && dev);
     if (src && want && back && dev) {
         for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
             for (size_t i = 0; i < w[k].n; i++)
                 src[w[k].soff + i] = pat(i, (unsigned)k);
             memcpy(want + w[k].doff, src + w[k].soff, w[k].n);
-            CHECK_OK(d->ops->write(d, dev + w[k].doff, src + w[k].soff, w[k].n));
+            CHECK_OK(be_write(d, dev + w[k].doff, src + w[k].soff, w[k].n));
             memset(src, 0x5a, total + 16); /* the copy must not read it any more */
         }
-        CHECK_OK(d->ops->read(d, back, dev, total));
+        CHECK_OK(be_read(d, back, dev, total));
         size_t bad = 0, first = total;
         for (size_t i = 0; i < total; i++)
             if (back[i] != want[i]) {
@@ -62,7 +62,7 @@ static void writes(be_device *d, const char *label) {
         fprintf(stderr, "%-22s writes: %s\n", label, bad ? "WRONG" : "ok");
         CHECK_MSG(!bad, "%s: %zu wrong bytes, the first at %zu", label, bad, first);
     }
-    if (dev) d->ops->free(d, dev);
+    if (dev) be_free(d, dev);
     free(src);
     free(want);
     free(back);
@@ -76,16 +76,16 @@ static void mapped(be_device *d, const char *label, const char *path, size_t n) 
     if (fd < 0) return;
     const unsigned char *map = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    unsigned char *dev = d->ops->alloc(d, n, "upload test");
+    unsigned char *dev = be_alloc(d, n, "upload test");
     unsigned char *back = malloc(n);
     CHECK(map != MAP_FAILED && dev && back);
     if (map != MAP_FAILED && dev && back) {
-        CHECK_OK(d->ops->sync(d));
+        CHECK_OK(be_sync(d));
         double t0 = now_s();
-        CHECK_OK(d->ops->write(d, dev, map, n));
-        CHECK_OK(d->ops->sync(d));
+        CHECK_OK(be_write(d, dev, map, n));
+        CHECK_OK(be_sync(d));
         double s = now_s() - t0;
-        CHECK_OK(d->ops->read(d, back, dev, n));
+        CHECK_OK(be_read(d, back, dev, n));
         size_t bad = 0;
         for (size_t i = 0; i < n; i++)
             bad += back[i] != pat(i, 99);
@@ -94,7 +94,7 @@ static void mapped(be_device *d, const char *label, const char *path, size_t n) 
         CHECK_MSG(!bad, "%s: %zu wrong bytes from the mapped file", label, bad);
     }
     if (map != MAP_FAILED) munmap((void *)map, n);
-    if (dev) d->ops->free(d, dev);
+    if (dev) be_free(d, dev);
     free(back);
 }
 
@@ -116,12 +116,12 @@ static void q8(be_device *d, const char *label) {
                 b[i].qs[k] = (int8_t)pat(i * QK8_0 + (size_t)k, 3);
         }
         host.data = b;
-        CHECK_OK(d->ops->upload_mat(d, &host, &m, "q8 test"));
+        CHECK_OK(be_upload_mat(d, &host, &m, "q8 test"));
         memset(b + rows * nb / 2, 0, rows * nb / 2 * sizeof *b); /* the caller's again */
     }
     if (m.data && m.scales) {
-        CHECK_OK(d->ops->read(d, qs, m.data, rows * ne0));
-        CHECK_OK(d->ops->read(d, sc, m.scales, rows * nb * 2));
+        CHECK_OK(be_read(d, qs, m.data, rows * ne0));
+        CHECK_OK(be_read(d, sc, m.scales, rows * nb * 2));
         size_t bad = 0;
         for (size_t i = 0; i < rows * nb; i++) {
             bad += sc[i] != (uint16_t)(i * 2654435761u >> 7);
@@ -131,8 +131,8 @@ static void q8(be_device *d, const char *label) {
         fprintf(stderr, "%-22s q8_0 split: %s\n", label, bad ? "WRONG" : "ok");
         CHECK_MSG(!bad, "%s: %zu wrong q8_0 values", label, bad);
     }
-    if (m.data) d->ops->free(d, (void *)m.data);
-    if (m.scales) d->ops->free(d, (void *)m.scales);
+    if (m.data) be_free(d, (void *)m.data);
+    if (m.scales) be_free(d, (void *)m.scales);
     free(b);
     free(qs);
     free(sc);
@@ -159,7 +159,7 @@ static const char *make_file(size_t n) {
 int main(void) {
     be_device *d = NULL;
     if (be_cuda_create(0, 0, &d)) tu_skip("no CUDA device");
-    d->ops->destroy(d);
+    be_destroy(d);
     const size_t file_bytes = ((size_t)512 << 20) + 4096 + 13;
     const char *path = make_file(file_bytes);
     struct {
@@ -177,7 +177,7 @@ int main(void) {
         writes(d, modes[k].label);
         if (path) mapped(d, modes[k].label, path, file_bytes);
         q8(d, modes[k].label);
-        d->ops->destroy(d);
+        be_destroy(d);
     }
     unsetenv("CLEAVE_UPLOAD_THREADS");
     if (path) unlink(path);

@@ -1,6 +1,7 @@
-/* The CPU device: host memory with a byte budget (so tests and the planner
- * can emulate a full device), zero-copy mapping of host weights, a thread
- * pool of its own, and the vtable that routes ops to cpu_ops.c. */
+/* The CPU device: host memory with a byte budget (budget.c; so tests and
+ * the planner can emulate a full device), zero-copy mapping of host
+ * weights, a thread pool of its own, and the tables that route ops to
+ * cpu_ops.c and cpu_tier.c. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,35 +33,7 @@ _Static_assert(sizeof(cpu_block) <= CPU_HDR, "cpu_block must fit the header");
 static const char *cpu_name(be_device *d) { return cpu_dev(d)->name; }
 
 static void cpu_mem_stats(be_device *d, be_mem_stats *out) {
-    cpu_device *c = cpu_dev(d);
-    pthread_mutex_lock(&c->mu);
-    out->used = c->used;
-    out->peak = c->peak;
-    out->budget = c->budget;
-    out->device_used = 0; /* host memory: no device-wide count */
-    pthread_mutex_unlock(&c->mu);
-}
-
-cleave_status cpu_reserve_locked(cpu_device *c, size_t bytes, const char *what) {
-    if (c->budget && (bytes > c->budget || c->used > c->budget - bytes))
-        return err_set(CLEAVE_ERR_OOM,
-                       "device '%s': cannot allocate %zu bytes for %s: %zu of %zu budget bytes in use",
-                       c->name, bytes, what, c->used, c->budget);
-    c->used += bytes; /* the peak is the caller's to raise, once it holds them */
-    return CLEAVE_OK;
-}
-
-cleave_status cpu_reserve(cpu_device *c, size_t bytes, const char *what) {
-    pthread_mutex_lock(&c->mu);
-    cleave_status st = cpu_reserve_locked(c, bytes, what);
-    pthread_mutex_unlock(&c->mu);
-    return st;
-}
-
-void cpu_unreserve(cpu_device *c, size_t bytes) {
-    pthread_mutex_lock(&c->mu);
-    c->used -= bytes;
-    pthread_mutex_unlock(&c->mu);
+    be_budget_stats(&cpu_dev(d)->budget, out); /* host memory: no device-wide count */
 }
 
 static void *cpu_alloc(be_device *d, size_t bytes, const char *what) {
@@ -72,10 +45,10 @@ static void *cpu_alloc(be_device *d, size_t bytes, const char *what) {
         return NULL;
     }
     /* Reserve first so two threads cannot both squeeze under the budget. */
-    if (cpu_reserve(c, bytes, what)) return NULL;
+    if (be_budget_reserve(&c->budget, bytes, what, c->name)) return NULL;
     cpu_block *b = mem_alloc_aligned(CPU_HDR + bytes, what);
     if (!b) {
-        cpu_unreserve(c, bytes);
+        be_budget_release(&c->budget, bytes);
         err_wrap(CLEAVE_ERR_OOM, "device '%s'", c->name);
         return NULL;
     }
@@ -83,9 +56,9 @@ static void *cpu_alloc(be_device *d, size_t bytes, const char *what) {
     b->magic = CPU_MAGIC;
     b->owner = c;
     b->prev = NULL;
-    pthread_mutex_lock(&c->mu);
     /* Peak only after success: a failed request never held memory. */
-    if (c->used > c->peak) c->peak = c->used;
+    be_budget_held(&c->budget);
+    pthread_mutex_lock(&c->mu);
     b->next = c->live;
     if (c->live) c->live->prev = b;
     c->live = b;
@@ -107,8 +80,8 @@ static void cpu_free(be_device *d, void *p) {
     else
         c->live = b->next;
     if (b->next) b->next->prev = b->prev;
-    c->used -= b->size;
     pthread_mutex_unlock(&c->mu);
+    be_budget_release(&c->budget, b->size);
     b->magic = 0;
     mem_free_aligned(b);
 }
@@ -190,36 +163,23 @@ static void cpu_destroy(be_device *d) {
     mem_free_aligned(c->scratch);
     free(c->thread_tag);
     pthread_mutex_destroy(&c->mu);
+    be_budget_destroy(&c->budget);
     free(c);
 }
 
-cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out) {
-    if (bytes > d->scratch_bytes) {
-        /* Grow by half again so a slowly rising size does not reallocate
-         * on every call. */
-        size_t want = bytes + bytes / 2;
-        if (want < bytes) want = bytes;
-        void *p = mem_alloc_aligned(want, "CPU op scratch");
-        if (!p) return err_wrap(CLEAVE_ERR_OOM, "device '%s'", d->name);
-        mem_free_aligned(d->scratch);
-        d->scratch = p;
-        d->scratch_bytes = want;
-    }
-    *out = d->scratch;
-    return CLEAVE_OK;
-}
-
-static const be_ops cpu_ops = {
-    .name = cpu_name,
-    .destroy = cpu_destroy,
+static const be_memory_ops cpu_memory_ops = {
     .mem_stats = cpu_mem_stats,
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .map_host = cpu_map_host,
     .write = cpu_write,
     .read = cpu_read,
     .copy = cpu_copy,
     .sync = cpu_sync,
+    .map_host = cpu_map_host,
+    .upload_mat = NULL, /* weights are used as they are stored */
+};
+
+static const be_compute_ops cpu_compute_ops = {
     .get_rows = cpu_op_get_rows,
     .rms_norm = cpu_op_rms_norm,
     .matmul = cpu_op_matmul,
@@ -228,16 +188,25 @@ static const be_ops cpu_ops = {
     .attention = cpu_op_attention,
     .swiglu = cpu_op_swiglu,
     .add = cpu_op_add,
+};
+
+static const be_peer_ops cpu_peer_ops = {
     .event_record = cpu_event_record,
     .event_free = cpu_event_free,
     .copy_from = cpu_copy_from,
     .copy2d_from = cpu_copy2d_from,
-    .tier_granularity = cpu_tier_granularity,
-    .tier_alloc = cpu_tier_alloc,
-    .tier_stage = cpu_tier_stage,
-    .tier_join = cpu_tier_join,
-    .tier_persist = cpu_tier_persist,
-    .tier_free = cpu_tier_free,
+};
+
+/* No fused ops (the engine composes them) and no graphs. */
+static const be_ops cpu_ops = {
+    .name = cpu_name,
+    .destroy = cpu_destroy,
+    .memory = &cpu_memory_ops,
+    .compute = &cpu_compute_ops,
+    .fused = NULL,
+    .graph = NULL,
+    .peer = &cpu_peer_ops,
+    .tier = &cpu_tier_ops,
 };
 
 /* CLEAVE_NO_SIMD set to anything but "" or "0" forces the C kernels. */
@@ -261,11 +230,16 @@ cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes
     if (!c) return CLEAVE_ERR_OOM;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->n_threads = n_threads;
-    c->budget = budget_bytes;
     c->simd = cpu_simd_available() && !cpu_simd_disabled();
     c->base.ops = &cpu_ops;
     c->base.impl = c;
+    cleave_status st = be_budget_init(&c->budget, budget_bytes, name);
+    if (st != CLEAVE_OK) {
+        free(c);
+        return st;
+    }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        be_budget_destroy(&c->budget);
         free(c);
         return err_set(CLEAVE_ERR_DEVICE, "device '%s': cannot create a mutex", name);
     }
@@ -274,7 +248,7 @@ cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes
         cpu_destroy(&c->base);
         return CLEAVE_ERR_OOM;
     }
-    cleave_status st = threadpool_create(n_threads, &c->pool);
+    st = threadpool_create(n_threads, &c->pool);
     if (st != CLEAVE_OK) {
         cpu_destroy(&c->base);
         return err_wrap(st, "device '%s'", name);

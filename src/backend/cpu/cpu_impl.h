@@ -1,7 +1,8 @@
 /* Internals shared by the CPU device's files: the device struct (cpu.c owns
- * its memory accounting and lifetime) and the ops cpu_ops.c implements. Ops
- * on one device run one at a time (like one stream); alloc/free/mem_stats
- * may be called from any thread. */
+ * its lifetime, budget.c counts its memory), the ops cpu_ops.c implements
+ * and the tiered KV cache's table cpu_tier.c fills. Ops on one device run
+ * one at a time (like one stream); alloc/free/mem_stats may be called from
+ * any thread. */
 #ifndef CLEAVE_CPU_IMPL_H
 #define CLEAVE_CPU_IMPL_H
 
@@ -10,6 +11,7 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
+#include "backend/budget.h"
 #include "threadpool.h"
 
 typedef struct cpu_block cpu_block;
@@ -21,8 +23,8 @@ typedef struct cpu_device {
     bool simd; /* AVX2 kernels: the CPU has them and CLEAVE_NO_SIMD is not set */
     threadpool *pool;
 
-    pthread_mutex_t mu; /* guards used, peak and the live list */
-    size_t used, peak, budget;
+    be_budget budget;   /* bytes held by allocations, tiers and staging */
+    pthread_mutex_t mu; /* guards the live list and the staging list */
     cpu_block *live; /* every allocation still held, so destroy can free it */
     struct cpu_staging *staging; /* tiered KV cache: staging buffers by slot and size (cpu_tier.c) */
 
@@ -35,27 +37,14 @@ typedef struct cpu_device {
 
 static inline cpu_device *cpu_dev(be_device *d) { return (cpu_device *)d->impl; }
 
-/* Counts bytes against the device's budget (CLEAVE_ERR_OOM naming `what`
- * when they do not fit), and gives them back. */
-cleave_status cpu_reserve(cpu_device *c, size_t bytes, const char *what);
-cleave_status cpu_reserve_locked(cpu_device *c, size_t bytes, const char *what); /* under mu */
-void cpu_unreserve(cpu_device *c, size_t bytes);
-
 /* The tiered KV cache's buffers (cpu_tier.c): the same two tiers and
  * staging as a GPU's, made of shared memory mapped twice, so CI runs the
  * logic a GPU runs. */
-size_t cpu_tier_granularity(be_device *d);
-cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, const char *what,
-                             be_tier *out);
-cleave_status cpu_tier_stage(be_device *d, const be_tier *t, size_t used);
-cleave_status cpu_tier_join(be_device *d, const be_tier *t);
-cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
-                               const int32_t *cells, size_t n);
-void cpu_tier_free(be_device *d, be_tier *t);
+extern const be_tier_ops cpu_tier_ops;
 void cpu_tier_destroy(cpu_device *c); /* at the device's end */
 
-/* Scratch of at least bytes, 64-byte aligned; CLEAVE_ERR_OOM if it cannot
- * grow. Contents are not kept across growth. */
+/* Scratch of at least bytes, 64-byte aligned (cpu_ops.c); CLEAVE_ERR_OOM
+ * if it cannot grow. Contents are not kept across growth. */
 cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out);
 
 cleave_status cpu_op_get_rows(be_device *d, const be_mat *table, const int32_t *ids, size_t n,

@@ -11,6 +11,7 @@
 #include "cpu_impl.h"
 #include "cpu_vec.h"
 #include "base/error.h"
+#include "base/mem.h"
 #include "quant/quant.h"
 
 /* Activation rows from which register tiles beat one streamed dot per row. */
@@ -28,6 +29,23 @@
 #define CPU_MM_SERIAL_BYTES (16u * 1024u)
 /* Elementwise ops split into tasks of this many elements above twice it. */
 #define CPU_EW_CHUNK 16384
+
+cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out) {
+    *out = NULL;
+    if (bytes > d->scratch_bytes) {
+        /* Grow by half again so a slowly rising size does not reallocate
+         * on every call. */
+        size_t want = bytes + bytes / 2;
+        if (want < bytes) want = bytes;
+        void *p = mem_alloc_aligned(want, "CPU op scratch");
+        if (!p) return err_wrap(CLEAVE_ERR_OOM, "device '%s'", d->name);
+        mem_free_aligned(d->scratch);
+        d->scratch = p;
+        d->scratch_bytes = want;
+    }
+    *out = d->scratch;
+    return CLEAVE_OK;
+}
 
 static size_t cpu_min(size_t a, size_t b) { return a < b ? a : b; }
 static size_t cpu_ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }

@@ -39,7 +39,7 @@ static size_t page_size(void) {
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-size_t cpu_tier_granularity(be_device *d) {
+static size_t cpu_tier_granularity(be_device *d) {
     (void)d;
     return page_size();
 }
@@ -60,8 +60,8 @@ static int new_fd(const char *name, size_t bytes) {
 }
 
 /* The staging buffer of slot and size, shared (a reference taken), made
- * if it is the first; NULL with the error set. Under c->mu, as is
- * staging_put. */
+ * if it is the first; NULL with the error set. Under c->mu (the staging
+ * list's lock), as is staging_put. */
 static cpu_staging *staging_get(cpu_device *c, int slot, size_t bytes, const char *what) {
     for (cpu_staging *s = c->staging; s; s = s->next)
         if (s->slot == slot && s->bytes == bytes) {
@@ -70,13 +70,13 @@ static cpu_staging *staging_get(cpu_device *c, int slot, size_t bytes, const cha
         }
     cpu_staging *s = mem_calloc(1, sizeof *s, "KV staging");
     if (!s) return NULL;
-    if (cpu_reserve_locked(c, bytes, what)) {
+    if (be_budget_reserve(&c->budget, bytes, what, c->name)) {
         free(s);
         return NULL;
     }
     s->fd = bytes ? new_fd("cleave-kv-staging", bytes) : -1;
     if (bytes && s->fd < 0) {
-        c->used -= bytes;
+        be_budget_release(&c->budget, bytes);
         free(s);
         return NULL;
     }
@@ -93,9 +93,11 @@ static void staging_put(cpu_device *c, cpu_staging *s) {
             break;
         }
     if (s->fd >= 0) close(s->fd);
-    c->used -= s->bytes;
+    be_budget_release(&c->budget, s->bytes);
     free(s);
 }
+
+static void cpu_tier_free(be_device *d, be_tier *t);
 
 /* A range of span bytes: `head` bytes of head_fd, then tail_fd from its
  * start; NULL with the error set. */
@@ -117,8 +119,8 @@ fail:
     return NULL;
 }
 
-cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, const char *what,
-                             be_tier *out) {
+static cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot,
+                                    const char *what, be_tier *out) {
     cpu_device *c = cpu_dev(d);
     memset(out, 0, sizeof *out);
     size_t page = page_size();
@@ -131,7 +133,7 @@ cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, 
     if (!t) return CLEAVE_ERR_OOM;
     t->head_fd = t->tail_fd = -1;
     t->span = span;
-    cleave_status st = cpu_reserve(c, head, what);
+    cleave_status st = be_budget_reserve(&c->budget, head, what, c->name);
     if (st) {
         free(t);
         return st;
@@ -140,7 +142,7 @@ cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, 
     t->staging = staging_get(c, slot, tail, what);
     pthread_mutex_unlock(&c->mu);
     if (!t->staging) {
-        cpu_unreserve(c, head);
+        be_budget_release(&c->budget, head);
         free(t);
         return CLEAVE_ERR_OOM;
     }
@@ -153,13 +155,11 @@ cleave_status cpu_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, 
         cpu_tier_free(d, out);
         return CLEAVE_ERR_OOM;
     }
-    pthread_mutex_lock(&c->mu);
-    if (c->used > c->peak) c->peak = c->used;
-    pthread_mutex_unlock(&c->mu);
+    be_budget_held(&c->budget);
     return CLEAVE_OK;
 }
 
-cleave_status cpu_tier_stage(be_device *d, const be_tier *t, size_t used) {
+static cleave_status cpu_tier_stage(be_device *d, const be_tier *t, size_t used) {
     (void)d;
     if (used > t->bytes)
         return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: %zu bytes staged of %zu", used, t->bytes);
@@ -168,13 +168,13 @@ cleave_status cpu_tier_stage(be_device *d, const be_tier *t, size_t used) {
 }
 
 /* Ops run as they are called here, so the copy is done when this returns. */
-cleave_status cpu_tier_join(be_device *d, const be_tier *t) {
+static cleave_status cpu_tier_join(be_device *d, const be_tier *t) {
     (void)d, (void)t;
     return CLEAVE_OK;
 }
 
-cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
-                               const int32_t *cells, size_t n) {
+static cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
+                                      const int32_t *cells, size_t n) {
     (void)d;
     if (n && (!cells || !row_bytes)) return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: persisting rows");
     for (size_t j = 0; j < n_t; j++)
@@ -190,7 +190,7 @@ cleave_status cpu_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_
     return CLEAVE_OK;
 }
 
-void cpu_tier_free(be_device *d, be_tier *t) {
+static void cpu_tier_free(be_device *d, be_tier *t) {
     cpu_tier *ct = t ? t->impl : NULL;
     if (!ct) return;
     cpu_device *c = cpu_dev(d);
@@ -201,10 +201,19 @@ void cpu_tier_free(be_device *d, be_tier *t) {
     pthread_mutex_lock(&c->mu);
     staging_put(c, ct->staging);
     pthread_mutex_unlock(&c->mu);
-    cpu_unreserve(c, t->head);
+    be_budget_release(&c->budget, t->head);
     free(ct);
     memset(t, 0, sizeof *t);
 }
+
+const be_tier_ops cpu_tier_ops = {
+    .granularity = cpu_tier_granularity,
+    .alloc = cpu_tier_alloc,
+    .stage = cpu_tier_stage,
+    .join = cpu_tier_join,
+    .persist = cpu_tier_persist,
+    .free = cpu_tier_free,
+};
 
 void cpu_tier_destroy(cpu_device *c) {
     for (cpu_staging *s = c->staging, *next; s; s = next) { /* left by tiers never freed */

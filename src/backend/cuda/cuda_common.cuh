@@ -1,4 +1,4 @@
-/* Shared pieces of the CUDA device: the device struct behind the vtable,
+/* Shared pieces of the CUDA device: the device struct behind the tables,
  * error mapping (a failed CUDA or cuBLAS call becomes a status with the
  * call, file and line in the message; nothing aborts), and element loads
  * for every weight and cache type. */
@@ -14,6 +14,8 @@
 #include <pthread.h>
 
 #include "backend/backend.h"
+#include "backend/budget.h"
+#include "backend/size_table.h"
 #include "base/error.h"
 #include "quant/quant.h"
 
@@ -29,8 +31,9 @@ struct cuda_device {
     cudaStream_t stream;
     cublasHandle_t blas;
     int n_sm;
-    pthread_mutex_t lock; /* memory accounting */
-    size_t used, peak, budget;
+    be_budget mem;        /* bytes held: allocations, scratch, tiers (its own lock) */
+    pthread_mutex_t lock; /* guards sizes, tier_staging and the tier stream's creation */
+    be_size_table sizes;  /* every pointer cuda_alloc returned, with its size */
     /* Grow-only scratch for GEMM operands (converted activations and
      * dequantized weight chunks) and attention partials. */
     void *scratch[6];
@@ -71,15 +74,8 @@ struct cuda_device {
     cudaEvent_t tier_issued;
 };
 
-/* The tiered KV cache's buffers (cuda_tier.cu; be_ops.tier_*). */
-size_t cuda_tier_granularity(be_device *d);
-cleave_status cuda_tier_alloc(be_device *d, size_t bytes, size_t head, int slot, const char *what,
-                                         be_tier *out);
-cleave_status cuda_tier_stage(be_device *d, const be_tier *t, size_t used);
-cleave_status cuda_tier_join(be_device *d, const be_tier *t);
-cleave_status cuda_tier_persist(be_device *d, const be_tier *t, size_t n_t, size_t row_bytes,
-                                const int32_t *cells, size_t n);
-void cuda_tier_free(be_device *d, be_tier *t);
+/* The tiered KV cache's buffers (cuda_tier.cu). */
+extern const be_tier_ops cuda_tier_ops;
 void cuda_tier_destroy(cuda_device *d); /* at the device's end */
 
 /* Whether device a reads and writes b's memory directly (peer access,
@@ -101,7 +97,7 @@ enum {
     CUDA_SCRATCH_COUNT
 };
 
-/* The device behind the vtable, made current for the calling thread: with
+/* The device behind the tables, made current for the calling thread: with
  * several devices (layer and tensor splits) one thread drives them all, and
  * kernels, copies and cuBLAS calls go to the current device. Every op
  * entry goes through here. (cudaSetDevice on the current device is cheap,
@@ -124,6 +120,7 @@ static inline cudaError_t cuda_allow_smem(cuda_device *d, const void *func, size
     return e;
 }
 
+/* (cuda_support.cu, as is cuda_scratch) */
 cleave_status cuda_fail(cudaError_t e, const char *call, const char *file, int line);
 cleave_status cublas_fail(cublasStatus_t s, const char *call, const char *file, int line);
 

@@ -1,7 +1,7 @@
-/* The CUDA device behind the backend vtable: one stream per device, memory
- * through cudaMalloc with accounting and an optional budget (so a test can
- * emulate a smaller card), copies, and the op table. Errors become statuses;
- * allocation failure returns NULL. */
+/* The CUDA device behind the backend tables: one stream per device, memory
+ * through cudaMalloc counted against a budget (budget.c; so a test can
+ * emulate a smaller card), copies, and the tables naming the ops of the
+ * other files. Errors become statuses; allocation failure returns NULL. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,88 +9,60 @@
 #include "cuda_common.cuh"
 #include "base/mem.h"
 
-cleave_status cuda_fail(cudaError_t e, const char *call, const char *file, int line) {
-    cudaGetLastError(); /* clear a sticky launch error so the device stays usable */
-    const char *base = strrchr(file, '/');
-    return err_set(CLEAVE_ERR_DEVICE, "CUDA error %s (%s) in %s at %s:%d", cudaGetErrorName(e),
-                   cudaGetErrorString(e), call, base ? base + 1 : file, line);
-}
-
-cleave_status cublas_fail(cublasStatus_t s, const char *call, const char *file, int line) {
-    const char *base = strrchr(file, '/');
-    return err_set(CLEAVE_ERR_DEVICE, "cuBLAS error %d in %s at %s:%d", (int)s, call,
-                   base ? base + 1 : file, line);
-}
-
-/* Each allocation carries its size in a 256-byte header so free() can
- * account for it; 256 keeps the user pointer aligned for 16-byte loads. */
-#define CUDA_HDR 256
-
+/* cudaMalloc aligns to 256 bytes, which keeps every pointer aligned for
+ * 16-byte loads; its size lives in d->sizes, on the host, so a free costs
+ * no copy from the device. */
 static void *cuda_alloc(be_device *dev, size_t bytes, const char *what) {
     cuda_device *d = cuda_dev(dev);
-    pthread_mutex_lock(&d->lock);
-    bool over = d->budget && d->used + bytes > d->budget;
-    if (!over) d->used += bytes;
-    pthread_mutex_unlock(&d->lock);
-    if (over) {
-        err_set(CLEAVE_ERR_OOM,
-                "out of memory on %s: %zu bytes for %s; %zu of %zu budget bytes in use", d->name,
-                bytes, what ? what : "?", d->used, d->budget);
-        return NULL;
-    }
+    if (!what) what = "?";
+    if (be_budget_reserve(&d->mem, bytes, what, d->name)) return NULL;
     void *p = NULL;
     cudaSetDevice(d->ordinal);
-    cudaError_t e = cudaMalloc(&p, bytes + CUDA_HDR);
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1); /* a distinct pointer for 0 bytes too */
     if (e != cudaSuccess) {
         cudaGetLastError();
-        pthread_mutex_lock(&d->lock);
-        d->used -= bytes;
-        pthread_mutex_unlock(&d->lock);
+        be_budget_release(&d->mem, bytes);
         size_t free_b = 0, total = 0;
         cudaMemGetInfo(&free_b, &total);
         err_set(CLEAVE_ERR_OOM, "out of memory on %s: %zu bytes for %s (%zu MiB free of %zu MiB)",
-                d->name, bytes, what ? what : "?", free_b >> 20, total >> 20);
-        return NULL;
-    }
-    /* the header lives on the device: write its size with a tiny copy */
-    size_t hdr = bytes;
-    if (cudaMemcpy(p, &hdr, sizeof hdr, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaGetLastError();
-        cudaFree(p);
-        pthread_mutex_lock(&d->lock);
-        d->used -= bytes;
-        pthread_mutex_unlock(&d->lock);
-        err_set(CLEAVE_ERR_DEVICE, "%s: cannot initialise an allocation", d->name);
+                d->name, bytes, what, free_b >> 20, total >> 20);
         return NULL;
     }
     pthread_mutex_lock(&d->lock);
-    if (d->used > d->peak) d->peak = d->used;
+    cleave_status st = be_size_table_put(&d->sizes, p, bytes);
     pthread_mutex_unlock(&d->lock);
-    return (char *)p + CUDA_HDR;
+    if (st != CLEAVE_OK) {
+        cudaFree(p);
+        cudaGetLastError();
+        be_budget_release(&d->mem, bytes);
+        err_wrap(CLEAVE_ERR_OOM, "%s: %zu bytes for %s", d->name, bytes, what);
+        return NULL;
+    }
+    be_budget_held(&d->mem);
+    return p;
 }
 
 static void cuda_free(be_device *dev, void *p) {
     if (!p) return;
     cuda_device *d = cuda_dev(dev);
-    char *base = (char *)p - CUDA_HDR;
     size_t bytes = 0;
-    cudaStreamSynchronize(d->stream); /* kernels in flight may still use it */
-    cudaMemcpy(&bytes, base, sizeof bytes, cudaMemcpyDeviceToHost);
-    cudaFree(base);
     pthread_mutex_lock(&d->lock);
-    d->used -= bytes <= d->used ? bytes : d->used;
+    bool ours = be_size_table_take(&d->sizes, p, &bytes);
     pthread_mutex_unlock(&d->lock);
+    /* a double free or another device's pointer: leave it rather than
+     * corrupt the accounting (free cannot report an error) */
+    if (!ours) return;
+    cudaStreamSynchronize(d->stream); /* kernels in flight may still use it */
+    cudaFree(p);
+    cudaGetLastError();
+    be_budget_release(&d->mem, bytes);
 }
 
 static const char *cuda_name(be_device *dev) { return cuda_dev(dev)->name; }
 
 static void cuda_mem_stats(be_device *dev, be_mem_stats *out) {
     cuda_device *d = cuda_dev(dev);
-    pthread_mutex_lock(&d->lock);
-    out->used = d->used;
-    out->peak = d->peak;
-    out->budget = d->budget;
-    pthread_mutex_unlock(&d->lock);
+    be_budget_stats(&d->mem, out);
     /* the whole GPU as nvidia-smi sees it: every process, contexts included */
     size_t free_b = 0, total_b = 0;
     cudaSetDevice(d->ordinal);
@@ -136,35 +108,6 @@ static cleave_status cuda_sync(be_device *dev) {
     return CLEAVE_OK;
 }
 
-cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out) {
-    if (d->scratch_bytes[slot] < bytes) {
-        if (d->scratch[slot]) {
-            CUDA_TRY(cudaStreamSynchronize(d->stream));
-            CUDA_TRY(cudaFree(d->scratch[slot]));
-            pthread_mutex_lock(&d->lock);
-            d->used -= d->scratch_bytes[slot];
-            pthread_mutex_unlock(&d->lock);
-            d->scratch[slot] = NULL;
-            d->scratch_bytes[slot] = 0;
-        }
-        size_t want = bytes + bytes / 4; /* headroom: fewer regrowths */
-        if (cudaMalloc(&d->scratch[slot], want) != cudaSuccess) {
-            cudaGetLastError();
-            return err_set(CLEAVE_ERR_OOM, "out of memory on %s: %zu bytes of scratch", d->name,
-                           want);
-        }
-        d->scratch_bytes[slot] = want;
-        /* counted (the report's peak is what the process holds), not
-         * refused: the plan's compute bytes already budget for it */
-        pthread_mutex_lock(&d->lock);
-        d->used += want;
-        if (d->used > d->peak) d->peak = d->used;
-        pthread_mutex_unlock(&d->lock);
-    }
-    *out = d->scratch[slot];
-    return CLEAVE_OK;
-}
-
 static void cuda_destroy(be_device *dev) {
     if (!dev) return;
     cuda_device *d = cuda_dev(dev);
@@ -179,8 +122,10 @@ static void cuda_destroy(be_device *dev) {
     cuda_peer_free(d);
     cudaSetDevice(d->ordinal);
     if (d->stream) cudaStreamDestroy(d->stream);
+    be_size_table_free(&d->sizes); /* what callers leaked stays on the card until exit */
     pthread_mutex_destroy(&d->lock);
     pthread_mutex_destroy(&d->xfer_lock);
+    be_budget_destroy(&d->mem);
     free(d);
 }
 
@@ -211,19 +156,60 @@ static void cuda_graph_free(be_device *dev, void *graph) {
     if (graph) cudaGraphExecDestroy((cudaGraphExec_t)graph);
 }
 
+static const be_memory_ops cuda_memory_ops = {
+    .mem_stats = cuda_mem_stats,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .write = cuda_write,
+    .read = cuda_read,
+    .copy = cuda_copy,
+    .sync = cuda_sync,
+    .map_host = NULL, /* weights are copied to the card */
+    .upload_mat = cuda_upload_mat,
+};
+
+static const be_compute_ops cuda_compute_ops = {
+    .get_rows = cuda_op_get_rows,
+    .rms_norm = cuda_op_rms_norm,
+    .matmul = cuda_op_matmul,
+    .rope = cuda_op_rope,
+    .kv_store = cuda_op_kv_store,
+    .attention = cuda_op_attention,
+    .swiglu = cuda_op_swiglu,
+    .add = cuda_op_add,
+};
+
+static const be_fused_ops cuda_fused_ops = {
+    .add_rms_norm = cuda_op_add_rms_norm,
+    .rope_store = cuda_op_rope_store,
+    .matmul_swiglu = NULL, /* ffn covers it */
+    .matmul_multi = cuda_op_matmul_multi,
+    .ffn = cuda_op_ffn,
+};
+
+static const be_graph_ops cuda_graph_ops = {
+    .begin = cuda_graph_begin,
+    .end = cuda_graph_end,
+    .launch = cuda_graph_launch,
+    .free = cuda_graph_free,
+};
+
+static const be_peer_ops cuda_peer_ops = {
+    .event_record = cuda_event_record,
+    .event_free = cuda_event_free,
+    .copy_from = cuda_copy_from,
+    .copy2d_from = cuda_copy2d_from,
+};
+
 static const be_ops cuda_ops = {
-    cuda_name,        cuda_destroy,     cuda_mem_stats,   cuda_alloc,          cuda_free,
-    NULL, /* map_host: weights are copied to the card */
-    cuda_upload_mat,
-    cuda_write,       cuda_read,        cuda_copy,        cuda_sync,           cuda_op_get_rows,
-    cuda_op_rms_norm, cuda_op_matmul,   cuda_op_rope,     cuda_op_kv_store,    cuda_op_attention,
-    cuda_op_swiglu,   cuda_op_add,      cuda_op_add_rms_norm, cuda_op_rope_store,
-    NULL, /* matmul_swiglu: ffn covers it */
-    cuda_graph_begin, cuda_graph_end, cuda_graph_launch, cuda_graph_free,
-    cuda_op_matmul_multi, cuda_op_ffn,
-    cuda_event_record, cuda_event_free, cuda_copy_from, cuda_copy2d_from,
-    cuda_tier_granularity, cuda_tier_alloc, cuda_tier_stage, cuda_tier_join, cuda_tier_persist,
-    cuda_tier_free,
+    .name = cuda_name,
+    .destroy = cuda_destroy,
+    .memory = &cuda_memory_ops,
+    .compute = &cuda_compute_ops,
+    .fused = &cuda_fused_ops,
+    .graph = &cuda_graph_ops,
+    .peer = &cuda_peer_ops,
+    .tier = &cuda_tier_ops,
 };
 
 bool be_is_cuda(const be_device *d) { return d && d->ops == &cuda_ops; }
@@ -243,7 +229,11 @@ extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_dev
     cuda_device *d = (cuda_device *)mem_calloc(1, sizeof *d, "CUDA device");
     if (!d) return CLEAVE_ERR_OOM;
     d->ordinal = ordinal;
-    d->budget = budget_bytes;
+    snprintf(d->name, sizeof d->name, "cuda:%d", ordinal); /* the GPU's name once it is asked */
+    if (be_budget_init(&d->mem, budget_bytes, d->name) != CLEAVE_OK) {
+        free(d);
+        return CLEAVE_ERR_DEVICE;
+    }
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->xfer_lock, NULL);
     d->base.ops = &cuda_ops;
@@ -272,7 +262,7 @@ extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_dev
      * cannot fit is refused up front, naming the device, instead of failing
      * halfway through the upload */
     size_t free_b = 0, total_b = 0;
-    if (!d->budget && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) d->budget = free_b;
+    if (!d->mem.limit && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) d->mem.limit = free_b;
     cudaGetLastError();
     snprintf(d->name, sizeof d->name, "cuda:%d (%.200s)", ordinal, prop.name);
     d->n_sm = prop.multiProcessorCount;

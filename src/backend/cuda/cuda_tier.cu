@@ -114,7 +114,7 @@ typedef struct {
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-size_t cuda_tier_granularity(be_device *dev) {
+static size_t cuda_tier_granularity(be_device *dev) {
     cuda_device *d = cuda_dev(dev);
     if (!vmm_ready()) return 0;
     size_t g_dev = 0, g_host = 0;
@@ -123,24 +123,6 @@ size_t cuda_tier_granularity(be_device *dev) {
     if (vmm.gran(&g_host, &ph, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) g_host = 0;
     size_t g = g_dev > g_host ? g_dev : g_host;
     return g ? g : (size_t)2 << 20;
-}
-
-static bool reserve_budget(cuda_device *d, size_t bytes, const char *what) {
-    pthread_mutex_lock(&d->lock);
-    bool over = d->budget && d->used + bytes > d->budget;
-    if (!over) d->used += bytes;
-    size_t used = d->used;
-    pthread_mutex_unlock(&d->lock);
-    if (over)
-        err_set(CLEAVE_ERR_OOM, "out of memory on %s: %zu bytes for %s; %zu of %zu budget bytes in use",
-                d->name, bytes, what, used, d->budget);
-    return !over;
-}
-
-static void release_budget(cuda_device *d, size_t bytes) {
-    pthread_mutex_lock(&d->lock);
-    d->used -= bytes;
-    pthread_mutex_unlock(&d->lock);
 }
 
 /* Gives this device, and every device with peer access to it (a
@@ -176,21 +158,21 @@ static cleave_status staging_get(cuda_device *d, int slot, size_t bytes, const c
     pthread_mutex_unlock(&d->lock);
     struct cuda_staging *s = (struct cuda_staging *)mem_calloc(1, sizeof *s, "KV staging");
     if (!s) return CLEAVE_ERR_OOM;
-    if (!reserve_budget(d, bytes, what)) {
+    if (be_budget_reserve(&d->mem, bytes, what, d->name)) {
         free(s);
         return CLEAVE_ERR_OOM;
     }
     CUmemAllocationProp p = prop_of(d, false);
     CUresult r = bytes ? vmm.create(&s->h, bytes, &p, 0) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
-        release_budget(d, bytes);
+        be_budget_release(&d->mem, bytes);
         free(s);
         return drv_fail(r, "cuMemCreate (staging)", d);
     }
     cudaError_t e = cudaEventCreateWithFlags(&s->filled, cudaEventDisableTiming);
     if (e != cudaSuccess) {
         if (bytes) vmm.release(s->h);
-        release_budget(d, bytes);
+        be_budget_release(&d->mem, bytes);
         free(s);
         return cuda_fail(e, "staging event", __FILE__, __LINE__);
     }
@@ -216,7 +198,7 @@ static void staging_put(cuda_device *d, struct cuda_staging *s) {
     if (!last) return;
     if (s->bytes) vmm.release(s->h);
     cudaEventDestroy(s->filled);
-    release_budget(d, s->bytes);
+    be_budget_release(&d->mem, s->bytes);
     free(s);
 }
 
@@ -245,6 +227,8 @@ fail:
     return 0;
 }
 
+static void cuda_tier_free(be_device *dev, be_tier *t);
+
 /* The staging stream and its start event, made once per device. */
 static cleave_status stream_ready(cuda_device *d) {
     pthread_mutex_lock(&d->lock);
@@ -255,8 +239,8 @@ static cleave_status stream_ready(cuda_device *d) {
     return e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "tiered KV cache: staging stream", __FILE__, __LINE__);
 }
 
-cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slot,
-                                         const char *what, be_tier *out) {
+static cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slot,
+                                     const char *what, be_tier *out) {
     cuda_device *d = cuda_dev(dev);
     memset(out, 0, sizeof *out);
     if (!what) what = "tiered KV cache";
@@ -276,7 +260,7 @@ cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slo
     t->span = span;
     out->impl = t;
     out->bytes = bytes, out->head = head;
-    if (!reserve_budget(d, head, what)) {
+    if (be_budget_reserve(&d->mem, head, what, d->name)) {
         free(t);
         memset(out, 0, sizeof *out);
         return CLEAVE_ERR_OOM;
@@ -306,13 +290,11 @@ cleave_status cuda_tier_alloc(be_device *dev, size_t bytes, size_t head, int slo
         cuda_tier_free(dev, out);
         return st;
     }
-    pthread_mutex_lock(&d->lock);
-    if (d->used > d->peak) d->peak = d->used;
-    pthread_mutex_unlock(&d->lock);
+    be_budget_held(&d->mem);
     return CLEAVE_OK;
 }
 
-cleave_status cuda_tier_stage(be_device *dev, const be_tier *t, size_t used) {
+static cleave_status cuda_tier_stage(be_device *dev, const be_tier *t, size_t used) {
     cuda_device *d = cuda_dev(dev);
     if (used > t->bytes)
         return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: %zu bytes staged of %zu", used, t->bytes);
@@ -328,7 +310,7 @@ cleave_status cuda_tier_stage(be_device *dev, const be_tier *t, size_t used) {
     return CLEAVE_OK;
 }
 
-cleave_status cuda_tier_join(be_device *dev, const be_tier *t) {
+static cleave_status cuda_tier_join(be_device *dev, const be_tier *t) {
     cuda_device *d = cuda_dev(dev);
     const cuda_tier *ct = (const cuda_tier *)t->impl;
     if (!ct) return err_set(CLEAVE_ERR_INVALID_ARG, "tiered KV cache: join of a freed buffer");
@@ -356,8 +338,8 @@ __global__ void k_tier_persist(persist_set set, size_t head, size_t row_bytes, c
     for (size_t i = threadIdx.x; i < (hi - lo) / sizeof(W); i += blockDim.x) dst[i] = src[i];
 }
 
-cleave_status cuda_tier_persist(be_device *dev, const be_tier *t, size_t n_t, size_t row_bytes,
-                                const int32_t *cells, size_t n) {
+static cleave_status cuda_tier_persist(be_device *dev, const be_tier *t, size_t n_t,
+                                       size_t row_bytes, const int32_t *cells, size_t n) {
     cuda_device *d = cuda_dev(dev);
     if (!n || !n_t || t[0].head >= t[0].bytes) return CLEAVE_OK;
     if (!cells || !row_bytes || n > 0x7fffffffu)
@@ -383,7 +365,7 @@ cleave_status cuda_tier_persist(be_device *dev, const be_tier *t, size_t n_t, si
     return CLEAVE_OK;
 }
 
-void cuda_tier_free(be_device *dev, be_tier *t) {
+static void cuda_tier_free(be_device *dev, be_tier *t) {
     cuda_tier *ct = t ? (cuda_tier *)t->impl : NULL;
     if (!ct) return;
     cuda_device *d = cuda_dev(dev);
@@ -395,11 +377,20 @@ void cuda_tier_free(be_device *dev, be_tier *t) {
     if (ct->head_made) vmm.release(ct->head_h);
     if (ct->tail_made) vmm.release(ct->tail_h);
     staging_put(d, ct->staging);
-    release_budget(d, t->head);
+    be_budget_release(&d->mem, t->head);
     cudaGetLastError();
     free(ct);
     memset(t, 0, sizeof *t);
 }
+
+const be_tier_ops cuda_tier_ops = {
+    .granularity = cuda_tier_granularity,
+    .alloc = cuda_tier_alloc,
+    .stage = cuda_tier_stage,
+    .join = cuda_tier_join,
+    .persist = cuda_tier_persist,
+    .free = cuda_tier_free,
+};
 
 void cuda_tier_destroy(cuda_device *d) {
     for (struct cuda_staging *s = d->tier_staging, *next; s; s = next) { /* of tiers never freed */

@@ -32,21 +32,21 @@ cleave_status cuda_upload_mat(be_device *dev, const be_mat *host, be_mat *out, c
     out->data = NULL;
     size_t bytes = host->ne1 * host->nb1;
     if (host->type != CLEAVE_TYPE_Q8_0) {
-        void *p = dev->ops->alloc(dev, bytes, what);
+        void *p = be_alloc(dev, bytes, what);
         if (!p) return CLEAVE_ERR_OOM;
-        cleave_status st = dev->ops->write(dev, p, host->data, bytes);
+        cleave_status st = be_write(dev, p, host->data, bytes);
         if (st) {
-            dev->ops->free(dev, p);
+            be_free(dev, p);
             return st;
         }
         out->data = p;
         return CLEAVE_OK;
     }
     size_t nb = host->ne0 / QK8_0;
-    int8_t *qs = (int8_t *)dev->ops->alloc(dev, host->ne1 * host->ne0, what);
-    __half *sc = qs ? (__half *)dev->ops->alloc(dev, host->ne1 * nb * sizeof(__half), what) : NULL;
+    int8_t *qs = (int8_t *)be_alloc(dev, host->ne1 * host->ne0, what);
+    __half *sc = qs ? (__half *)be_alloc(dev, host->ne1 * nb * sizeof(__half), what) : NULL;
     if (!qs || !sc) {
-        if (qs) dev->ops->free(dev, qs);
+        if (qs) be_free(dev, qs);
         return CLEAVE_ERR_OOM;
     }
     size_t chunk = ((size_t)64 << 20) / host->nb1;
@@ -70,8 +70,8 @@ cleave_status cuda_upload_mat(be_device *dev, const be_mat *host, be_mat *out, c
         if (e != cudaSuccess) st = cuda_fail(e, "weight upload", __FILE__, __LINE__);
     }
     if (st) {
-        dev->ops->free(dev, qs);
-        dev->ops->free(dev, sc);
+        be_free(dev, qs);
+        be_free(dev, sc);
         return st;
     }
     out->data = qs;
