@@ -12,6 +12,7 @@
 #include "backend/cpu/threadpool.h"
 #include "base/error.h"
 #include "quant/quant.h"
+#include "base/options.h"
 #include "testutil.h"
 
 static const cleave_type all_types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
@@ -36,9 +37,11 @@ static be_device *make_dev(int threads, bool simd, size_t budget) {
         unsetenv("CLEAVE_NO_SIMD");
     else
         setenv("CLEAVE_NO_SIMD", "1", 1);
+    options_reload(); /* the switch is read when the device is made */
     be_device *d = NULL;
     CHECK_OK(be_cpu_create(simd ? "cpu-simd" : "cpu-c", threads, budget, &d));
     unsetenv("CLEAVE_NO_SIMD");
+    options_reload();
     return d;
 }
 

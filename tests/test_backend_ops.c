@@ -41,15 +41,32 @@
 #include <time.h>
 
 #include "backend/backend.h"
-#include "error.h"
-#include "quant.h"
+#include "base/error.h"
+#include "quant/quant.h"
+#include "base/options.h"
 #include "testutil.h"
 
 /* ---- the device table ------------------------------------------------------ */
 
-#define BE_HAS(d, op) ((d)->ops->op != NULL)
-#define BE(d, op, ...) ((d)->ops->op((d), __VA_ARGS__))
-#define BE0(d, op) ((d)->ops->op(d))
+/* Ops by name through the backend's call wrappers (be_<op>) and its
+ * capability query (CAP_<op>: the capability an optional op needs). */
+#define BE_HAS(d, op) be_has((d), CAP_##op)
+#define BE(d, op, ...) be_##op((d), __VA_ARGS__)
+#define BE0(d, op) be_##op(d)
+#define CAP_map_host BE_CAP_MAP_HOST
+#define CAP_upload_mat BE_CAP_UPLOAD_MAT
+#define CAP_add_rms_norm BE_CAP_ADD_RMS_NORM
+#define CAP_rope_store BE_CAP_ROPE_STORE
+#define CAP_matmul_swiglu BE_CAP_MATMUL_SWIGLU
+#define CAP_matmul_multi BE_CAP_MATMUL_MULTI
+#define CAP_ffn BE_CAP_FFN
+#define CAP_graph_begin BE_CAP_GRAPH
+#define CAP_event_record BE_CAP_PEER
+#define CAP_event_free BE_CAP_PEER
+#define CAP_copy_from BE_CAP_PEER
+#define CAP_copy2d_from BE_CAP_COPY2D
+#define CAP_tier_alloc BE_CAP_TIER
+#define CAP_tier_granularity BE_CAP_TIER
 
 /* ---- options, counters, PRNG ---------------------------------------------- */
 
@@ -136,6 +153,8 @@ static int n_devs;
 typedef struct fused_dev {
     be_device base;
     be_ops ops;
+    be_memory_ops memory;
+    be_fused_ops fused;
     be_device *inner;
 } fused_dev;
 
@@ -172,8 +191,8 @@ static cleave_status fu_rope_store(be_device *d, float *q, const float *k, const
     float *kt = BE(d, alloc, n * kw * 4, "rope_store k");
     if (!kt) return CLEAVE_ERR_OOM;
     cleave_status st = BE(d, copy, kt, k, n * kw * 4);
-    if (!st) st = BE(d, rope, q, n, n_head * head_dim, n_head, head_dim, pos, p);
-    if (!st) st = BE(d, rope, kt, n, kw, n_head_kv, head_dim, pos, p);
+    if (!st) st = be_apply_rope(d, q, n, n_head * head_dim, n_head, head_dim, pos, p);
+    if (!st) st = be_apply_rope(d, kt, n, kw, n_head_kv, head_dim, pos, p);
     if (!st) st = BE(d, kv_store, kt, n, kw, k_cache, kv_type, cells);
     if (!st) st = BE(d, kv_store, v, n, kw, v_cache, kv_type, cells);
     BE(d, free, kt);
@@ -205,6 +224,7 @@ static const char *fu_name(be_device *d) { return "cpu-fused (composed optional 
 static cleave_status make_fused(tdev *out) {
     be_device *inner = NULL;
     unsetenv("CLEAVE_NO_SIMD");
+    options_reload();
     cleave_status st = be_cpu_create("cpu-fused", 0, 0, &inner);
     if (st) return st;
     fused_dev *f = xcalloc(1, sizeof *f);
@@ -212,12 +232,12 @@ static cleave_status make_fused(tdev *out) {
     f->ops = *inner->ops;
     f->ops.name = fu_name;
     f->ops.destroy = fu_destroy;
-    f->ops.upload_mat = fu_upload_mat;
-    f->ops.add_rms_norm = fu_add_rms_norm;
-    f->ops.rope_store = fu_rope_store;
-    f->ops.matmul_swiglu = fu_matmul_swiglu;
-    f->ops.matmul_multi = fu_matmul_multi;
-    f->ops.ffn = fu_ffn;
+    f->memory = *inner->ops->memory;
+    f->memory.upload_mat = fu_upload_mat;
+    f->ops.memory = &f->memory;
+    f->fused = (be_fused_ops){.add_rms_norm = fu_add_rms_norm, .rope_store = fu_rope_store,
+                              .matmul_swiglu = fu_matmul_swiglu, .matmul_multi = fu_matmul_multi, .ffn = fu_ffn};
+    f->ops.fused = &f->fused;
     f->base.ops = &f->ops;
     f->base.impl = inner->impl; /* the CPU ops see their device through impl */
     out->d = &f->base;
@@ -234,6 +254,7 @@ static cleave_status make_device(const char *spec, tdev *out) {
             unsetenv("CLEAVE_NO_SIMD");
         else
             setenv("CLEAVE_NO_SIMD", "1", 1);
+        options_reload(); /* the switch is read when the device is made */
         cleave_status st = be_cpu_create(spec, 0, 0, &out->d);
         if (saved) {
             setenv("CLEAVE_NO_SIMD", saved, 1);
@@ -241,6 +262,7 @@ static cleave_status make_device(const char *spec, tdev *out) {
         } else {
             unsetenv("CLEAVE_NO_SIMD");
         }
+        options_reload();
         return st;
     }
     if (!strcmp(spec, "cpu-fused")) {
@@ -248,6 +270,7 @@ static cleave_status make_device(const char *spec, tdev *out) {
         char *saved = old ? strdup(old) : NULL;
         cleave_status st = make_fused(out);
         if (saved) setenv("CLEAVE_NO_SIMD", saved, 1), free(saved);
+        options_reload();
         return st;
     }
     if (!strncmp(spec, "cuda:", 5)) {
@@ -539,9 +562,9 @@ static void test_memory(const tdev *td) {
         unsigned char *h = xmalloc(n), *back = xmalloc(n);
         for (size_t i = 0; i < n; i++) h[i] = (unsigned char)rnd64();
         be_mem_stats before, after;
-        BE(c.d, mem_stats, &before);
+        be_get_mem_stats(c.d, &before);
         unsigned char *a = cx_up(&c, h, n), *b = cx_alloc(&c, n + 64);
-        BE(c.d, mem_stats, &after);
+        be_get_mem_stats(c.d, &after);
         bool counted = c.bad || after.used >= before.used + 2 * n;
         /* write, copy to an odd offset, read back */
         RUN(&c, BE(c.d, copy, b ? b + 7 : NULL, a, n));
@@ -560,7 +583,7 @@ static void test_memory(const tdev *td) {
             free(r);
         }
         cx_end(&c);
-        BE(c.d, mem_stats, &after);
+        be_get_mem_stats(c.d, &after);
         bool freed = after.used == before.used;
         char shape[96];
         snprintf(shape, sizeof shape, "write/copy/read %zu B (stats %s)", n,
@@ -824,7 +847,7 @@ static void test_rope(void) {
             int32_t *pd = cx_up(&c, pos, sizeof pos);
             be_rope pp = p;
             pp.freq_factors = rc->factors ? ffd : NULL;
-            RUN(&c, BE(c.d, rope, xd, n, rw, nh, hd, pd, &pp));
+            RUN(&c, be_apply_rope(c.d, xd, n, rw, nh, hd, pd, &pp));
             cx_get(&c, out, xd, n * rw * 4);
             erracc e = {0};
             if (!c.bad) err_add(&e, out, ref, n * rw);
@@ -832,7 +855,7 @@ static void test_rope(void) {
             snprintf(shape, sizeof shape, "%zux%zu heads of %zu, n_rot %zu, %s%s", n, nh, hd,
                      rc->n_rot, rc->neox ? "neox" : "adjacent", rc->factors ? ", factors" : "");
             BENCH(&c, "rope", shape, (double)n * nh * hd * 8, 0, 1, true,
-                  BE(c.d, rope, xd, n, rw, nh, hd, pd, &pp));
+                  be_apply_rope(c.d, xd, n, rw, nh, hd, pd, &pp));
             cx_end(&c);
             report(&c, "rope", shape, "f32", err_val(&e), tol_ew());
         }
@@ -1821,7 +1844,7 @@ static void test_peer(void) {
     for (int i = 0; i < n_devs; i++)
         for (int j = 0; j < n_devs; j++) {
             be_device *a = devs[i].d, *b = devs[j].d;
-            if (i == j || a->ops != b->ops || !BE_HAS(b, copy_from)) continue;
+            if (i == j || !be_same_backend(a, b) || !BE_HAS(b, copy_from)) continue;
             ran = true;
             enum { ROWS = 37, SP = 200, DP = 120, WID = 90, OFF = 13, DOFF = 7 };
             size_t n = ROWS * SP;
@@ -1883,9 +1906,9 @@ static void usage(void) {
 static void list_absent(const tdev *td) {
     static const struct {
         const char *name;
-        size_t off;
+        unsigned cap;
     } opt_ops[] = {
-#define O(f) {#f, offsetof(be_ops, f)}
+#define O(f) {#f, CAP_##f}
         O(map_host),     O(upload_mat),   O(add_rms_norm), O(rope_store), O(matmul_swiglu),
         O(graph_begin),  O(matmul_multi), O(ffn),          O(event_record), O(copy_from),
         O(copy2d_from),  O(tier_alloc),
@@ -1893,9 +1916,7 @@ static void list_absent(const tdev *td) {
     };
     char buf[512] = "";
     for (size_t i = 0; i < sizeof opt_ops / sizeof opt_ops[0]; i++) {
-        void *fp;
-        memcpy(&fp, (const char *)td->d->ops + opt_ops[i].off, sizeof fp);
-        if (!fp) {
+        if (!be_has(td->d, (be_cap)opt_ops[i].cap)) {
             strncat(buf, " ", sizeof buf - strlen(buf) - 1);
             strncat(buf, opt_ops[i].name, sizeof buf - strlen(buf) - 1);
         }
@@ -1923,7 +1944,7 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--tol-scale") && v) {
             opt.tol_scale = atof(v), i++;
         } else if (!strcmp(a, "--gemv-max-n") && v) {
-            setenv("CLEAVE_GEMV_MAX_N", v, 1), i++;
+            setenv("CLEAVE_GEMV_MAX_N", v, 1), options_reload(), i++;
         } else if (!strcmp(a, "--quick")) {
             opt.quick = true;
         } else if (!strcmp(a, "--bench")) {
@@ -1990,7 +2011,7 @@ int main(int argc, char **argv) {
     /* every buffer was freed: the devices count nothing in use */
     for (int i = 0; i < n_devs; i++) {
         be_mem_stats ms;
-        BE(devs[i].d, mem_stats, &ms);
+        be_get_mem_stats(devs[i].d, &ms);
         if (ms.used && !devs[i].lowp) { /* a GPU counts its op scratch too */
             printf("device %s: %zu bytes still counted in use after the cases: FAIL\n", devs[i].spec, ms.used);
             n_failed++;

@@ -10,6 +10,7 @@
  * naming the device. */
 #include <string.h>
 
+#include "base/options.h"
 #include "testutil.h"
 
 #define N_PROMPT 40
@@ -41,8 +42,10 @@ static cleave_context *open_ctx(cleave_model *m, const placement *p) {
     }
     cleave_context *c = NULL;
     if (p && p->host_handoff) setenv("CLEAVE_HOST_HANDOFF", "1", 1);
+    options_reload(); /* the switch is read when the placement is made */
     CHECK_OK(cleave_context_new(m, &cp, &c));
     unsetenv("CLEAVE_HOST_HANDOFF");
+    options_reload();
     return c;
 }
 

@@ -11,7 +11,7 @@
  *   CLEAVE_GEMV_MAX_N=N        gemv_max_n: the CUDA GEMV serves batches of up to N rows (0: default)
  *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
  *   CLEAVE_TIER_NUMA=0         tier_numa: a tiered cache's host part on any NUMA node
- *   CLEAVE_UPLOAD_THREADS=N    upload_threads: host threads preparing weight uploads (0: default)
+ *   CLEAVE_UPLOAD_THREADS=N    upload_threads: host threads preparing weight uploads (0: none; unset: the CPUs)
  *   CLEAVE_NCCL=0              nccl_off: GPU all-reduces without NCCL
  *   CLEAVE_NCCL_MIN_KB=N       nccl_min_kb: all-reduces below N KiB by cleave's own kernel (-1: default) */
 #ifndef CLEAVE_BASE_OPTIONS_H

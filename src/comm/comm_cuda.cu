@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "base/options.h"
 #include "comm/comm.h"
 #include "comm/nccl_loader.h"
 #include "base/mem.h"
@@ -578,9 +579,9 @@ cleave_status comm_cuda_create(be_device *const *devs, size_t n, size_t max_floa
         cuda_comm_free(c);
         return st;
     }
-    const char *off = getenv("CLEAVE_NCCL"), *min_kb = getenv("CLEAVE_NCCL_MIN_KB");
-    c->nccl_off = n < 2 || (off && *off == '0');
-    c->nccl_min = (size_t)(min_kb ? atol(min_kb) : NCCL_MIN_KB_DEFAULT) * 1024 / sizeof(float);
+    const cleave_env_options *opt = options_get();
+    c->nccl_off = n < 2 || opt->nccl_off;
+    c->nccl_min = (size_t)(opt->nccl_min_kb >= 0 ? opt->nccl_min_kb : NCCL_MIN_KB_DEFAULT) * 1024 / sizeof(float);
     snprintf(c->kind, sizeof c->kind, "%s%s", c->host ? "cuda-host" : "cuda-p2p",
              c->nccl_off ? "" : " + NCCL (from the first large sum)");
     *out = c;

@@ -11,6 +11,7 @@
 #include "cpu_dot.h"
 #include "cpu_impl.h"
 #include "base/error.h"
+#include "base/options.h"
 #include "base/mem.h"
 
 /* Each allocation carries this header in its first 64 bytes, which keeps the
@@ -209,11 +210,8 @@ static const be_ops cpu_ops = {
     .tier = &cpu_tier_ops,
 };
 
-/* CLEAVE_NO_SIMD set to anything but "" or "0" forces the C kernels. */
-static bool cpu_simd_disabled(void) {
-    const char *v = getenv("CLEAVE_NO_SIMD");
-    return v && v[0] && strcmp(v, "0") != 0;
-}
+/* CLEAVE_NO_SIMD (options: no_simd) forces the C kernels. */
+static bool cpu_simd_disabled(void) { return options_get()->no_simd; }
 
 cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes, be_device **out) {
     if (!out) return err_set(CLEAVE_ERR_INVALID_ARG, "be_cpu_create: out is NULL");

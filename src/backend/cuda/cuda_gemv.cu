@@ -22,6 +22,7 @@
  *   relative logit error against the f32 CPU path, int16 x is ~1e-5 per
  *   element, below the f16 rounding of the GEMM path. */
 #include "cuda_gemv.cuh"
+#include "base/options.h"
 
 #define GV_Q8S 100 /* format tag beside the cleave_type values */
 #define GV_Q8_MAX_N 3 /* int16 x of up to 3 tokens in shared memory */
@@ -306,8 +307,7 @@ __global__ void __launch_bounds__(gv_grid<W>::warps * 32, gv_grid<W>::per_sm) k_
 size_t cuda_gemv_max_n(void) {
     static size_t max_n; /* read once; every thread computes the same value */
     if (!max_n) {
-        const char *e = getenv("CLEAVE_GEMV_MAX_N");
-        long v = e ? atol(e) : 0;
+        long v = options_get()->gemv_max_n;
         /* 2 by default: batched decode of 8B bf16 on one H200 (8 sequences
          * at 2k tokens each) ran 4 sequences at 323 tok/s through the GEMV
          * and 395 through cuBLAS; 2 were even (285 / 284) */
@@ -319,8 +319,7 @@ size_t cuda_gemv_max_n(void) {
 static bool g_pdl_checked, g_pdl_on;
 bool cuda_pdl_enabled(void) {
     if (!g_pdl_checked) {
-        const char *e = getenv("CLEAVE_NO_PDL");
-        g_pdl_on = !(e && *e && *e != '0');
+        g_pdl_on = !options_get()->no_pdl;
         g_pdl_checked = true;
     }
     return g_pdl_on;

@@ -6,13 +6,11 @@
 #include <stdlib.h>
 
 #include "cuda_common.cuh"
+#include "base/options.h"
 
 #define XFER_SLOTS 4
 
-static bool p2p_disabled(void) {
-    const char *e = getenv("CLEAVE_NO_P2P");
-    return e && *e && *e != '0';
-}
+static bool p2p_disabled(void) { return options_get()->no_p2p; }
 
 bool cuda_peer_access(cuda_device *a, cuda_device *b) {
     /* CLEAVE_NO_P2P holds for two handles of one GPU too, so a one-GPU

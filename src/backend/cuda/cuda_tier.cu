@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "base/options.h"
 #include "base/mem.h"
 
 typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
@@ -68,8 +69,7 @@ static bool vmm_ready(void) {
  * further), or -1: none known, VMM cannot place on it, or
  * CLEAVE_TIER_NUMA=0. */
 static int host_node(const cuda_device *d) {
-    const char *env = getenv("CLEAVE_TIER_NUMA");
-    if (env && !strcmp(env, "0")) return -1;
+    if (!options_get()->tier_numa) return -1;
     int node = -1, vmm_numa = 0;
     if (cudaDeviceGetAttribute(&node, cudaDevAttrHostNumaId, d->ordinal) != cudaSuccess ||
         cudaDeviceGetAttribute(&vmm_numa, (cudaDeviceAttr)141 /* HOST_NUMA with cuMemCreate */,

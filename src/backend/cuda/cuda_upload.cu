@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/threadpool.h"
+#include "base/options.h"
 #include "cuda_common.cuh"
 
 /* 4 x 16 MiB of pinned memory per device: a chunk's fixed costs (a pool
@@ -27,9 +28,8 @@
  * the pipeline off: every write is a cuda_upload_sync), else the online
  * CPUs, at most UP_MAX_THREADS. */
 static long upload_threads(void) {
-    const char *e = getenv("CLEAVE_UPLOAD_THREADS");
-    if (e && *e) {
-        long v = atol(e);
+    if (options_get()->upload_threads >= 0) { /* set, 0 included */
+        long v = options_get()->upload_threads;
         return v < 0 ? 0 : v > 64 ? 64 : v;
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
