@@ -136,8 +136,8 @@ static void check_refusal_changes_nothing(const char *path, const char *devices,
     if (!m) return;
     for (uint32_t regions = 0; regions <= 2; regions += 2) {
         cleave_context *c = ctx(m, devices, mode, regions);
-        int32_t tok[64], pos[64], seq[64];
-        for (int i = 0; i < 64; i++) tok[i] = (int32_t)((i * 7 + 1) % nv), pos[i] = i, seq[i] = 0;
+        int32_t tok[68], pos[68], seq[68]; /* room for a batch one past the context */
+        for (int i = 0; i < 68; i++) tok[i] = (int32_t)((i * 7 + 1) % nv), pos[i] = i, seq[i] = 0;
         uint32_t room = regions ? 32 : 64; /* sequence 0's cells */
         /* 40 tokens of sequence 0 in one batch (5 passes): too many for its region */
         if (regions) {
