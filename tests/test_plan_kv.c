@@ -317,8 +317,8 @@ static void test_kv(void) {
     kv_cells_dirty(&cells, &lo, &hi);
     CHECK(hi <= lo); /* taken by the storage */
     int32_t pos[8], seq[8];
-    be_read(dev, pos, kv_store_cell_pos(&kv, 0), 5 * sizeof *pos);
-    be_read(dev, seq, kv_store_cell_seq(&kv, 0), 5 * sizeof *seq);
+    CHECK_OK(be_read(dev, pos, kv_store_cell_pos(&kv, 0), 5 * sizeof *pos));
+    CHECK_OK(be_read(dev, seq, kv_store_cell_seq(&kv, 0), 5 * sizeof *seq));
     CHECK(pos[0] == 0 && pos[4] == 4 && seq[0] == 0 && seq[4] == 0);
     kv_store_free(&kv);
     kv_cells_free(&cells);

@@ -1,6 +1,7 @@
 /* The environment switches that change how cleave runs, read once into
  * one struct (options_get), so no other file calls getenv. Each is for
- * comparisons, tests and diagnosis; none changes results beyond rounding.
+ * comparisons, tests and diagnosis: none changes what is computed beyond
+ * rounding (host_budget_mib changes what fits).
  *
  *   CLEAVE_LOAD_TRACE=1        load_trace: the seconds of each step of making a placement, on stderr
  *   CLEAVE_NO_GRAPH=1          no_graph: decode steps run op by op, never as recorded graphs

@@ -131,6 +131,9 @@ static cleave_status resolve(const cleave_model *model, cleave_context_params *p
     if (p->split_mode != CLEAVE_SPLIT_NONE && p->split_mode != CLEAVE_SPLIT_LAYER &&
         p->split_mode != CLEAVE_SPLIT_TENSOR)
         return err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
+    if (p->kv_vram_cells < CLEAVE_KV_VRAM_AUTO)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "KV cells in device memory: %lld is not a count (or ALL, AUTO)",
+                       (long long)p->kv_vram_cells);
     uint32_t n_ctx = p->n_ctx ? p->n_ctx : model->hp.n_ctx_train;
     if (!p->n_ctx && n_ctx > 4096) n_ctx = 4096;
     if (n_ctx > (1u << 24)) return err_set(CLEAVE_ERR_INVALID_ARG, "context of %u tokens is too large", n_ctx);

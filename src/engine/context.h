@@ -44,5 +44,7 @@ void engine_saved_params(const struct cleave_context *c, cleave_context_params *
 placement_env engine_env(struct cleave_context *c, const cleave_context_params *params);
 /* Room for rows x n_vocab host logits. */
 cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
+/* The logits of the last decode become this one row (a restored state's). */
+cleave_status engine_keep_logits_row(struct cleave_context *c, const float *row);
 
 #endif

@@ -26,6 +26,17 @@ cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows) {
     return CLEAVE_OK;
 }
 
+cleave_status engine_keep_logits_row(struct cleave_context *c, const float *row) {
+    TRY(engine_reserve_logits(c, 1));
+    if (!c->row_of_cap) {
+        if (!(c->row_of = mem_alloc(sizeof *c->row_of, "logits rows"))) return CLEAVE_ERR_OOM;
+        c->row_of_cap = 1;
+    }
+    memcpy(c->logits, row, (size_t)c->model->hp.n_vocab * sizeof *row);
+    c->row_of[0] = 0, c->logits_rows = 1, c->last_n = 1;
+    return CLEAVE_OK;
+}
+
 static cleave_status check(const cleave_context *c, const int32_t *tokens, const int32_t *pos,
                            const int32_t *seq, size_t n) {
     uint32_t n_vocab = c->model->hp.n_vocab;

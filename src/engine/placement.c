@@ -110,21 +110,13 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
         .kv_vram_cells = p->kv_vram_cells < 0 ? 0 : p->kv_vram_cells > UINT32_MAX ? UINT32_MAX : (uint32_t)p->kv_vram_cells,
         .host_budget = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL ? host_pinnable_bytes() : 0,
     };
-    cleave_status st = CLEAVE_OK;
-    if (p->kv_vram_cells < CLEAVE_KV_VRAM_AUTO)
-        st = err_set(CLEAVE_ERR_INVALID_ARG, "KV cells in device memory: %lld is not a count (or ALL, AUTO)",
-                     (long long)p->kv_vram_cells);
-    switch (st ? CLEAVE_SPLIT_NONE : p->split_mode) {
-    case CLEAVE_SPLIT_NONE: req.mode = CLEAVE_SPLIT_NONE; break;
-    case CLEAVE_SPLIT_LAYER: req.mode = CLEAVE_SPLIT_LAYER; break;
-    case CLEAVE_SPLIT_TENSOR: req.mode = CLEAVE_SPLIT_TENSOR; break;
-    default: st = err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
-    }
-    if (!st && p->fit) {
+    req.mode = p->split_mode; /* checked with the other parameters (context.c) */
+    cleave_status st;
+    if (p->fit) {
         uint32_t lo = p->fit_min_ctx ? p->fit_min_ctx : 512;
         if (lo > n_ctx) lo = n_ctx;
         st = plan_fit(&req, lo, 0.05, &pl->plan);
-    } else if (!st) {
+    } else {
         st = plan_make(&req, &pl->plan);
     }
     free(layer_bytes);

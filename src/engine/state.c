@@ -349,10 +349,8 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
         uint32_t n_now;
         if (!kv_cells_of_seq(kv, seq, &now, &n_now)) kv_cells_release(kv, now, n_now), free(now);
         err_wrap(st, "state: restoring sequence %d", seq);
-    } else if (logits && !engine_reserve_logits(c, 1) && (c->row_of_cap || (c->row_of = mem_alloc(sizeof *c->row_of, "logits rows")))) {
-        if (!c->row_of_cap) c->row_of_cap = 1;
-        memcpy(c->logits, logits, (size_t)hp->n_vocab * 4);
-        c->row_of[0] = 0, c->logits_rows = 1, c->last_n = 1;
+    } else if (logits) {
+        engine_keep_logits_row(c, logits); /* without room the sequence is still restored, its logits not */
     }
 out:
     free(old), free(cells), free(conv), free(row);

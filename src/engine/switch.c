@@ -63,8 +63,7 @@ static cleave_status copy_kv_layer(const placement *from, placement *to, uint32_
     return st;
 }
 
-/* Every layer's used cells; then the new storage takes the whole cell
- * table (it has never seen it). */
+/* Every layer's used cells. */
 static cleave_status copy_kv(cleave_context *c, const placement *from, placement *to) {
     cleave_status st = CLEAVE_OK;
     uint32_t hi = kv_cells_hi(&c->cells);
@@ -72,6 +71,7 @@ static cleave_status copy_kv(cleave_context *c, const placement *from, placement
     return st;
 }
 
+/* The new storage takes the whole cell table: it has never seen it. */
 static cleave_status take_cells(cleave_context *c, placement *to) {
     kv_cells_mark_all_dirty(&c->cells);
     return kv_store_sync_cells(&to->store, &c->cells);
