@@ -100,8 +100,22 @@ void serve_req_cancel(serve_sched *s, serve_req *r) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* With the lock held: queued requests whose clients left give their
+ * places back (the order of the rest kept), so a place a leaver held is
+ * free at once, not only when the step loop next admits. */
+static void drop_cancelled_locked(serve_sched *s) {
+    size_t q = (size_t)s->o.queue_max, kept = 0;
+    for (size_t i = 0; i < s->q_len; i++) {
+        serve_req *r = s->queue[(s->q_head + i) % q];
+        if (r->cancelled) release_locked(r);
+        else s->queue[(s->q_head + kept++) % q] = r;
+    }
+    s->q_len = kept;
+}
+
 bool serve_sched_submit(serve_sched *s, serve_req *r) {
     pthread_mutex_lock(&s->mu);
+    drop_cancelled_locked(s);
     bool ok = !s->stopping && s->q_len < (size_t)s->o.queue_max;
     if (ok) {
         r->refs++;
@@ -166,10 +180,7 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
 /* With the lock held: the next queued request goes to the idle slot whose
  * cache shares the longest prefix with its prompt. false: nothing to start. */
 static bool admit_locked(serve_sched *s) {
-    while (s->q_len && s->queue[s->q_head]->cancelled) {
-        release_locked(s->queue[s->q_head]);
-        s->q_head = (s->q_head + 1) % (size_t)s->o.queue_max, s->q_len--;
-    }
+    drop_cancelled_locked(s);
     if (!s->q_len) return false;
     serve_req *r = s->queue[s->q_head];
     slot *best = NULL, *lru = NULL;
