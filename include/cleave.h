@@ -242,6 +242,10 @@ const char *cleave_context_device(const cleave_context *ctx);
 typedef struct cleave_device_memory {
     char name[128];
     size_t planned_weights, planned_kv, planned_compute; /* device memory */
+    /* of planned_compute, the tensor split's all-reduce buffers (made once
+     * per context); the rest is what the placement allocated for its
+     * activation scratch and the cell table's copy: compute */
+    size_t planned_collective, compute;
     /* a tiered KV cache: its host part (bytes), and the cells of each layer
      * in device memory on this device (n_ctx when untiered or holding no
      * KV; rounded down to the device's granularity) with the staging's

@@ -197,12 +197,18 @@ static void test_plan_tensor(void) {
     /* weights: heads share of attention, rows share of FFN, the rest (norms)
      * everywhere, vocab rows' share of the lm head and the embedding */
     CHECK(p.bytes[2].weights == 4 * (0 + 160 + 88) + 600 * 333 / 1000);
-    /* compute: the activations plus the partial sums and the all-reduce's
-     * inboxes (a slot per device and call parity, and the fused decode
-     * form's slots of two words per float) */
-    CHECK(p.bytes[1].compute == plan_compute_bytes(&hp, req.n_batch, req.n_ctx) +
-                                    (size_t)req.n_batch * hp.n_embd * 4 * (1 + 2 * 3) +
-                                    2 * 3 * (size_t)COMM_FUSED_MAX_FLOATS * 8);
+    /* compute: the activations (x, h, partial sums [n][e]; q, attention
+     * out [n][q]; k, v [n][kv]; gate, up [n][ff]), the logits of this
+     * device's vocab rows only, ids/positions/sequences/cells [n], windows
+     * [n][2], the live count, the cell table's copy [2][n_ctx], and the
+     * all-reduce's inboxes (a slot per device and call parity, and the
+     * fused decode form's slots of two words per float) */
+    size_t nb = req.n_batch, q = (size_t)hp.n_head * hp.head_dim, kvw = (size_t)hp.n_head_kv * hp.head_dim;
+    size_t rows1 = p.vocab_rows[1].hi - p.vocab_rows[1].lo;
+    size_t collective = nb * hp.n_embd * 4 * 2 * 3 + 2 * 3 * (size_t)COMM_FUSED_MAX_FLOATS * 8;
+    CHECK(p.bytes[1].collective == collective);
+    CHECK(p.bytes[1].compute == 4 * nb * (3 * hp.n_embd + 2 * q + 2 * kvw + 2 * (size_t)hp.n_ff + rows1) +
+                                    4 * nb * 6 + 4 + 2 * 4 * (size_t)req.n_ctx + collective);
     CHECK(p.bytes[0].weights == 4 * (200 + 192 + 88) + 600 * 334 / 1000);
     plan_free(&p);
 

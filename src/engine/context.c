@@ -205,6 +205,8 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     out->planned_kv = pl->plan.bytes[d].kv;
     out->planned_compute = pl->plan.bytes[d].compute;
     out->planned_kv_host = pl->plan.bytes[d].kv_host;
+    out->planned_collective = pl->plan.bytes[d].collective;
+    out->compute = pl->scratch_bytes[d] + kv_store_cell_table_bytes(&pl->store, d);
     size_t row = kv_store_row_bytes(&pl->store, d), tail = kv_store_tail_bytes(&pl->store, d);
     out->kv_vram_cells = row && tail ? (uint32_t)(kv_store_head_bytes(&pl->store, d) / row) : pl->plan.n_ctx;
     out->kv_staging = tail ? PLAN_KV_STAGING_BUFFERS * tail : 0;

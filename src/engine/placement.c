@@ -13,41 +13,31 @@
 #include "base/options.h"
 #include "quant/quant.h"
 
+/* Device d's activation scratch: plan_scratch's table for the device's
+ * role, so the plan charged exactly these bytes. */
 static cleave_status alloc_scratch(placement *pl, int d) {
-    const model_hparams *hp = &pl->model->hp;
-    size_t n = pl->plan.n_batch, q = (size_t)hp->n_head * hp->head_dim,
-           kv = (size_t)hp->n_head_kv * hp->head_dim;
+    const plan *pn = &pl->plan;
     engine_scratch *s = &pl->devs[d].s;
-    bool tensor = pl->plan.mode == CLEAVE_SPLIT_TENSOR;
-    bool head = d == pl->plan.head_device, embd = d == pl->plan.embd_device;
-    /* tensor split: logits of this device's vocab rows */
-    size_t vocab = tensor ? pl->plan.vocab_rows[d].hi - pl->plan.vocab_rows[d].lo : head ? hp->n_vocab : 0;
-    struct {
-        void **p;
-        size_t bytes;
-        const char *what;
-    } bufs[] = {
-        {(void **)&s->x, n * hp->n_embd * 4, "hidden state"},
-        {(void **)&s->h, n * hp->n_embd * 4, "normed state"},
-        {(void **)&s->q, n * q * 4, "queries"},
-        {(void **)&s->k, n * kv * 4, "keys"},
-        {(void **)&s->v, n * kv * 4, "values"},
-        {(void **)&s->att, n * q * 4, "attention output"},
-        {(void **)&s->gate, n * hp->n_ff * 4, "ffn gate"},
-        {(void **)&s->up, n * hp->n_ff * 4, "ffn up"},
-        {(void **)&s->logits, n * vocab * 4, "logits"},
-        {(void **)&s->part, tensor ? n * hp->n_embd * 4 : 0, "partial sums"},
-        {(void **)&s->ids, embd || tensor ? n * 4 : 0, "token ids"},
-        {(void **)&s->pos, n * 4, "positions"},
-        {(void **)&s->seq, n * 4, "sequence ids"},
-        {(void **)&s->cells, n * 4, "cache cells"},
-        {(void **)&s->win, n * 8, "cell windows"},
-        {(void **)&s->n_kv_live, 4, "live cell count"},
+    bool tensor = pn->mode == CLEAVE_SPLIT_TENSOR;
+    plan_scratch_role role = {
+        .vocab_rows = tensor ? pn->vocab_rows[d].hi - pn->vocab_rows[d].lo
+                             : d == pn->head_device ? pl->model->hp.n_vocab : 0,
+        .tensor = tensor, .embd = d == pn->embd_device};
+    size_t bytes[PLAN_SCRATCH_COUNT];
+    plan_scratch(&pl->model->hp, pn->n_batch, role, bytes);
+    void **bufs[PLAN_SCRATCH_COUNT] = {
+        [PLAN_SCRATCH_X] = (void **)&s->x, [PLAN_SCRATCH_H] = (void **)&s->h, [PLAN_SCRATCH_Q] = (void **)&s->q,
+        [PLAN_SCRATCH_K] = (void **)&s->k, [PLAN_SCRATCH_V] = (void **)&s->v, [PLAN_SCRATCH_ATT] = (void **)&s->att,
+        [PLAN_SCRATCH_GATE] = (void **)&s->gate, [PLAN_SCRATCH_UP] = (void **)&s->up,
+        [PLAN_SCRATCH_LOGITS] = (void **)&s->logits, [PLAN_SCRATCH_PART] = (void **)&s->part,
+        [PLAN_SCRATCH_IDS] = (void **)&s->ids, [PLAN_SCRATCH_POS] = (void **)&s->pos,
+        [PLAN_SCRATCH_SEQ] = (void **)&s->seq, [PLAN_SCRATCH_CELLS] = (void **)&s->cells,
+        [PLAN_SCRATCH_WIN] = (void **)&s->win, [PLAN_SCRATCH_LIVE] = (void **)&s->n_kv_live,
     };
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (!bufs[i].bytes) continue;
-        *bufs[i].p = engine_dev_alloc(pl, d, bufs[i].bytes, bufs[i].what);
-        if (!*bufs[i].p) return CLEAVE_ERR_OOM;
+    for (size_t i = 0; i < PLAN_SCRATCH_COUNT; i++) {
+        if (!bytes[i]) continue;
+        if (!(*bufs[i] = engine_dev_alloc(pl, d, bytes[i], plan_scratch_names[i]))) return CLEAVE_ERR_OOM;
+        pl->scratch_bytes[d] += bytes[i];
     }
     return CLEAVE_OK;
 }

@@ -41,7 +41,7 @@ typedef struct engine_layer {
 
 /* Activation scratch for one batch of up to n_batch tokens; its buffers
  * and their sizes are plan_scratch's table (plan.h), so the plan charges
- * exactly what is allocated. */
+ * exactly what is allocated (alloc_scratch). */
 typedef struct engine_scratch {
     float *x, *h, *q, *k, *v, *att, *gate, *up, *logits;
     float *part; /* tensor split: partial sums before each all-reduce */
@@ -95,6 +95,7 @@ typedef struct placement {
     uint32_t n_ubatch; /* layer split: micro-batch of the prefill pipeline (0 = none) */
     engine_alloc *owned;
     size_t n_owned, cap_owned;
+    size_t scratch_bytes[CLEAVE_MAX_DEVICES]; /* activation scratch allocated per device */
     /* One-token decode step recorded once per device and cell bucket
      * (engine_device.graphs) and replayed, where every active device
      * records graphs and nothing in the step needs the host: one device,

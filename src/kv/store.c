@@ -237,6 +237,9 @@ void *kv_store_v(const kv_store *s, size_t d, uint32_t l) {
     return d < s->n_dev && l < s->n_layer && s->v[d] ? s->v[d][l] : NULL;
 }
 size_t kv_store_row_bytes(const kv_store *s, size_t d) { return d < s->n_dev ? s->row_bytes[d] : 0; }
+size_t kv_store_cell_table_bytes(const kv_store *s, size_t d) {
+    return kv_store_on_device(s, d) ? 2 * (size_t)s->n_ctx * sizeof(int32_t) : 0;
+}
 bool kv_store_on_device(const kv_store *s, size_t d) { return d < s->n_dev && s->k[d]; }
 const int32_t *kv_store_cell_pos(const kv_store *s, size_t d) { return d < s->n_dev ? s->dev_pos[d] : NULL; }
 const int32_t *kv_store_cell_seq(const kv_store *s, size_t d) { return d < s->n_dev ? s->dev_seq[d] : NULL; }

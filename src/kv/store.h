@@ -62,6 +62,8 @@ cleave_type kv_store_type(const kv_store *s);
 void *kv_store_k(const kv_store *s, size_t d, uint32_t l);
 void *kv_store_v(const kv_store *s, size_t d, uint32_t l);
 size_t kv_store_row_bytes(const kv_store *s, size_t d);
+/* Bytes of device d's copy of the cell table (0 where it holds no K/V). */
+size_t kv_store_cell_table_bytes(const kv_store *s, size_t d);
 /* Whether device d holds any K/V (its cell-table copy exists). */
 bool kv_store_on_device(const kv_store *s, size_t d);
 /* Device d's copy of the cell table (positions, sequences). */

@@ -22,22 +22,47 @@ const char *cleave_split_mode_name(cleave_split_mode mode) {
     return "?";
 }
 
+const char *const plan_scratch_names[PLAN_SCRATCH_COUNT] = {
+    "hidden state", "normed state", "queries", "keys", "values", "attention output", "ffn gate", "ffn up",
+    "logits", "partial sums", "token ids", "positions", "sequence ids", "cache cells", "cell windows",
+    "live cell count",
+};
+
+size_t plan_scratch(const model_hparams *hp, uint32_t n_batch, plan_scratch_role role,
+                    size_t bytes[PLAN_SCRATCH_COUNT]) {
+    size_t n = n_batch, e = hp->n_embd * sizeof(float), q = (size_t)hp->n_head * hp->head_dim * sizeof(float),
+           kv = (size_t)hp->n_head_kv * hp->head_dim * sizeof(float), ff = hp->n_ff * sizeof(float),
+           id = sizeof(int32_t);
+    size_t b[PLAN_SCRATCH_COUNT] = {
+        [PLAN_SCRATCH_X] = n * e, [PLAN_SCRATCH_H] = n * e, [PLAN_SCRATCH_Q] = n * q,
+        [PLAN_SCRATCH_K] = n * kv, [PLAN_SCRATCH_V] = n * kv, [PLAN_SCRATCH_ATT] = n * q,
+        [PLAN_SCRATCH_GATE] = n * ff, [PLAN_SCRATCH_UP] = n * ff,
+        [PLAN_SCRATCH_LOGITS] = n * role.vocab_rows * sizeof(float),
+        [PLAN_SCRATCH_PART] = role.tensor ? n * e : 0,
+        [PLAN_SCRATCH_IDS] = role.embd || role.tensor ? n * id : 0,
+        [PLAN_SCRATCH_POS] = n * id, [PLAN_SCRATCH_SEQ] = n * id, [PLAN_SCRATCH_CELLS] = n * id,
+        [PLAN_SCRATCH_WIN] = 2 * n * id, [PLAN_SCRATCH_LIVE] = id,
+    };
+    size_t sum = 0;
+    for (size_t i = 0; i < PLAN_SCRATCH_COUNT; i++) sum += b[i];
+    if (bytes) memcpy(bytes, b, sizeof b);
+    return sum;
+}
+
+size_t plan_cell_table_bytes(uint32_t n_ctx) { return 2 * (size_t)n_ctx * sizeof(int32_t); }
+
 size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx) {
-    size_t n = n_batch, e = hp->n_embd, q = (size_t)hp->n_head * hp->head_dim,
-           kv = (size_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff;
-    /* x, h [n][e]; q, attention out [n][q]; k, v [n][kv]; gate, up [n][ff];
-     * logits [n][vocab]; token ids/positions/seqs/cells [n]; cell pos/seq [n_ctx]. */
-    size_t floats = 2 * n * e + 2 * n * q + 2 * n * kv + 2 * n * ff + n * hp->n_vocab;
-    return floats * sizeof(float) + 4 * n * sizeof(int32_t) + 2 * (size_t)n_ctx * sizeof(int32_t);
+    plan_scratch_role all = {.vocab_rows = hp->n_vocab, .embd = true};
+    return plan_scratch(hp, n_batch, all, NULL) + plan_cell_table_bytes(n_ctx);
 }
 
 size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n_active) {
     size_t row = (size_t)n_batch * hp->n_embd * sizeof(float);
-    /* the partial sums [n][e]; with company, the all-reduce's inboxes: a
-     * slot per device and call parity, and the fused decode form's slots
-     * of two words per float (src/comm/comm_cuda.cu) */
+    /* across devices, the all-reduce's inboxes: a slot per device and call
+     * parity, and the fused decode form's slots of two words per float
+     * (src/comm/comm_cuda.cu) */
     size_t fused = (size_t)COMM_FUSED_MAX_FLOATS * 2 * sizeof(float);
-    return row + (n_active > 1 ? 2 * n_active * (row + fused) : 0);
+    return n_active > 1 ? 2 * n_active * (row + fused) : 0;
 }
 
 size_t plan_total_bytes(const plan *p, size_t d) {
@@ -153,7 +178,12 @@ static void place_layer(const plan_request *req, const double *w, plan *out) {
             b->weights += req->layer_bytes[l];
             b->kv += kv_layer;
         }
-        b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx);
+    }
+    for (size_t d = 0; d < n; d++) {
+        if (!parts[d]) continue;
+        plan_scratch_role role = {.vocab_rows = (int)d == out->head_device ? hp->n_vocab : 0,
+                                  .embd = (int)d == out->embd_device};
+        out->bytes[d].compute = plan_scratch(hp, req->n_batch, role, NULL) + plan_cell_table_bytes(req->n_ctx);
     }
     out->bytes[out->embd_device].weights += req->embd_bytes;
     out->bytes[out->head_device].weights += req->head_bytes;
@@ -204,8 +234,10 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
         /* the embedding and the lm head are both split by vocab rows */
         b->weights += (req->head_bytes + req->embd_bytes) * range_len(out->vocab_rows[d]) / hp->n_vocab;
         b->kv = kv_head_token * heads * req->n_ctx;
-        b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx) +
-                     plan_collective_bytes(hp, req->n_batch, n_active);
+        plan_scratch_role role = {.vocab_rows = range_len(out->vocab_rows[d]), .tensor = true};
+        b->collective = plan_collective_bytes(hp, req->n_batch, n_active);
+        b->compute = plan_scratch(hp, req->n_batch, role, NULL) + (heads ? plan_cell_table_bytes(req->n_ctx) : 0) +
+                     b->collective;
     }
     out->head_device = out->embd_device; /* where the vocab slices' logits are gathered */
     return CLEAVE_OK;

@@ -63,6 +63,7 @@ typedef struct plan_range {
 
 typedef struct plan_device_bytes {
     size_t weights, kv, compute; /* in device memory (kv: a tiered cache's head and staging) */
+    size_t collective;           /* of compute: the all-reduce's buffers (the context's, made once) */
     size_t kv_host;              /* a tiered cache's tail, in host memory */
 } plan_device_bytes;
 
@@ -93,11 +94,35 @@ void plan_free(plan *p);
  * When nothing fits, the error names each device's shortfall and what
  * would fit instead (a quantized KV cache, another split mode). */
 cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out);
-/* Tensor split, per device: the partial sums and, across n_active > 1
- * devices, the all-reduce's buffers. */
+/* Tensor split, per device across n_active > 1 devices: the all-reduce's
+ * buffers. */
 size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n_active);
 size_t plan_total_bytes(const plan *p, size_t device);
-/* Activation scratch for a batch of n_batch tokens (bytes), per device. */
+
+/* One device's activation scratch for a batch of n_batch tokens: the
+ * buffers the engine allocates (engine_scratch), in one table that the
+ * plan charges and the engine allocates from, so the two agree. */
+enum {
+    PLAN_SCRATCH_X, PLAN_SCRATCH_H, PLAN_SCRATCH_Q, PLAN_SCRATCH_K, PLAN_SCRATCH_V, PLAN_SCRATCH_ATT,
+    PLAN_SCRATCH_GATE, PLAN_SCRATCH_UP, PLAN_SCRATCH_LOGITS, PLAN_SCRATCH_PART, PLAN_SCRATCH_IDS,
+    PLAN_SCRATCH_POS, PLAN_SCRATCH_SEQ, PLAN_SCRATCH_CELLS, PLAN_SCRATCH_WIN, PLAN_SCRATCH_LIVE,
+    PLAN_SCRATCH_COUNT
+};
+extern const char *const plan_scratch_names[PLAN_SCRATCH_COUNT];
+/* What a device does in the pass: the logits of vocab_rows rows (the head
+ * device: all; a tensor split: its slice), a tensor split's partial sums,
+ * the token lookup (the embedding's device, or every device of a tensor
+ * split). */
+typedef struct plan_scratch_role {
+    size_t vocab_rows;
+    bool tensor, embd;
+} plan_scratch_role;
+/* Bytes of each buffer (bytes may be NULL) and their sum. */
+size_t plan_scratch(const model_hparams *hp, uint32_t n_batch, plan_scratch_role role,
+                    size_t bytes[PLAN_SCRATCH_COUNT]);
+/* The cell table's copy on a device that holds K/V (positions, sequences). */
+size_t plan_cell_table_bytes(uint32_t n_ctx);
+/* Scratch and cell table of one device that runs the whole model. */
 size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx);
 /* Splits `units` into n parts in proportion to w (largest remainder, ties
  * to the lower index); parts[i] is 0 where w[i] is 0. Pure helper, public

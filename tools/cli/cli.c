@@ -184,6 +184,9 @@ void cli_memory_report(const cleave_context *ctx, bool peak) {
         fprintf(stderr, "cleave: %-28s planned %9.1f MiB (weights %.1f, KV %.1f, compute %.1f)",
                 m.name, planned / mib, m.planned_weights / mib, m.planned_kv / mib,
                 m.planned_compute / mib);
+        /* the placement's own: equal to the planned compute less the collectives */
+        fprintf(stderr, ", compute allocated %.1f MiB", m.compute / mib);
+        if (m.planned_collective) fprintf(stderr, " + all-reduce %.1f MiB", m.planned_collective / mib);
         if (m.planned_kv_host)
             fprintf(stderr, "; KV tiers: %u cells a layer in device memory, host %.1f MiB, staging %.1f MiB",
                     m.kv_vram_cells, m.planned_kv_host / mib, m.kv_staging / mib);
