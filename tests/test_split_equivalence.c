@@ -149,6 +149,16 @@ static void refusals(const char *path) {
     CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
     cp.shares = NULL, cp.n_shares = 0;
 
+    /* a split mode outside the enum, a cell count below AUTO: refused by name */
+    cp.split_mode = (cleave_split_mode)7;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
+    CHECK(strstr(cleave_last_error(), "unknown split mode 7") != NULL);
+    cp.split_mode = CLEAVE_SPLIT_LAYER;
+    cp.kv_vram_cells = CLEAVE_KV_VRAM_AUTO - 1;
+    CHECK(cleave_context_new(m, &cp, &c) == CLEAVE_ERR_INVALID_ARG && !c);
+    CHECK(strstr(cleave_last_error(), "is not a count") != NULL);
+    cp.kv_vram_cells = CLEAVE_KV_VRAM_ALL;
+
     /* a budget too small for device 1's half: refused, naming device 1 only */
     const size_t budgets[2] = {0, 4096};
     cp.budgets = budgets, cp.n_budgets = 2;
