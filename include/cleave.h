@@ -35,11 +35,24 @@ const char *cleave_status_name(cleave_status st);
 typedef enum cleave_type {
     CLEAVE_TYPE_F32 = 0,
     CLEAVE_TYPE_F16 = 1,
+    CLEAVE_TYPE_Q4_0 = 2,
+    CLEAVE_TYPE_Q4_1 = 3,
+    CLEAVE_TYPE_Q5_0 = 6,
+    CLEAVE_TYPE_Q5_1 = 7,
     CLEAVE_TYPE_Q8_0 = 8,
+    CLEAVE_TYPE_Q2_K = 10,
+    CLEAVE_TYPE_Q3_K = 11,
+    CLEAVE_TYPE_Q4_K = 12,
+    CLEAVE_TYPE_Q5_K = 13,
+    CLEAVE_TYPE_Q6_K = 14,
+    CLEAVE_TYPE_IQ4_NL = 20,
+    CLEAVE_TYPE_IQ4_XS = 23,
     CLEAVE_TYPE_BF16 = 30,
 } cleave_type;
 
-/* Parses "f32", "f16", "bf16", "q8_0". */
+/* Parses a type name as ggml spells it: "f32", "f16", "bf16", "q8_0",
+ * "q4_0", "q4_1", "q5_0", "q5_1", "q2_K".."q6_K" (any case), "iq4_nl",
+ * "iq4_xs". */
 cleave_status cleave_type_from_name(const char *name, cleave_type *out);
 const char *cleave_type_name(cleave_type t);
 

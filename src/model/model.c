@@ -116,7 +116,8 @@ static cleave_status want(const gguf_file *f, bool required, const gguf_tensor *
         const char *tn = "unknown";
         quant_type_info(t->type, &tn, NULL, NULL);
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "tensor '%s' has type %s; cleave runs f32, f16, bf16 and q8_0", name, tn);
+                       "tensor '%s' has type %s; cleave runs %s", name, tn,
+                       quant_supported_list());
     }
     return CLEAVE_OK;
 }

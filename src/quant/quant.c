@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct {
     const char *name;
@@ -34,9 +35,32 @@ bool quant_type_info(uint32_t id, const char **name, size_t *block_elems, size_t
     return true;
 }
 
+/* Every type cleave computes with, in the order messages list them. */
+static const cleave_type supported_types[] = {
+    CLEAVE_TYPE_F32,  CLEAVE_TYPE_F16,  CLEAVE_TYPE_BF16, CLEAVE_TYPE_Q8_0,   CLEAVE_TYPE_Q4_0,
+    CLEAVE_TYPE_Q4_1, CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q5_1, CLEAVE_TYPE_Q2_K,   CLEAVE_TYPE_Q3_K,
+    CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q5_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_IQ4_NL, CLEAVE_TYPE_IQ4_XS,
+};
+#define N_SUPPORTED (sizeof supported_types / sizeof supported_types[0])
+
+_Static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
+                   sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34 &&
+                   sizeof(block_iq4_nl) == 18,
+               "legacy block layouts must match ggml's");
+_Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
+                   sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 &&
+                   sizeof(block_iq4_xs) == 136,
+               "K-quant block layouts must match ggml's");
+
 bool quant_type_supported(uint32_t id) {
-    return id == CLEAVE_TYPE_F32 || id == CLEAVE_TYPE_F16 || id == CLEAVE_TYPE_BF16 ||
-           id == CLEAVE_TYPE_Q8_0;
+    for (size_t i = 0; i < N_SUPPORTED; i++)
+        if (id == (uint32_t)supported_types[i]) return true;
+    return false;
+}
+
+const char *quant_supported_list(void) {
+    return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl "
+           "and iq4_xs";
 }
 
 size_t quant_row_bytes(uint32_t id, size_t n) {
@@ -51,11 +75,9 @@ const char *cleave_type_name(cleave_type t) {
 }
 
 cleave_status cleave_type_from_name(const char *name, cleave_type *out) {
-    static const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
-                                        CLEAVE_TYPE_Q8_0};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        if (name && strcmp(name, cleave_type_name(types[i])) == 0) {
-            *out = types[i];
+    for (size_t i = 0; i < N_SUPPORTED; i++) {
+        if (name && strcasecmp(name, cleave_type_name(supported_types[i])) == 0) {
+            *out = supported_types[i];
             return CLEAVE_OK;
         }
     }
@@ -133,6 +155,7 @@ void quant_dequantize_row(cleave_type type, const void *src, float *dst, size_t 
         }
         return;
     }
+    default: return;
     }
 }
 
@@ -161,5 +184,6 @@ void quant_quantize_row(cleave_type type, const float *src, void *dst, size_t n)
         }
         return;
     }
+    default: return;
     }
 }

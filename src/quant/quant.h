@@ -1,6 +1,6 @@
 /* Element and block formats: sizes of every ggml type id (so files with
  * types cleave cannot run still parse), and reference conversions for the
- * types cleave runs: F32, F16, BF16, Q8_0. */
+ * types cleave runs: F32, F16, BF16 and the quantized types of cleave_type. */
 #ifndef CLEAVE_QUANT_H
 #define CLEAVE_QUANT_H
 
@@ -14,18 +14,50 @@
 extern "C" {
 #endif
 
-/* Q8_0: 32 weights share one f16 scale d; w = d * q. */
+/* Block layouts, byte for byte as ggml defines them (ggml-common.h). Scales
+ * d and mins m are f16 bits. Within a 32-block of the legacy types, byte j of
+ * qs holds weight j in its low nibble and weight j + 16 in its high one. */
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
 #define QK8_0 32
-typedef struct {
-    uint16_t d;        /* f16 bits */
-    int8_t qs[QK8_0];
-} block_q8_0;          /* 34 bytes */
+#define QK4_NL 32
+#define QK_K 256          /* weights per super-block of the K-quants and IQ4_XS */
+#define K_SCALE_SIZE 12   /* 8 six-bit scales and 8 six-bit mins of Q4_K/Q5_K */
+
+typedef struct { uint16_t d; uint8_t qs[QK4_0 / 2]; } block_q4_0;                  /* 18 B: w = d*(q-8) */
+typedef struct { uint16_t d, m; uint8_t qs[QK4_1 / 2]; } block_q4_1;               /* 20 B: w = d*q+m */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;   /* 22 B: w = d*(q-16) */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1; /* 24 B: w = d*q+m */
+typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;                       /* 34 B: w = d*q */
+typedef struct { uint16_t d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl; /* 18 B: w = d*kvalues_iq4nl[q] */
+
+/* 16 sub-blocks of 16: 4-bit scale and 4-bit min per sub-block, 2-bit q. */
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d, dmin; } block_q2_K; /* 84 B */
+/* 16 sub-blocks of 16: 6-bit signed scales packed in 12 bytes, 3-bit q
+ * (low 2 bits in qs, high bit in hmask). */
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; } block_q3_K; /* 110 B */
+/* 8 sub-blocks of 32: 6-bit scale and min each, 4-bit q. */
+typedef struct { uint16_t d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; } block_q4_K; /* 144 B */
+/* 8 sub-blocks of 32: 6-bit scale and min each, 5-bit q. */
+typedef struct { uint16_t d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_K; /* 176 B */
+/* 16 sub-blocks of 16: 8-bit signed scales, 6-bit q (low 4 in ql, high 2 in qh). */
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_K; /* 210 B */
+/* 8 sub-blocks of 32: 6-bit scales (low 4 in scales_l, high 2 in scales_h),
+ * 4-bit indices into kvalues_iq4nl. */
+typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs; /* 136 B */
+
+/* The 16 non-uniform levels of IQ4_NL and IQ4_XS. */
+extern const int8_t kvalues_iq4nl[16];
 
 /* Size facts of a ggml type id (any, not only supported ones). Return false
  * for an id that ggml does not define. */
 bool quant_type_info(uint32_t type_id, const char **name, size_t *block_elems, size_t *block_bytes);
-/* True for the types cleave computes with (F32, F16, BF16, Q8_0). */
+/* True for the types cleave computes with (every cleave_type). */
 bool quant_type_supported(uint32_t type_id);
+/* "f32, f16, ... and iq4_xs": the supported types, for messages. */
+const char *quant_supported_list(void);
 /* Bytes of a row of n elements; 0 when n is not a multiple of the block or
  * the type is unknown. */
 size_t quant_row_bytes(uint32_t type_id, size_t n);

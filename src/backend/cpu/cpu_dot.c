@@ -344,6 +344,7 @@ cpu_dot_fn cpu_dot_for(cleave_type t, bool simd) {
         case CLEAVE_TYPE_F16: return cpu_dot_f16_avx2;
         case CLEAVE_TYPE_BF16: return cpu_dot_bf16_avx2;
         case CLEAVE_TYPE_Q8_0: return cpu_dot_q8_0_avx2;
+        default: break;
         }
         return NULL;
     }
@@ -353,6 +354,7 @@ cpu_dot_fn cpu_dot_for(cleave_type t, bool simd) {
     case CLEAVE_TYPE_F16: return cpu_dot_f16_c;
     case CLEAVE_TYPE_BF16: return cpu_dot_bf16_c;
     case CLEAVE_TYPE_Q8_0: return cpu_dot_q8_0_c;
+    default: break;
     }
     return NULL;
 }
@@ -365,6 +367,7 @@ cpu_dequant_fn cpu_dequant_for(cleave_type t, bool simd) {
         case CLEAVE_TYPE_F16: return cpu_dequant_f16_avx2;
         case CLEAVE_TYPE_BF16: return cpu_dequant_bf16_avx2;
         case CLEAVE_TYPE_Q8_0: return cpu_dequant_q8_0_avx2;
+        default: break;
         }
         return NULL;
     }
@@ -374,6 +377,7 @@ cpu_dequant_fn cpu_dequant_for(cleave_type t, bool simd) {
     case CLEAVE_TYPE_F16: return cpu_dequant_f16_c;
     case CLEAVE_TYPE_BF16: return cpu_dequant_bf16_c;
     case CLEAVE_TYPE_Q8_0: return cpu_dequant_q8_0_c;
+    default: break;
     }
     return NULL;
 }
@@ -386,6 +390,7 @@ cpu_axpy_fn cpu_axpy_for(cleave_type t, bool simd) {
         case CLEAVE_TYPE_F16: return cpu_axpy_f16_avx2;
         case CLEAVE_TYPE_BF16: return cpu_axpy_bf16_avx2;
         case CLEAVE_TYPE_Q8_0: return cpu_axpy_q8_0_avx2;
+        default: break;
         }
         return NULL;
     }
@@ -395,6 +400,7 @@ cpu_axpy_fn cpu_axpy_for(cleave_type t, bool simd) {
     case CLEAVE_TYPE_F16: return cpu_axpy_f16_c;
     case CLEAVE_TYPE_BF16: return cpu_axpy_bf16_c;
     case CLEAVE_TYPE_Q8_0: return cpu_axpy_q8_0_c;
+    default: break;
     }
     return NULL;
 }
@@ -412,6 +418,7 @@ void cpu_gemm(bool simd, cleave_type t, const float *x, size_t ldx, size_t n, co
         case CLEAVE_TYPE_Q8_0:
             cpu_gemm_avx2(cpu_tiles_q8_0, x, ldx, n, w, nb1, m, k, y, ldy);
             return;
+        default: break;
         }
         return;
     }

@@ -187,6 +187,7 @@ template <typename F> static inline bool cuda_dispatch(cleave_type t, F f) {
     case CLEAVE_TYPE_F16: f.template operator()<CLEAVE_TYPE_F16>(); return true;
     case CLEAVE_TYPE_BF16: f.template operator()<CLEAVE_TYPE_BF16>(); return true;
     case CLEAVE_TYPE_Q8_0: f.template operator()<CLEAVE_TYPE_Q8_0>(); return true;
+    default: break;
     }
     return false;
 }
