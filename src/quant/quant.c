@@ -2,6 +2,7 @@
  * types cleave computes with. The SIMD paths live in the backends; these
  * scalar versions are the ground truth they are tested against. */
 #include "quant.h"
+#include "quant_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -147,15 +148,7 @@ void quant_dequantize_row(cleave_type type, const void *src, float *dst, size_t 
         for (size_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(s[i]);
         return;
     }
-    case CLEAVE_TYPE_Q8_0: {
-        const block_q8_0 *b = src;
-        for (size_t i = 0; i < n / QK8_0; i++) {
-            float d = quant_f16_to_f32(b[i].d);
-            for (int j = 0; j < QK8_0; j++) dst[i * QK8_0 + j] = d * (float)b[i].qs[j];
-        }
-        return;
-    }
-    default: return;
+    default: quant_dequantize_blocks(type, src, dst, n); return;
     }
 }
 
