@@ -396,10 +396,55 @@ cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file /* 
 
 /* Writes a GGUF with random weights of a preset's shapes. preset: "tiny",
  * "1b", "8b", "32b", "70b"; arch: "llama", "qwen2", "qwen3" (tiny only;
- * NULL = the preset's own); type: weights type. */
+ * NULL = the preset's own); type: weights type (for a mixture such as
+ * Q4_K_M, cleave_generate_model_mix). */
 cleave_status cleave_generate_model(const char *preset, const char *arch, cleave_type type,
                                     uint64_t seed, const char *out_gguf,
                                     cleave_progress_fn progress, void *progress_user);
+/* As cleave_generate_model, with the weights' types chosen per tensor as
+ * cleave_quantize_model would for the file type `mix` (any name it
+ * accepts, or a plain type name such as "f16" or "q4_K": every matrix in
+ * that type). */
+cleave_status cleave_generate_model_mix(const char *preset, const char *arch, const char *mix,
+                                        uint64_t seed, const char *out_gguf,
+                                        cleave_progress_fn progress, void *progress_user);
+
+/* ---- tools: quantization ----------------------------------------------- */
+
+typedef struct cleave_quantize_params {
+    /* A llama.cpp file type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S,
+     * Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL,
+     * IQ4_XS, F16, BF16, F32 (any case; Q3_K, Q4_K, Q5_K mean the _M
+     * mixtures, as in llama-quantize). Each tensor gets llama.cpp's type
+     * for it: e.g. Q4_K_M puts output.weight and some attn_v/ffn_down
+     * layers in Q6_K, the other matrices in Q4_K; norms are copied. */
+    const char *type;
+    bool pure;       /* every quantized tensor in the base type (llama-quantize --pure) */
+    int n_threads;   /* 0: every core */
+    cleave_progress_fn progress; /* may be NULL; fraction of weights done */
+    void *progress_user;
+    /* Per-tensor notes (a fallback type, requantizing q8_0); may be NULL. */
+    void (*note)(const char *line, void *user);
+    void *note_user;
+} cleave_quantize_params;
+
+typedef struct cleave_quantize_stats {
+    uint64_t n_tensors, n_converted, n_fallback, n_weights;
+    uint64_t bytes_in, bytes_out; /* tensor data, before and after */
+} cleave_quantize_stats;
+
+cleave_quantize_params cleave_quantize_default_params(void);
+/* Writes in_gguf's model with its weights quantized to out_gguf (a temp
+ * file renamed at the end: nothing is left behind on failure). Inputs are
+ * f32, f16 or bf16 (q8_0 is requantized, which loses precision; other
+ * quantized inputs are refused unless a tensor keeps its type). Metadata
+ * is copied; general.file_type and general.quantization_version are set.
+ * stats may be NULL. */
+cleave_status cleave_quantize_model(const char *in_gguf, const char *out_gguf,
+                                    const cleave_quantize_params *params,
+                                    cleave_quantize_stats *stats);
+/* "Q8_0, Q4_0, ..." the names cleave_quantize_model and cleave_generate_model accept. */
+const char *cleave_quantize_type_names(void);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,9 @@
 /* Writes GGUF models with random weights and real shapes, for speed tests
  * (1b/8b/32b/70b presets) and for correctness tests on every architecture
- * (tiny presets). Weights tile one random block, so a 16 GB file is written
- * at disk speed; the vocabulary is a synthetic SPM one of the right size. */
+ * (tiny presets). Weights tile one random block, quantized once per type
+ * the tensors need, so a 16 GB file is written at disk speed; types come
+ * from the quantizer's mixture rules (one type everywhere, or a llama.cpp
+ * file type such as Q4_K_M); the vocabulary is a synthetic SPM one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "base/mem.h"
 #include "model.h"
 #include "quant/quant.h"
+#include "quant/quant_mix.h"
 #include "vocab_synth.h"
 
 typedef struct {
@@ -39,10 +42,20 @@ static const gen_preset presets[] = {
 /* One random block of whole quant blocks, tiled over every tensor. */
 #define GEN_BLOCK_ELEMS (1u << 16)
 
+/* The random block quantized to one type, made when a tensor first needs it. */
 typedef struct {
-    cleave_type type;
-    uint8_t *block;      /* GEN_BLOCK_ELEMS elements of type */
-    size_t block_bytes;
+    uint8_t *bytes;
+    size_t len;
+} gen_tile;
+
+typedef struct {
+    const quant_mix *mix;
+    bool pure;
+    quant_mix_model facts;
+    const float *rnd;          /* GEN_BLOCK_ELEMS random f32 weights */
+    gen_tile tiles[CLEAVE_TYPE_BF16 + 1]; /* by type id */
+    cleave_type *tensor_type;  /* by writer index */
+    size_t n_tensor_type;
     float *ones;         /* norms are 1 */
     float *rope_freqs;
 } gen_state;
@@ -54,16 +67,34 @@ static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
     return z ^ (z >> 31);
 }
 
+static cleave_status tile_for(gen_state *g, cleave_type type, const gen_tile **out) {
+    gen_tile *t = &g->tiles[type];
+    if (!t->bytes) {
+        t->len = quant_row_bytes(type, GEN_BLOCK_ELEMS);
+        if (!(t->bytes = mem_alloc(t->len, "random block"))) return CLEAVE_ERR_OOM;
+        quant_quantize_row(type, g->rnd, t->bytes, GEN_BLOCK_ELEMS);
+    }
+    *out = t;
+    return CLEAVE_OK;
+}
+
 static cleave_status fill_tiled(void *user, size_t index, size_t at, void *dst, size_t n) {
-    const gen_state *g = user;
-    /* Start each tensor at a different whole-block offset so tensors differ. */
-    size_t qb = quant_row_bytes(g->type, QK8_0);
-    size_t off = ((index * 7919) % (g->block_bytes / qb)) * qb;
+    gen_state *g = user;
+    cleave_type type = g->tensor_type[index];
+    const gen_tile *t;
+    cleave_status st = tile_for(g, type, &t);
+    if (st) return st;
+    /* Start each tensor at a different offset of whole blocks (and of 32
+     * weights at least) so tensors differ. */
+    size_t be = 1;
+    quant_type_info((uint32_t)type, NULL, &be, NULL);
+    size_t unit = quant_row_bytes(type, be > QK8_0 ? be : QK8_0);
+    size_t off = ((index * 7919) % (t->len / unit)) * unit;
     uint8_t *d = dst;
-    size_t pos = (at + off) % g->block_bytes;
+    size_t pos = (at + off) % t->len;
     while (n) {
-        size_t take = g->block_bytes - pos < n ? g->block_bytes - pos : n;
-        memcpy(d, g->block + pos, take);
+        size_t take = t->len - pos < n ? t->len - pos : n;
+        memcpy(d, t->bytes + pos, take);
         d += take;
         n -= take;
         pos = 0;
@@ -74,14 +105,21 @@ static cleave_status fill_tiled(void *user, size_t index, size_t at, void *dst, 
 static cleave_status add_matrix(gguf_writer *w, gen_state *g, const char *name, uint64_t ne0,
                                 uint64_t ne1) {
     uint64_t ne[2] = {ne0, ne1};
-    return gguf_writer_add_tensor(w, name, g->type, 2, ne, NULL, fill_tiled, g, NULL);
+    cleave_type wanted, type = quant_mix_tensor_type(g->mix, g->pure, &g->facts, name, ne0, &wanted);
+    size_t index;
+    cleave_status st = gguf_writer_add_tensor(w, name, type, 2, ne, NULL, fill_tiled, g, &index);
+    if (st) return st;
+    if (index >= g->n_tensor_type) return err_set(CLEAVE_ERR_INTERNAL, "gen: tensor table too small");
+    g->tensor_type[index] = type;
+    return CLEAVE_OK;
 }
 
 static cleave_status add_vector(gguf_writer *w, const char *name, const float *data, uint64_t n) {
     return gguf_writer_add_tensor(w, name, CLEAVE_TYPE_F32, 1, &n, data, NULL, NULL, NULL);
 }
 
-static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, cleave_type type) {
+static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, const quant_mix *mix,
+                                 bool pure) {
     model_hparams hp = {
         .n_vocab = p->n_vocab, .n_embd = p->n_embd, .n_layer = p->n_layer, .n_head = p->n_head,
         .n_head_kv = p->n_head_kv, .head_dim = p->head_dim, .n_ff = p->n_ff,
@@ -90,8 +128,13 @@ static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, cleave_typ
     };
     snprintf(hp.arch_name, sizeof hp.arch_name, "%s", p->arch);
     char name[64];
-    snprintf(name, sizeof name, "cleave random %s %s", p->name, cleave_type_name(type));
-    return model_write_hparams(w, &hp, name, type);
+    snprintf(name, sizeof name, "cleave random %s %s", p->name,
+             pure ? cleave_type_name(mix->base) : mix->name);
+    cleave_status st = model_write_hparams(w, &hp, name, mix->base);
+    /* llama.cpp's number for the mixture, as cleave_quantize_model writes */
+    if (!st) st = gguf_set_u32(w, "general.file_type", mix->ftype);
+    if (!st) st = gguf_set_u32(w, "general.quantization_version", 2);
+    return st;
 }
 
 static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_preset *p) {
@@ -148,9 +191,9 @@ static void llama3_rope_freqs(float *out, uint32_t head_dim, float base) {
     }
 }
 
-cleave_status cleave_generate_model(const char *preset, const char *arch, cleave_type type,
-                                    uint64_t seed, const char *out_gguf,
-                                    cleave_progress_fn progress, void *progress_user) {
+static cleave_status generate(const char *preset, const char *arch, const quant_mix *mix, bool pure,
+                              uint64_t seed, const char *out_gguf, cleave_progress_fn progress,
+                              void *progress_user) {
     if (!preset || !out_gguf) return err_set(CLEAVE_ERR_INVALID_ARG, "gen: preset and output required");
     char want[32];
     if (arch && strcmp(preset, "tiny") == 0 && strcmp(arch, "llama") != 0)
@@ -165,39 +208,66 @@ cleave_status cleave_generate_model(const char *preset, const char *arch, cleave
                            want);
     if (arch && strcmp(arch, p->arch) != 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "preset %s is a %s model", p->name, p->arch);
-    if (!quant_type_supported(type))
-        return err_set(CLEAVE_ERR_INVALID_ARG, "gen: unsupported weight type");
 
-    gen_state g = {.type = type};
-    g.block_bytes = quant_row_bytes(type, GEN_BLOCK_ELEMS);
+    gen_state g = {.mix = mix, .pure = pure};
+    g.facts = (quant_mix_model){
+        .n_layer = p->n_layer, .n_gqa = p->n_head / p->n_head_kv, .n_attn_v = p->n_layer,
+        .has_output = !p->tied,
+        .is_70b = !strcmp(p->arch, "llama") && p->n_layer == 80 && p->n_head_kv != p->n_head};
     size_t n_ones = (size_t)p->n_embd + (size_t)p->n_head * p->head_dim + 64;
     float *rnd = mem_alloc(GEN_BLOCK_ELEMS * sizeof(float), "random block");
-    g.block = mem_alloc(g.block_bytes, "random block");
+    g.rnd = rnd;
     g.ones = mem_alloc(n_ones * sizeof(float), "norm weights");
     g.rope_freqs = mem_alloc(p->head_dim / 2 * sizeof(float), "rope factors");
+    g.n_tensor_type = 4 + (size_t)p->n_layer * 16; /* more than any preset adds */
+    g.tensor_type = mem_calloc(g.n_tensor_type, sizeof *g.tensor_type, "tensor types");
     gguf_writer *w = NULL;
-    cleave_status st = (rnd && g.block && g.ones && g.rope_freqs) ? CLEAVE_OK : CLEAVE_ERR_OOM;
+    cleave_status st =
+        (rnd && g.ones && g.rope_freqs && g.tensor_type) ? CLEAVE_OK : CLEAVE_ERR_OOM;
     if (!st) {
         /* uniform in +-sqrt(3/n_embd): unit-variance outputs keep activations sane */
         float scale = sqrtf(3.0f / (float)p->n_embd);
         uint64_t s = seed;
         for (size_t i = 0; i < GEN_BLOCK_ELEMS; i++)
             rnd[i] = ((float)(rng_next(&s) >> 40) / (float)(1u << 24) * 2.0f - 1.0f) * scale;
-        quant_quantize_row(type, rnd, g.block, GEN_BLOCK_ELEMS);
         for (size_t i = 0; i < n_ones; i++) g.ones[i] = i < p->n_embd ? 1.0f : rnd[i] * 4.0f;
         /* norm weights near 1 but not exactly, so a wrong norm shows */
         for (size_t i = 0; i < p->n_embd; i++) g.ones[i] = 1.0f + rnd[(i * 31) % GEN_BLOCK_ELEMS];
         llama3_rope_freqs(g.rope_freqs, p->head_dim, p->rope_base);
         st = gguf_writer_new(&w);
     }
-    if (!st) st = set_hparams(w, p, type);
+    if (!st) st = set_hparams(w, p, mix, pure);
     if (!st) st = vocab_synth_write(w, p->n_vocab);
     if (!st) st = add_all_tensors(w, &g, p);
     if (!st) st = gguf_writer_write(w, out_gguf, progress, progress_user);
     gguf_writer_free(w);
     free(rnd);
-    free(g.block);
+    for (size_t i = 0; i < sizeof g.tiles / sizeof g.tiles[0]; i++) free(g.tiles[i].bytes);
+    free(g.tensor_type);
     free(g.ones);
     free(g.rope_freqs);
     return st;
+}
+
+cleave_status cleave_generate_model(const char *preset, const char *arch, cleave_type type,
+                                    uint64_t seed, const char *out_gguf,
+                                    cleave_progress_fn progress, void *progress_user) {
+    const quant_mix *mix = quant_type_supported(type) ? quant_mix_find(cleave_type_name(type)) : NULL;
+    if (!mix) return err_set(CLEAVE_ERR_INVALID_ARG, "gen: unsupported weight type");
+    return generate(preset, arch, mix, true, seed, out_gguf, progress, progress_user);
+}
+
+cleave_status cleave_generate_model_mix(const char *preset, const char *arch, const char *mix_name,
+                                        uint64_t seed, const char *out_gguf,
+                                        cleave_progress_fn progress, void *progress_user) {
+    /* a plain type name means that type everywhere, as --type always did */
+    cleave_type type;
+    if (mix_name && cleave_type_from_name(mix_name, &type) == CLEAVE_OK)
+        return cleave_generate_model(preset, arch, type, seed, out_gguf, progress, progress_user);
+    const quant_mix *mix = quant_mix_find(mix_name);
+    if (!mix)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "gen: unknown type '%s' (a type such as f16 or q4_K, "
+                                               "or one of %s)",
+                       mix_name ? mix_name : "(none)", quant_mix_names());
+    return generate(preset, arch, mix, false, seed, out_gguf, progress, progress_user);
 }

@@ -789,6 +789,30 @@ cleave_status gguf_set_arr_str(gguf_writer *w, const char *key, const char *cons
     return set_raw(w, key, buf, total);
 }
 
+cleave_status gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, size_t i) {
+    if (!w || !f || i >= f->n_kv) return err_set(CLEAVE_ERR_INVALID_ARG, "gguf_writer_copy_kv: bad argument");
+    const gguf_kv *kv = &f->kv[i];
+    /* The file's encoding after the type word is the writer's, so the
+     * value is copied as bytes: from its length or array header to its end. */
+    size_t start = kv->pos, end;
+    if (kv->type == GGUF_T_STRING) {
+        start -= 8;
+        end = kv->pos + kv->n;
+    } else if (kv->type == GGUF_T_ARRAY) {
+        start -= 12; /* element type and count */
+        if (kv->elem_type != GGUF_T_STRING) end = kv->pos + kv->n * vtype_size(kv->elem_type);
+        else if (kv->n == 0) end = kv->pos;
+        else end = kv->str_pos[kv->n - 1] + 8 + (size_t)le_get(f->map + kv->str_pos[kv->n - 1], 8);
+    } else {
+        end = kv->pos + vtype_size(kv->type);
+    }
+    uint8_t *val = mem_alloc(4 + (end - start), "gguf value");
+    if (!val) return CLEAVE_ERR_OOM;
+    le_put(val, kv->type, 4);
+    memcpy(val + 4, f->map + start, end - start);
+    return set_raw(w, kv->key, val, 4 + (end - start));
+}
+
 cleave_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
                                      uint32_t n_dims, const uint64_t *ne, const void *data,
                                      gguf_fill_fn fill, void *fill_user, size_t *index) {

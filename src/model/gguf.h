@@ -95,6 +95,9 @@ cleave_status gguf_set_arr(gguf_writer *w, const char *key, enum gguf_vtype elem
 /* Array of n strings (each NUL-terminated), copied. */
 cleave_status gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                                size_t n);
+/* Copies metadata entry i of f (its key, type and value, arrays
+ * included) into w, replacing a value w already has under that key. */
+cleave_status gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, size_t i);
 /* Adds a tensor. Either data (nbytes of it, borrowed until write) or fill
  * must be given. ne[0] is the row length. Returns the tensor's index. */
 cleave_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,

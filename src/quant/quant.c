@@ -165,18 +165,18 @@ void quant_quantize_row(cleave_type type, const float *src, void *dst, size_t n)
         for (size_t i = 0; i < n; i++) d[i] = quant_f32_to_bf16(src[i]);
         return;
     }
-    case CLEAVE_TYPE_Q8_0: {
-        block_q8_0 *b = dst;
-        for (size_t i = 0; i < n / QK8_0; i++) {
-            const float *x = src + i * QK8_0;
-            float amax = 0;
-            for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(x[j]));
-            float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-            b[i].d = quant_f32_to_f16(d);
-            for (int j = 0; j < QK8_0; j++) b[i].qs[j] = (int8_t)roundf(x[j] * id);
-        }
-        return;
-    }
+    case CLEAVE_TYPE_Q8_0: quant_q8_0_row(src, dst, n / QK8_0); return;
+    case CLEAVE_TYPE_Q4_0: quant_q4_0_row(src, dst, n / QK4_0); return;
+    case CLEAVE_TYPE_Q4_1: quant_q4_1_row(src, dst, n / QK4_1); return;
+    case CLEAVE_TYPE_Q5_0: quant_q5_0_row(src, dst, n / QK5_0); return;
+    case CLEAVE_TYPE_Q5_1: quant_q5_1_row(src, dst, n / QK5_1); return;
+    case CLEAVE_TYPE_Q2_K: quant_q2_K_row(src, dst, n / QK_K); return;
+    case CLEAVE_TYPE_Q3_K: quant_q3_K_row(src, dst, n / QK_K); return;
+    case CLEAVE_TYPE_Q4_K: quant_q4_K_row(src, dst, n / QK_K); return;
+    case CLEAVE_TYPE_Q5_K: quant_q5_K_row(src, dst, n / QK_K); return;
+    case CLEAVE_TYPE_Q6_K: quant_q6_K_row(src, dst, n / QK_K); return;
+    case CLEAVE_TYPE_IQ4_NL: quant_iq4_nl_row(src, dst, n / QK4_NL); return;
+    case CLEAVE_TYPE_IQ4_XS: quant_iq4_xs_row(src, dst, n / QK_K); return;
     default: return;
     }
 }

@@ -72,6 +72,14 @@ uint16_t quant_f32_to_bf16(float f);
  * quantize_row has quant_row_bytes(type, n) bytes. */
 void quant_dequantize_row(cleave_type type, const void *src, float *dst, size_t n);
 void quant_quantize_row(cleave_type type, const float *src, void *dst, size_t n);
+/* Converts n_rows rows of n_per_row weights of src_type into dst_type (any
+ * supported types; non-f32 sources are widened to f32 first) on n_threads
+ * threads (fewer when threads cannot be had). The bytes are the same for
+ * every thread count. progress, called from the calling thread, may
+ * cancel. */
+cleave_status quant_convert_rows(cleave_type dst_type, void *dst, cleave_type src_type,
+                                 const void *src, size_t n_rows, size_t n_per_row, int n_threads,
+                                 cleave_progress_fn progress, void *progress_user);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@ static void usage(FILE *out) {
             "  convert  import a checkpoint:  cleave convert --from llama2c MODEL.bin TOK.bin -o OUT.gguf\n"
             "                                 cleave convert --from hf HF_DIR [--type bf16] -o OUT.gguf\n"
             "  gen      random-weight model of real shapes:  cleave gen --preset 1b --type f16 -o OUT.gguf\n"
+            "  quantize llama.cpp file types:  cleave quantize IN.gguf OUT.gguf Q4_K_M [-t N]\n"
             "  info     describe a model:  cleave info MODEL.gguf\n"
             "  tokenize token ids of a text:  cleave tokenize -m MODEL.gguf -p TEXT [--ids]\n"
             "  logits   dump logits of token ids:  cleave logits -m MODEL.gguf --tokens 1,2,3 -o OUT.f32\n"
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "convert")) return cmd_convert(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen")) return cmd_gen(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "calibrate")) return cmd_calibrate(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-psm")) return cmd_bench_psm(argc - 1, argv + 1);

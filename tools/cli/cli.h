@@ -100,5 +100,6 @@ int cmd_calibrate(int argc, char **argv);
 int cmd_bench_psm(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 #endif

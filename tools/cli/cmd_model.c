@@ -73,14 +73,17 @@ int cmd_gen(int argc, char **argv) {
             break;
         }
     }
-    cleave_type type;
-    if (!preset || !out || cleave_type_from_name(type_name, &type)) {
-        fprintf(stderr, "usage: cleave gen --preset tiny|1b|8b|32b|70b [--arch llama|qwen2|qwen3] "
-                        "[--type f32|f16|bf16|q8_0] [--seed N] -o OUT.gguf\n");
+    if (!preset || !out) {
+        fprintf(stderr,
+                "usage: cleave gen --preset tiny|small|1b|8b|32b|70b [--arch llama|qwen2|qwen3] "
+                "[--type TYPE] [--seed N] -o OUT.gguf\n"
+                "  TYPE: a weight type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+                "  q5_1, q2_K..q6_K, iq4_nl, iq4_xs; default f16) or a llama.cpp file type whose\n"
+                "  per-tensor choices cleave quantize makes (Q4_K_M, Q5_K_S, Q3_K_L, ...)\n");
         return 2;
     }
-    cleave_status st = cleave_generate_model(preset, arch, type, (uint64_t)seed, out, cli_progress,
-                                             (void *)"writing");
+    cleave_status st = cleave_generate_model_mix(preset, arch, type_name, (uint64_t)seed, out,
+                                                 cli_progress, (void *)"writing");
     if (st) return cli_fail("gen", st);
     fprintf(stderr, "cleave: wrote %s\n", out);
     return 0;
