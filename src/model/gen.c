@@ -266,7 +266,7 @@ cleave_status cleave_generate_model_mix(const char *preset, const char *arch, co
         return cleave_generate_model(preset, arch, type, seed, out_gguf, progress, progress_user);
     const quant_mix *mix = quant_mix_find(mix_name);
     if (!mix)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "gen: unknown type '%s' (a type such as f16 or q4_K, "
+        return err_set(CLEAVE_ERR_INVALID_ARG, "unknown type '%s' (a type such as f16 or q4_K, "
                                                "or one of %s)",
                        mix_name ? mix_name : "(none)", quant_mix_names());
     return generate(preset, arch, mix, false, seed, out_gguf, progress, progress_user);
