@@ -246,7 +246,7 @@ static cleave_status make_fused(tdev *out) {
 
 static cleave_status make_device(const char *spec, tdev *out) {
     memset(out, 0, sizeof *out);
-    snprintf(out->spec, sizeof out->spec, "%s", spec);
+    snprintf(out->spec, sizeof out->spec, "%.*s", (int)sizeof out->spec - 1, spec);
     if (!strcmp(spec, "cpu") || !strcmp(spec, "cpu-c")) {
         const char *old = getenv("CLEAVE_NO_SIMD");
         char *saved = old ? strdup(old) : NULL;

@@ -104,10 +104,10 @@ int main(void) {
     RESET();
 
     at = tensor_info(&b, "blk.0.attn_k.weight");
-    uint32_t q4_0 = 2, n_dims;
+    uint32_t mxfp4 = 39, n_dims; /* a ggml type cleave does not run */
     memcpy(&n_dims, b.data + at, 4);
-    memcpy(b.data + at + 4 + 8 * n_dims, &q4_0, 4);
-    expect("unsupported-type", &b, CLEAVE_ERR_UNSUPPORTED, "q4_0");
+    memcpy(b.data + at + 4 + 8 * n_dims, &mxfp4, 4);
+    expect("unsupported-type", &b, CLEAVE_ERR_UNSUPPORTED, "'blk.0.attn_k.weight' has type mxfp4");
     RESET();
 
     /* A tokenizer cleave cannot run (BPE for now): the model still loads and
@@ -153,10 +153,14 @@ int main(void) {
     CHECK(cleave_decode(ctx, toks, 1, -1, 0, false) == CLEAVE_ERR_INVALID_ARG);
     cleave_context_free(ctx);
 
-    /* An unsupported KV type is a clear error, and so is q8_0 for a head
-     * size (16 here) that splits its blocks across heads. */
-    cp.kv_type = (cleave_type)2; /* q4_0 */
+    /* An unsupported KV type is a clear error, and so are q4_0 and q8_0
+     * for a head size (16 here) that splits their blocks across heads. */
+    cp.kv_type = CLEAVE_TYPE_Q4_K; /* a weight type, not a cache type */
     CHECK(cleave_context_new(m, &cp, &ctx) == CLEAVE_ERR_UNSUPPORTED);
+    CHECK(strstr(cleave_last_error(), "KV cache type q4_K") != NULL);
+    cp.kv_type = CLEAVE_TYPE_Q4_0;
+    CHECK(cleave_context_new(m, &cp, &ctx) == CLEAVE_ERR_UNSUPPORTED);
+    CHECK(strstr(cleave_last_error(), "head size") != NULL);
     cp.kv_type = CLEAVE_TYPE_Q8_0;
     CHECK(cleave_context_new(m, &cp, &ctx) == CLEAVE_ERR_UNSUPPORTED);
     CHECK(strstr(cleave_last_error(), "head size") != NULL);

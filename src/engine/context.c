@@ -118,16 +118,26 @@ placement_env engine_env(struct cleave_context *c, const cleave_context_params *
     return env;
 }
 
+/* The KV cache types the attention kernels read: the element types and
+ * the 32-blocks of q8_0, q5_0 and q4_0 (llama.cpp's long-context choices). */
+static bool kv_type_allowed(cleave_type t) {
+    return t == CLEAVE_TYPE_F32 || t == CLEAVE_TYPE_F16 || t == CLEAVE_TYPE_BF16 || t == CLEAVE_TYPE_Q8_0 ||
+           t == CLEAVE_TYPE_Q5_0 || t == CLEAVE_TYPE_Q4_0;
+}
+
 /* The parameters checked and resolved against the model: the context
  * size (the model's, at most 4096, unless given) and the batch. */
 static cleave_status resolve(const cleave_model *model, cleave_context_params *p) {
-    if (!quant_type_supported(p->kv_type))
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %d: use f32, f16, bf16 or q8_0", (int)p->kv_type);
-    /* q8_0 blocks must not straddle heads: each head is read on its own */
-    if (p->kv_type == CLEAVE_TYPE_Q8_0 && model->hp.head_dim % QK8_0)
+    if (!kv_type_allowed(p->kv_type))
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %s: use f32, f16, bf16, q8_0, q5_0 or q4_0",
+                       cleave_type_name(p->kv_type));
+    /* quant blocks must not straddle heads: each head is read on its own */
+    size_t block = 1;
+    quant_type_info(p->kv_type, NULL, &block, NULL);
+    if (model->hp.head_dim % block)
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "a q8_0 KV cache needs a head size that is a multiple of %d (this model: %u); use -ctk f16",
-                       QK8_0, model->hp.head_dim);
+                       "a %s KV cache needs a head size that is a multiple of %zu (this model: %u); use -ctk f16",
+                       cleave_type_name(p->kv_type), block, model->hp.head_dim);
     if (p->split_mode != CLEAVE_SPLIT_NONE && p->split_mode != CLEAVE_SPLIT_LAYER &&
         p->split_mode != CLEAVE_SPLIT_TENSOR)
         return err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);

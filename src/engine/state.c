@@ -234,7 +234,7 @@ static cleave_status check(const struct cleave_context *c, const void *buf, size
     if (h->fingerprint != fingerprint(c->model) || h->n_layer != hp->n_layer || h->n_head_kv != hp->n_head_kv ||
         h->head_dim != hp->head_dim || h->n_vocab != hp->n_vocab)
         return err_set(CLEAVE_ERR_INVALID_ARG, "state: saved from another model (fingerprint or shapes differ)");
-    if (!quant_type_supported(h->kv_type) || (h->flags & ~(uint32_t)(STATE_TOKENS | STATE_LOGITS)))
+    if (!quant_type_supported(h->kv_type) || !head_row((cleave_type)h->kv_type, h->head_dim) || (h->flags & ~(uint32_t)(STATE_TOKENS | STATE_LOGITS)))
         return err_set(CLEAVE_ERR_FORMAT, "state: unknown KV type %u or flags %#x", h->kv_type, h->flags);
     if (payload_bytes(h) + 8 != n)
         return err_set(CLEAVE_ERR_FORMAT, "state: %zu bytes where the header says %zu", n, payload_bytes(h) + 8);
@@ -245,8 +245,11 @@ static cleave_status check(const struct cleave_context *c, const void *buf, size
                        "state: a %s KV cache restored into %s loses precision; allow it explicitly (allow_lossy, "
                        "run --prompt-cache-lossy)",
                        cleave_type_name(from), cleave_type_name(to));
-    if (to == CLEAVE_TYPE_Q8_0 && hp->head_dim % 32)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "state: a q8_0 cache needs heads of a multiple of 32");
+    size_t block = 1;
+    quant_type_info(to, NULL, &block, NULL);
+    if (hp->head_dim % block)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "state: a %s cache needs heads of a multiple of %zu",
+                       cleave_type_name(to), block);
     const char *q = p;
     int32_t last = -1;
     for (uint32_t i = 0; i < h->n_cells; i++) {

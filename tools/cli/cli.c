@@ -208,7 +208,7 @@ int cli_context_flag(const char *flag, const char *v, cli_context_opts *o) {
         return cli_int(flag, v, 0, 1 << 20, &o->n_ubatch) ? 1 : -1;
     if (!strcmp(flag, "-ctk") || !strcmp(flag, "-ctv") || !strcmp(flag, "--cache-type")) {
         if (v && cleave_type_from_name(v, &o->kv_type) == CLEAVE_OK) return 1;
-        fprintf(stderr, "cleave: %s: unknown type '%s' (f16, f32, bf16, q8_0)\n", flag, v ? v : "");
+        fprintf(stderr, "cleave: %s: unknown type '%s' (f16, f32, bf16, q8_0, q5_0, q4_0)\n", flag, v ? v : "");
         return -1;
     }
     return 0;
