@@ -30,3 +30,17 @@ optional /usr/include/cjson/cJSON.h libcjson-dev "the Hugging Face import and th
 optional /usr/include/xxhash.h libxxhash-dev "sequence states"
 optional /usr/include/pcre2.h libpcre2-dev "BPE tokenizers"
 optional /usr/include/microhttpd.h libmicrohttpd-dev "the server (cleave serve)"
+# Python 3 with numpy and the gguf package: the quantization tests check
+# cleave's block formats and quantized files against gguf's independent
+# implementation (without them those tests fail and say so).
+if ! python3 -c 'import numpy, gguf' >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 python3-numpy python3-pip &&
+      pip3 install -q --break-system-packages gguf; } ||
+      echo "cleave: could not install python3-numpy and gguf; the quantization tests will fail" >&2
+  else
+    echo "cleave: python3 with numpy and gguf missing (apt-get install python3-numpy python3-pip;" \
+         "pip3 install --break-system-packages gguf); the quantization tests will fail" >&2
+  fi
+fi
