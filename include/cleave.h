@@ -130,6 +130,9 @@ typedef enum cleave_split_mode {
     CLEAVE_SPLIT_TENSOR = 2,
 } cleave_split_mode;
 
+/* cleave_context_params.kv_type_v: the V cache takes the K cache's type. */
+#define CLEAVE_KV_TYPE_AS_K ((cleave_type)-1)
+
 typedef struct cleave_context_params {
     uint32_t n_ctx;        /* cells of KV cache; 0 = the model's training context (capped at 4096) */
     uint32_t n_batch;      /* most tokens in one forward pass; 0 = 512 */
@@ -137,7 +140,10 @@ typedef struct cleave_context_params {
      * of this many, so the devices work at once; 0 = no pipeline */
     uint32_t n_ubatch;
     int n_threads;         /* CPU threads (each CPU device); 0 = all cores */
-    cleave_type kv_type;   /* f32, f16, bf16 or q8_0 (q8_0 needs kv heads x head size % 32 == 0) */
+    /* K cache type: f32, f16, bf16, q8_0, q5_0 or q4_0 (the quantized
+     * types need a head size that is a multiple of 32) */
+    cleave_type kv_type;
+    cleave_type kv_type_v; /* V cache type, as kv_type; CLEAVE_KV_TYPE_AS_K (the default): kv_type */
     /* "cpu" (default when NULL), "cuda:N", "cpu:N" (N virtual CPU devices
      * sharing the machine, each with its own memory accounting), or a
      * comma list such as "cuda:0,cuda:1" */

@@ -474,8 +474,7 @@ static void test_kv_store(void) {
     CHECK(be_kv_store(d, src, 1, W, cache, CLEAVE_TYPE_F32, &neg) == CLEAVE_ERR_INVALID_ARG);
     CHECK(be_kv_store(d, src, 1, 40, cache, CLEAVE_TYPE_Q8_0, cells) ==
           CLEAVE_ERR_INVALID_ARG);
-    /* q8_K (15): a ggml type cleave does not run (q4_0 is one it runs now) */
-    CHECK(be_kv_store(d, src, 1, W, cache, (cleave_type)15, cells) == CLEAVE_ERR_UNSUPPORTED);
+    CHECK(be_kv_store(d, src, 1, W, cache, (cleave_type)16, cells) == CLEAVE_ERR_UNSUPPORTED);
     be_destroy(d);
     be_destroy(dc);
 }
@@ -543,7 +542,7 @@ static void test_attention(void) {
         for (int cfg = 0; cfg < 4; cfg++) {
             be_device *d = make_dev(cfg & 1 ? 3 : 1, cfg < 2, 0);
             if (!d) break;
-            be_attn a = {.q = q, .k = kc, .v = vc, .kv_type = t, .n_tokens = NT, .n_kv = NC,
+            be_attn a = {.q = q, .k = kc, .v = vc, .kv_type = t, .v_type = t, .n_tokens = NT, .n_kv = NC,
                          .n_head = NH, .n_head_kv = NKV, .head_dim = HD, .tok_pos = tok_pos,
                          .tok_seq = tok_seq, .cell_pos = cell_pos, .cell_seq = cell_seq,
                          .scale = scale, .out = out};
@@ -578,7 +577,7 @@ static void test_attention(void) {
                 bad.n_head_kv = 3;
                 CHECK(be_attention(d, &bad) == CLEAVE_ERR_INVALID_ARG);
                 bad = a;
-                bad.kv_type = (cleave_type)2;
+                bad.kv_type = (cleave_type)16; /* iq2_xxs: no cache type */
                 CHECK(be_attention(d, &bad) == CLEAVE_ERR_UNSUPPORTED);
                 bad = a;
                 bad.q = NULL;

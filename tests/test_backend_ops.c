@@ -1474,6 +1474,7 @@ static void attn_case(const attn_cfg *a) {
             .k = kdv[0],
             .v = vdv[0],
             .kv_type = a->t,
+            .v_type = a->t,
             .n_tokens = nt,
             .n_kv = n_kv,
             .n_kv_live = a->live ? cx_up(&c, &live32, 4) : NULL,
@@ -1678,7 +1679,7 @@ static void test_tiers(const tdev *td) {
         RUN(&c, BE(c.d, tier_stage, &tv, used_cells * rb));
         RUN(&c, BE(c.d, tier_join, &tk));
         RUN(&c, BE(c.d, tier_join, &tv));
-        be_attn at = {.q = cx_up(&c, q, qw * 4), .k = tk.alias, .v = tv.alias, .kv_type = t,
+        be_attn at = {.q = cx_up(&c, q, qw * 4), .k = tk.alias, .v = tv.alias, .kv_type = t, .v_type = t,
                       .n_tokens = 1, .n_kv = n_kv, .n_head = a.n_head, .n_head_kv = a.n_head_kv,
                       .head_dim = a.hd, .tok_pos = cx_up(&c, b.tok_pos, 4),
                       .tok_seq = cx_up(&c, b.tok_seq, 4), .cell_pos = cx_up(&c, b.cell_pos, n_kv * 4),
@@ -1783,7 +1784,7 @@ static void test_graphs(const tdev *td) {
     void *kc = cx_alloc(&c, n_kv * rb), *vc = cx_alloc(&c, n_kv * rb);
     RUN(&c, BE(c.d, kv_store, kfd, n_kv, kw, kc, t, alld));
     RUN(&c, BE(c.d, kv_store, vfd, n_kv, kw, vc, t, alld));
-    be_attn at = {.q = qd, .k = kc, .v = vc, .kv_type = t, .n_tokens = 1, .n_kv = n_kv,
+    be_attn at = {.q = qd, .k = kc, .v = vc, .kv_type = t, .v_type = t, .n_tokens = 1, .n_kv = n_kv,
                   .n_kv_live = lived, .n_head = nh, .n_head_kv = nkv, .head_dim = hd,
                   .tok_pos = tposd, .tok_seq = cx_up(&c, &tseq, 4), .cell_pos = cx_up(&c, cpos, sizeof cpos),
                   .cell_seq = cx_up(&c, cseq, sizeof cseq), .scale = 0.125f, .out = od, .n_seq_runs = 1};

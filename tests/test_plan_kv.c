@@ -22,7 +22,7 @@ static void test_plan(void) {
     size_t layer_bytes[4] = {1000, 1000, 1000, 1000};
     size_t budget = 0;
     plan_request req = {.hp = &hp, .n_devices = 1, .budgets = &budget, .mode = CLEAVE_SPLIT_NONE,
-                        .n_ctx = 128, .n_batch = 32, .kv_type = CLEAVE_TYPE_F16,
+                        .n_ctx = 128, .n_batch = 32, .kv_type = CLEAVE_TYPE_F16, .kv_type_v = CLEAVE_TYPE_F16,
                         .embd_bytes = 500, .head_bytes = 100, .layer_bytes = layer_bytes};
     plan p;
     CHECK_OK(plan_make(&req, &p));
@@ -103,7 +103,7 @@ static void test_apportion(void) {
 static plan_request split_request(model_hparams *hp, size_t *layer_bytes, size_t n_dev,
                                   size_t *budgets, cleave_split_mode mode, const double *shares) {
     plan_request req = {.hp = hp, .n_devices = n_dev, .budgets = budgets, .mode = mode,
-                        .shares = shares, .n_ctx = 128, .n_batch = 32, .kv_type = CLEAVE_TYPE_F16,
+                        .shares = shares, .n_ctx = 128, .n_batch = 32, .kv_type = CLEAVE_TYPE_F16, .kv_type_v = CLEAVE_TYPE_F16,
                         .embd_bytes = 500, .head_bytes = 100, .layer_bytes = layer_bytes};
     return req;
 }
@@ -252,7 +252,7 @@ static void test_plan_fit(void) {
     model_hparams hp = hp_small();
     size_t layer_bytes[4] = {1000, 1000, 1000, 1000}, attn[4] = {400, 400, 400, 400},
            ffn[4] = {512, 512, 512, 512};
-    size_t kv_token = model_kv_bytes_per_token(&hp, CLEAVE_TYPE_F16); /* all layers */
+    size_t kv_token = model_kv_bytes_per_token(&hp, CLEAVE_TYPE_F16, CLEAVE_TYPE_F16); /* all layers */
     size_t compute = plan_compute_bytes(&hp, 32, 4096);
     plan p;
     /* one device with room for ~1000 cells of KV: the context shrinks to
@@ -313,8 +313,9 @@ static void test_kv(void) {
     const bool all[4] = {true, true, true, true};
     const size_t width = 64;
     CHECK_OK(kv_cells_init(&cells, 8));
-    CHECK_OK(kv_store_init(&kv, &dev, 1, all, &width, 8, 2, CLEAVE_TYPE_F16, UINT32_MAX, false));
-    CHECK(kv_store_row_bytes(&kv, 0) == 128);
+    CHECK_OK(kv_store_init(&kv, &dev, 1, all, &width, 8, 2, CLEAVE_TYPE_F16, CLEAVE_TYPE_Q4_0, UINT32_MAX, false));
+    CHECK(kv_store_row_bytes(&kv, 0, false) == 128);
+    CHECK(kv_store_row_bytes(&kv, 0, true) == 36); /* two q4_0 blocks */
     CHECK(kv_store_k(&kv, 0, 0) && kv_store_v(&kv, 0, 1) && !kv_store_k(&kv, 0, 2));
     int32_t c[8];
     CHECK_OK(kv_cells_alloc(&cells, 5, 0, 0, c));
@@ -332,7 +333,7 @@ static void test_kv(void) {
     /* a budget too small for the cache: clean failure, nothing leaked */
     be_device *small;
     CHECK_OK(be_cpu_create("small", 1, 4096, &small));
-    CHECK(kv_store_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32, UINT32_MAX, false) == CLEAVE_ERR_OOM);
+    CHECK(kv_store_init(&kv, &small, 1, all, &width, 1024, 4, CLEAVE_TYPE_F32, CLEAVE_TYPE_F32, UINT32_MAX, false) == CLEAVE_ERR_OOM);
     be_mem_stats ms;
     be_get_mem_stats(small, &ms);
     CHECK(ms.used == 0);

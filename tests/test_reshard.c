@@ -26,7 +26,7 @@ static plan make(const model_hparams *hp, size_t n_dev, cleave_split_mode mode, 
     size_t budgets[CLEAVE_MAX_DEVICES] = {0};
     plan_request req = {.hp = hp, .n_devices = n_dev, .budgets = budgets, .mode = mode,
                         .shares = shares, .ff_align = 32, .n_ctx = 256, .n_batch = 32,
-                        .kv_type = CLEAVE_TYPE_F16, .embd_bytes = 5000, .head_bytes = 5100,
+                        .kv_type = CLEAVE_TYPE_F16, .kv_type_v = CLEAVE_TYPE_F16, .embd_bytes = 5000, .head_bytes = 5100,
                         .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes,
                         .layer_ffn_bytes = ffn_bytes};
     plan p;

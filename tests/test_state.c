@@ -215,19 +215,58 @@ static void kv_types(const char *qwen3) {
             CHECK_OK(cleave_state_tokens(w, s, n, ids, N_PROMPT, &n_ids));
             CHECK(n_ids == N_PROMPT && !memcmp(ids, prompt, sizeof prompt));
 #ifdef HAVE_XXHASH
-            /* version 2 with a valid checksum: refused by its version */
+            /* version 3 with a valid checksum: refused by its version */
             unsigned char *v = s;
-            v[8] = 2;
+            v[8] = 3;
             uint64_t sum = XXH64(v, n - 8, 0);
             memcpy(v + n - 8, &sum, 8);
             CHECK(cleave_state_seq_set(w, 0, s, n, NULL) == CLEAVE_ERR_UNSUPPORTED);
-            CHECK(strstr(cleave_last_error(), "format version 2") != NULL);
+            CHECK(strstr(cleave_last_error(), "format version 3") != NULL);
 #endif
         }
         free(s);
     }
     cleave_context_free(a);
     cleave_context_free(h);
+    cleave_context_free(w);
+    cleave_model_free(m);
+}
+
+/* K and V of different types (-ctk q8_0 -ctv f16): the state keeps each
+ * type; restored into a context of the same types the continuation is
+ * bit-identical, into an f32 one it is lossless (no permission needed). */
+static void mixed_kv_types(const char *qwen3) {
+    size_t nv = 0;
+    cleave_model *m = tu_load(qwen3, &nv);
+    if (!m) return;
+    placement f32 = {NULL, CLEAVE_SPLIT_NONE, CLEAVE_KV_VRAM_ALL, CLEAVE_TYPE_F32, "f32"};
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 128, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_Q8_0, cp.kv_type_v = CLEAVE_TYPE_F16;
+    cleave_context *a = NULL, *b = NULL, *w = ctx_on(m, &f32, 128);
+    CHECK_OK(cleave_context_new(m, &cp, &a));
+    CHECK_OK(cleave_context_new(m, &cp, &b));
+    int32_t prompt[N_PROMPT], ta[N_STEPS], tb[N_STEPS], tw[N_STEPS];
+    float *la = malloc(N_STEPS * nv * sizeof(float)), *lb = malloc(N_STEPS * nv * sizeof(float)),
+          *lw = malloc(N_STEPS * nv * sizeof(float));
+    prompt_of(m, nv, prompt);
+    if (a && b && w && la && lb && lw) {
+        CHECK_OK(cleave_decode(a, prompt, N_PROMPT, 0, 0, false));
+        size_t n = 0;
+        void *s = save(a, prompt, &n);
+        if (s) {
+            CHECK_OK(cleave_state_seq_set(b, 0, s, n, NULL));
+            CHECK_OK(cleave_state_seq_set(w, 0, s, n, NULL)); /* q8_0 and f16 into f32: exact */
+            CHECK_MSG(continue_from(a, nv, N_PROMPT, ta, la), "saved: %s", cleave_last_error());
+            CHECK_MSG(continue_from(b, nv, N_PROMPT, tb, lb), "restored: %s", cleave_last_error());
+            CHECK_MSG(continue_from(w, nv, N_PROMPT, tw, lw), "restored into f32: %s", cleave_last_error());
+            CHECK_MSG(!memcmp(la, lb, N_STEPS * nv * sizeof(float)), "mixed K/V restored: logits differ");
+            CHECK_MSG(!memcmp(ta, tw, sizeof ta), "mixed K/V restored into f32: tokens differ");
+            free(s);
+        }
+    }
+    free(la), free(lb), free(lw);
+    cleave_context_free(a);
+    cleave_context_free(b);
     cleave_context_free(w);
     cleave_model_free(m);
 }
@@ -317,6 +356,6 @@ int main(void) {
         if (models[i]) round_trips(models[i], &layer2, to, sizeof to / sizeof *to, bitwise);
     if (stories) corruption(stories, qwen3);
     if (stories) interleaved(stories);
-    if (qwen3) kv_types(qwen3);
+    if (qwen3) kv_types(qwen3), mixed_kv_types(qwen3);
     return tu_finish("test_state");
 }

@@ -46,8 +46,8 @@ typedef struct be_rope {
  * cell_seq[c] == s and 0 <= cell_pos[c] <= p. */
 typedef struct be_attn {
     const float *q;        /* [n_tokens][n_head * head_dim] */
-    const void *k, *v;     /* caches: [n_kv][n_head_kv * head_dim] of kv_type */
-    cleave_type kv_type;
+    const void *k, *v;     /* caches: [n_kv][n_head_kv * head_dim] of kv_type and v_type */
+    cleave_type kv_type, v_type;
     size_t n_tokens, n_kv; /* n_kv: cells [0, n_kv) are considered */
     /* Optional device scalar holding the live cell count (<= n_kv), read at
      * run time so a recorded graph replays as the cache grows; n_kv is then

@@ -33,13 +33,13 @@ static cleave_status rope_and_store(placement *pl, int dv, const engine_scratch 
     size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
                     .freq_factors = D->rope_freqs};
-    if (be_has(d, BE_CAP_ROPE_STORE))
-        return be_rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc,
-                             pl->store.type, s->cells);
+    cleave_type kt = kv_store_type(&pl->store, false), vt = kv_store_type(&pl->store, true);
+    if (be_has(d, BE_CAP_ROPE_STORE) && kt == vt) /* the fused op stores K and V of one type */
+        return be_rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc, kt, s->cells);
     TRY(be_apply_rope(d, s->q, n, qw, n_head, hd, s->pos, &rope));
     TRY(be_apply_rope(d, s->k, n, kw, n_head_kv, hd, s->pos, &rope));
-    TRY(be_kv_store(d, s->k, n, kw, kc, pl->store.type, s->cells));
-    return be_kv_store(d, s->v, n, kw, vc, pl->store.type, s->cells);
+    TRY(be_kv_store(d, s->k, n, kw, kc, kt, s->cells));
+    return be_kv_store(d, s->v, n, kw, vc, vt, s->cells);
 }
 
 cleave_status engine_attention(placement *pl, const engine_layer *E,
@@ -66,7 +66,8 @@ cleave_status engine_attention(placement *pl, const engine_layer *E,
     TRY(rope_and_store(pl, E->dev, s, n, n_head, n_head_kv, kc, vc));
     TRY(kv_store_layer_persist(&pl->store, (size_t)E->dev, l, n_kv, s->cells, n));
     be_attn a = {
-        .q = s->q, .k = kc, .v = vc, .kv_type = pl->store.type, .n_tokens = n, .n_kv = n_kv,
+        .q = s->q, .k = kc, .v = vc, .kv_type = kv_store_type(&pl->store, false),
+        .v_type = kv_store_type(&pl->store, true), .n_tokens = n, .n_kv = n_kv,
         .n_kv_live = graph ? s->n_kv_live : NULL, .n_head = n_head, .n_head_kv = n_head_kv,
         .head_dim = hd, .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = pl->store.dev_pos[E->dev],
         .cell_seq = pl->store.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,

@@ -84,7 +84,7 @@ static cleave_status open_devices(struct cleave_context *c, const cleave_context
 
 cleave_context_params cleave_context_default_params(void) {
     cleave_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0,
-                               .kv_type = CLEAVE_TYPE_F16, .devices = NULL,
+                               .kv_type = CLEAVE_TYPE_F16, .kv_type_v = CLEAVE_KV_TYPE_AS_K, .devices = NULL,
                                .split_mode = CLEAVE_SPLIT_NONE, .main_device = 0,
                                .kv_vram_cells = CLEAVE_KV_VRAM_ALL};
     return p;
@@ -128,16 +128,21 @@ static bool kv_type_allowed(cleave_type t) {
 /* The parameters checked and resolved against the model: the context
  * size (the model's, at most 4096, unless given) and the batch. */
 static cleave_status resolve(const cleave_model *model, cleave_context_params *p) {
-    if (!kv_type_allowed(p->kv_type))
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "KV cache type %s: use f32, f16, bf16, q8_0, q5_0 or q4_0",
-                       cleave_type_name(p->kv_type));
-    /* quant blocks must not straddle heads: each head is read on its own */
-    size_t block = 1;
-    quant_type_info(p->kv_type, NULL, &block, NULL);
-    if (model->hp.head_dim % block)
-        return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "a %s KV cache needs a head size that is a multiple of %zu (this model: %u); use -ctk f16",
-                       cleave_type_name(p->kv_type), block, model->hp.head_dim);
+    if (p->kv_type_v == CLEAVE_KV_TYPE_AS_K) p->kv_type_v = p->kv_type;
+    const cleave_type kv_types[2] = {p->kv_type, p->kv_type_v};
+    for (int v = 0; v < 2; v++) {
+        const char *flag = v ? "-ctv" : "-ctk";
+        if (!kv_type_allowed(kv_types[v]))
+            return err_set(CLEAVE_ERR_UNSUPPORTED, "%s cache type %s: use f32, f16, bf16, q8_0, q5_0 or q4_0",
+                           v ? "V" : "KV", cleave_type_name(kv_types[v]));
+        /* quant blocks must not straddle heads: each head is read on its own */
+        size_t block = 1;
+        quant_type_info(kv_types[v], NULL, &block, NULL);
+        if (model->hp.head_dim % block)
+            return err_set(CLEAVE_ERR_UNSUPPORTED,
+                           "a %s %s cache needs a head size that is a multiple of %zu (this model: %u); use %s f16",
+                           cleave_type_name(kv_types[v]), v ? "V" : "K", block, model->hp.head_dim, flag);
+    }
     if (p->split_mode != CLEAVE_SPLIT_NONE && p->split_mode != CLEAVE_SPLIT_LAYER &&
         p->split_mode != CLEAVE_SPLIT_TENSOR)
         return err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
@@ -217,9 +222,11 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     out->planned_kv_host = pl->plan.bytes[d].kv_host;
     out->planned_collective = pl->plan.bytes[d].collective;
     out->compute = pl->scratch_bytes[d] + kv_store_cell_table_bytes(&pl->store, d);
-    size_t row = kv_store_row_bytes(&pl->store, d), tail = kv_store_tail_bytes(&pl->store, d);
+    /* K and V together: a cell's rows, one layer's head and tail */
+    size_t row = kv_store_row_bytes(&pl->store, d, false) + kv_store_row_bytes(&pl->store, d, true);
+    size_t tail = kv_store_tail_bytes(&pl->store, d);
     out->kv_vram_cells = row && tail ? (uint32_t)(kv_store_head_bytes(&pl->store, d) / row) : pl->plan.n_ctx;
-    out->kv_staging = tail ? PLAN_KV_STAGING_BUFFERS * tail : 0;
+    out->kv_staging = tail ? PLAN_KV_STAGING_BUFFERS / 2 * tail : 0; /* two slots of K and V */
     be_mem_stats ms = {0};
     be_get_mem_stats(dev, &ms);
     out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;

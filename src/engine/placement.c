@@ -91,7 +91,7 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
     plan_request req = {
         .hp = &m->hp, .n_devices = pl->n_dev, .budgets = budgets, .main_device = p->main_device,
         .shares = p->shares ? shares : NULL, .n_ctx = n_ctx, .n_batch = n_batch,
-        .kv_type = p->kv_type, .embd_bytes = tensor_bytes(m->tok_embd),
+        .kv_type = p->kv_type, .kv_type_v = p->kv_type_v, .embd_bytes = tensor_bytes(m->tok_embd),
         .head_bytes = tensor_bytes(m->output_norm) +
                       (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
         .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes, .layer_ffn_bytes = ffn_bytes,
@@ -114,7 +114,7 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
 }
 
 /* Each layer's K/V on the device that runs it. */
-static cleave_status init_kv(placement *pl, uint32_t n_ctx, cleave_type type,
+static cleave_status init_kv(placement *pl, uint32_t n_ctx, cleave_type k_type, cleave_type v_type,
                              bool deferred) {
     const model_hparams *hp = &pl->model->hp;
     be_device *devs[CLEAVE_MAX_DEVICES];
@@ -131,8 +131,8 @@ static cleave_status init_kv(placement *pl, uint32_t n_ctx, cleave_type type,
             holds[d * hp->n_layer + l] =
                 tensor ? pl->devs[d].active && heads > 0 : pl->plan.layer_device[l] == (int)d;
     }
-    cleave_status st = kv_store_init(&pl->store, devs, pl->n_dev, holds, width, n_ctx, hp->n_layer, type,
-                                     pl->plan.kv_vram_cells, deferred);
+    cleave_status st = kv_store_init(&pl->store, devs, pl->n_dev, holds, width, n_ctx, hp->n_layer, k_type,
+                                     v_type, pl->plan.kv_vram_cells, deferred);
     free(holds);
     return st;
 }
@@ -235,7 +235,7 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
     for (size_t d = 0; d < pl->n_dev; d++)
         if (pl->devs[d].active && (st = alloc_scratch(pl, (int)d))) goto fail;
     load_mark(&lt, "scratch");
-    if ((st = init_kv(pl, pl->plan.n_ctx, p->kv_type, piecewise))) goto fail;
+    if ((st = init_kv(pl, pl->plan.n_ctx, p->kv_type, p->kv_type_v, piecewise))) goto fail;
     load_mark(&lt, "KV cache");
     size_t floats = (size_t)n_batch * model->hp.n_embd;
     if (n_active > 1 && !tensor) {

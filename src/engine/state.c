@@ -30,12 +30,14 @@
 #endif
 
 #define STATE_MAGIC "CLVSTATE"
-#define STATE_VERSION 1u
-#define STATE_HEADER 48 /* magic 8, version 4, type 4, fingerprint 8, six u32 */
+/* Version 2: the type word holds the K type in its low 16 bits and the V
+ * type in its high 16 (version 1: one type for both, still read). */
+#define STATE_VERSION 2u
+#define STATE_HEADER 48 /* magic 8, version 4, types 4, fingerprint 8, six u32 */
 enum { STATE_TOKENS = 1, STATE_LOGITS = 2 };
 
 typedef struct {
-    uint32_t version, kv_type;
+    uint32_t version, kv_type[2]; /* [0] K, [1] V */
     uint64_t fingerprint;
     uint32_t n_layer, n_head_kv, head_dim, n_vocab, n_cells, flags;
 } state_header;
@@ -72,10 +74,10 @@ static cleave_status no_xxhash(void) {
 static size_t head_row(cleave_type t, uint32_t head_dim) { return quant_row_bytes(t, head_dim); }
 
 static size_t payload_bytes(const state_header *h) {
-    size_t hr = head_row((cleave_type)h->kv_type, h->head_dim);
+    size_t hr = head_row((cleave_type)h->kv_type[0], h->head_dim) + head_row((cleave_type)h->kv_type[1], h->head_dim);
     size_t n = (size_t)h->n_cells;
     return STATE_HEADER + n * 4 + (h->flags & STATE_TOKENS ? n * 4 : 0) +
-           (h->flags & STATE_LOGITS ? (size_t)h->n_vocab * 4 : 0) + 2 * (size_t)h->n_layer * n * h->n_head_kv * hr;
+           (h->flags & STATE_LOGITS ? (size_t)h->n_vocab * 4 : 0) + (size_t)h->n_layer * n * h->n_head_kv * hr;
 }
 
 #ifdef CLEAVE_WITH_XXHASH
@@ -92,7 +94,7 @@ static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, 
                                char *canon, bool to_cache) {
     const model_hparams *hp = &c->model->hp;
     const kv_store *kv = &c->pl->store;
-    size_t hr = head_row(kv_store_type(kv), hp->head_dim), canon_row = hr * hp->n_head_kv;
+    size_t hr = head_row(kv_store_type(kv, is_v), hp->head_dim), canon_row = hr * hp->n_head_kv;
     cleave_status st = CLEAVE_OK;
     for (size_t d = 0; d < c->n_dev && !st; d++) {
         void *buf = is_v ? kv_store_v(kv, d, l) : kv_store_k(kv, d, l);
@@ -100,7 +102,7 @@ static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, 
         plan_range h = dev_heads(c, d, l);
         if (h.hi <= h.lo) continue;
         be_device *dev = c->devs[d];
-        size_t rb = kv_store_row_bytes(kv, d), w = (h.hi - h.lo) * hr;
+        size_t rb = kv_store_row_bytes(kv, d, is_v), w = (h.hi - h.lo) * hr;
         for (uint32_t i = 0; i < n && !st;) {
             uint32_t j = i + 1;
             while (j < n && cells[j] == cells[j - 1] + 1) j++;
@@ -128,7 +130,9 @@ static cleave_status move_rows(struct cleave_context *c, uint32_t l, bool is_v, 
  * only the writer needs it). */
 static state_header header_of(struct cleave_context *c, uint32_t n, bool tokens) {
     const model_hparams *hp = &c->model->hp;
-    state_header h = {STATE_VERSION, (uint32_t)kv_store_type(&c->pl->store), 0, hp->n_layer, hp->n_head_kv, hp->head_dim,
+    state_header h = {STATE_VERSION,
+                      {(uint32_t)kv_store_type(&c->pl->store, false), (uint32_t)kv_store_type(&c->pl->store, true)},
+                      0, hp->n_layer, hp->n_head_kv, hp->head_dim,
                       hp->n_vocab, n, (tokens ? STATE_TOKENS : 0) | (cleave_get_logits(c, -1) ? STATE_LOGITS : 0)};
     return h;
 }
@@ -193,15 +197,17 @@ cleave_status cleave_state_seq_get(cleave_context *c, int32_t seq, const int32_t
     const model_hparams *hp = &c->model->hp;
     char *p = buf;
     memcpy(p, STATE_MAGIC, 8), p += 8;
-    put32(&p, h.version), put32(&p, h.kv_type), put64(&p, fingerprint(c->model));
+    put32(&p, h.version), put32(&p, h.kv_type[0] | h.kv_type[1] << 16), put64(&p, fingerprint(c->model));
     uint32_t dims[] = {h.n_layer, h.n_head_kv, h.head_dim, h.n_vocab, h.n_cells, h.flags};
     for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) put32(&p, dims[i]);
     for (uint32_t i = 0; i < n; i++) put32(&p, (uint32_t)kv_cells_pos(&c->cells, (uint32_t)cells[i]));
     if (n_tokens) memcpy(p, tokens, (size_t)n * 4), p += (size_t)n * 4;
     if (h.flags & STATE_LOGITS) memcpy(p, cleave_get_logits(c, -1), (size_t)hp->n_vocab * 4), p += (size_t)hp->n_vocab * 4;
-    size_t block = (size_t)n * hp->n_head_kv * head_row(kv_store_type(&c->pl->store), hp->head_dim);
+    size_t block[2];
+    for (int v = 0; v < 2; v++)
+        block[v] = (size_t)n * hp->n_head_kv * head_row(kv_store_type(&c->pl->store, v), hp->head_dim);
     for (uint32_t l = 0; !st && l < hp->n_layer; l++)
-        for (int v = 0; !st && v < 2; v++, p += block) st = move_rows(c, l, v, cells, n, p, false);
+        for (int v = 0; !st && v < 2; p += block[v], v++) st = move_rows(c, l, v, cells, n, p, false);
     free(cells);
     if (st) return st;
     put64(&p, XXH64(buf, (size_t)(p - (char *)buf), 0));
@@ -219,7 +225,10 @@ static cleave_status check(const struct cleave_context *c, const void *buf, size
     if (n < STATE_HEADER + 8 || memcmp(p, STATE_MAGIC, 8))
         return err_set(CLEAVE_ERR_FORMAT, "state: not a cleave sequence state (%zu bytes)", n);
     p += 8;
-    h->version = get32(&p), h->kv_type = get32(&p), h->fingerprint = get64(&p);
+    uint32_t types;
+    h->version = get32(&p), types = get32(&p), h->fingerprint = get64(&p);
+    h->kv_type[0] = h->version == 1 ? types : types & 0xffff;
+    h->kv_type[1] = h->version == 1 ? types : types >> 16;
     h->n_layer = get32(&p), h->n_head_kv = get32(&p), h->head_dim = get32(&p), h->n_vocab = get32(&p);
     h->n_cells = get32(&p), h->flags = get32(&p);
     *body = p;
@@ -227,29 +236,29 @@ static cleave_status check(const struct cleave_context *c, const void *buf, size
     memcpy(&sum, (const char *)buf + n - 8, 8);
     if (XXH64(buf, n - 8, 0) != sum)
         return err_set(CLEAVE_ERR_FORMAT, "state: checksum mismatch (the data is corrupt or truncated)");
-    if (h->version != STATE_VERSION)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "state: format version %u; this build reads version %u", h->version,
-                       STATE_VERSION);
+    if (h->version != STATE_VERSION && h->version != 1)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "state: format version %u; this build reads versions 1 to %u",
+                       h->version, STATE_VERSION);
     const model_hparams *hp = &c->model->hp;
     if (h->fingerprint != fingerprint(c->model) || h->n_layer != hp->n_layer || h->n_head_kv != hp->n_head_kv ||
         h->head_dim != hp->head_dim || h->n_vocab != hp->n_vocab)
         return err_set(CLEAVE_ERR_INVALID_ARG, "state: saved from another model (fingerprint or shapes differ)");
-    if (!quant_type_supported(h->kv_type) || !head_row((cleave_type)h->kv_type, h->head_dim) || (h->flags & ~(uint32_t)(STATE_TOKENS | STATE_LOGITS)))
-        return err_set(CLEAVE_ERR_FORMAT, "state: unknown KV type %u or flags %#x", h->kv_type, h->flags);
+    for (int v = 0; v < 2; v++)
+        if (!quant_type_supported(h->kv_type[v]) || !head_row((cleave_type)h->kv_type[v], h->head_dim))
+            return err_set(CLEAVE_ERR_FORMAT, "state: unknown %s cache type %u", v ? "V" : "K", h->kv_type[v]);
+    if (h->flags & ~(uint32_t)(STATE_TOKENS | STATE_LOGITS))
+        return err_set(CLEAVE_ERR_FORMAT, "state: unknown flags %#x", h->flags);
     if (payload_bytes(h) + 8 != n)
         return err_set(CLEAVE_ERR_FORMAT, "state: %zu bytes where the header says %zu", n, payload_bytes(h) + 8);
-    cleave_type to = kv_store_type(&c->pl->store), from = (cleave_type)h->kv_type;
-    bool lossless = from == to || to == CLEAVE_TYPE_F32;
-    if (!lossless && !(opt && opt->allow_lossy))
-        return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "state: a %s KV cache restored into %s loses precision; allow it explicitly (allow_lossy, "
-                       "run --prompt-cache-lossy)",
-                       cleave_type_name(from), cleave_type_name(to));
-    size_t block = 1;
-    quant_type_info(to, NULL, &block, NULL);
-    if (hp->head_dim % block)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "state: a %s cache needs heads of a multiple of %zu",
-                       cleave_type_name(to), block);
+    for (int v = 0; v < 2; v++) {
+        cleave_type to = kv_store_type(&c->pl->store, v), from = (cleave_type)h->kv_type[v];
+        bool lossless = from == to || to == CLEAVE_TYPE_F32;
+        if (!lossless && !(opt && opt->allow_lossy))
+            return err_set(CLEAVE_ERR_UNSUPPORTED,
+                           "state: a %s %s cache restored into %s loses precision; allow it explicitly (allow_lossy, "
+                           "run --prompt-cache-lossy)",
+                           cleave_type_name(from), v ? "V" : "K", cleave_type_name(to));
+    }
     const char *q = p;
     int32_t last = -1;
     for (uint32_t i = 0; i < h->n_cells; i++) {
@@ -309,13 +318,21 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
                        kv_cells_used(kv), kv_cells_n_ctx(kv), kv_cells_regions(kv) ? " (the sequence's own region is smaller)" : "");
     }
     const model_hparams *hp = &c->model->hp;
-    cleave_type from = (cleave_type)h.kv_type, to = kv_store_type(&c->pl->store);
-    size_t hr_from = head_row(from, hp->head_dim), hr_to = head_row(to, hp->head_dim);
-    size_t block_from = (size_t)h.n_cells * hp->n_head_kv * hr_from, block_to = (size_t)h.n_cells * hp->n_head_kv * hr_to;
+    cleave_type from[2], to[2];
+    size_t hr_from[2], hr_to[2], block_from[2], block_to[2];
+    bool convert = false;
+    for (int v = 0; v < 2; v++) {
+        from[v] = (cleave_type)h.kv_type[v], to[v] = kv_store_type(&c->pl->store, v);
+        hr_from[v] = head_row(from[v], hp->head_dim), hr_to[v] = head_row(to[v], hp->head_dim);
+        block_from[v] = (size_t)h.n_cells * hp->n_head_kv * hr_from[v];
+        block_to[v] = (size_t)h.n_cells * hp->n_head_kv * hr_to[v];
+        convert |= from[v] != to[v];
+    }
     int32_t *cells = mem_alloc(((size_t)h.n_cells + 1) * sizeof *cells, "state cells");
-    char *conv = from != to ? mem_alloc(block_to + 1, "state conversion") : NULL;
-    float *row = from != to ? mem_alloc((size_t)hp->head_dim * sizeof *row, "state row") : NULL;
-    if (!cells || (from != to && (!conv || !row))) {
+    size_t conv_bytes = block_to[0] > block_to[1] ? block_to[0] : block_to[1];
+    char *conv = convert ? mem_alloc(conv_bytes + 1, "state conversion") : NULL;
+    float *row = convert ? mem_alloc((size_t)hp->head_dim * sizeof *row, "state row") : NULL;
+    if (!cells || (convert && (!conv || !row))) {
         free(old), free(cells), free(conv), free(row);
         return CLEAVE_ERR_OOM;
     }
@@ -335,12 +352,12 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
     const float *logits = h.flags & STATE_LOGITS ? (const float *)data : NULL;
     if (logits) data += (size_t)hp->n_vocab * 4;
     for (uint32_t l = 0; !st && l < hp->n_layer; l++)
-        for (int v = 0; !st && v < 2; v++, data += block_from) {
+        for (int v = 0; !st && v < 2; data += block_from[v], v++) {
             char *src = (char *)data;
-            if (from != to) {
+            if (from[v] != to[v]) {
                 for (size_t r = 0; r < (size_t)h.n_cells * hp->n_head_kv; r++) {
-                    quant_dequantize_row(from, data + r * hr_from, row, hp->head_dim);
-                    quant_quantize_row(to, row, conv + r * hr_to, hp->head_dim);
+                    quant_dequantize_row(from[v], data + r * hr_from[v], row, hp->head_dim);
+                    quant_quantize_row(to[v], row, conv + r * hr_to[v], hp->head_dim);
                 }
                 src = conv;
             }

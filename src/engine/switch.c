@@ -38,7 +38,9 @@ static cleave_status copy_kv_layer(const placement *from, placement *to, uint32_
     const model_hparams *hp = &from->model->hp;
     const kv_store *a = &from->store;
     kv_store *b = &to->store;
-    size_t hb = quant_row_bytes(kv_store_type(a), hp->head_dim); /* one head of a cell row */
+    /* one head of a cell's K row and of its V row */
+    size_t hb[2] = {quant_row_bytes(kv_store_type(a, false), hp->head_dim),
+                    quant_row_bytes(kv_store_type(a, true), hp->head_dim)};
     cleave_status st = CLEAVE_OK;
     for (size_t dd = 0; dd < to->n_dev && !st; dd++) {
         char *bk = kv_store_k(b, dd, l), *bv = kv_store_v(b, dd, l);
@@ -51,13 +53,16 @@ static cleave_status copy_kv_layer(const placement *from, placement *to, uint32_
             uint32_t lo = have.lo > want.lo ? have.lo : want.lo;
             uint32_t hi = have.hi < want.hi ? have.hi : want.hi;
             if (lo >= hi) continue;
-            size_t so = (lo - have.lo) * hb, doff = (lo - want.lo) * hb, w = (hi - lo) * hb;
-            size_t arow = kv_store_row_bytes(a, sd), brow = kv_store_row_bytes(b, dd);
             be_device *dv = to->devs[dd].dev, *sv = from->devs[sd].dev;
-            st = engine_copy_block(dv, bk + doff, brow, sv, ak + so, arow, w, cells);
-            if (!st) st = engine_copy_block(dv, bv + doff, brow, sv, av + so, arow, w, cells);
-            engine_count_move(to, (int)sd, (int)dd, 2 * w * cells);
-            if (to->moves) to->moves->kv_bytes += 2 * w * cells;
+            size_t moved = 0;
+            for (int v = 0; v < 2 && !st; v++) {
+                size_t so = (lo - have.lo) * hb[v], doff = (lo - want.lo) * hb[v], w = (hi - lo) * hb[v];
+                size_t arow = kv_store_row_bytes(a, sd, v), brow = kv_store_row_bytes(b, dd, v);
+                st = engine_copy_block(dv, (v ? bv : bk) + doff, brow, sv, (v ? av : ak) + so, arow, w, cells);
+                moved += w * cells;
+            }
+            engine_count_move(to, (int)sd, (int)dd, moved);
+            if (to->moves) to->moves->kv_bytes += moved;
         }
     }
     return st;
@@ -120,7 +125,8 @@ static reshard_sizes sizes_of(const cleave_context *c) {
     for (size_t i = 0; i < sizeof n / sizeof *n; i++) norms += n[i] ? n[i]->nbytes : 0;
     reshard_sizes sz = {
         .head_weight_bytes = attn / hp->n_head_kv, .ff_row_bytes = ffn / hp->n_ff, .norm_bytes = norms,
-        .head_kv_bytes = 2 * quant_row_bytes(kv_store_type(&c->pl->store), hp->head_dim),
+        .head_kv_bytes = quant_row_bytes(kv_store_type(&c->pl->store, false), hp->head_dim) +
+                         quant_row_bytes(kv_store_type(&c->pl->store, true), hp->head_dim),
         .embd_row_bytes = m->tok_embd->nbytes / hp->n_vocab,
         .head_row_bytes = m->output == m->tok_embd ? 0 : m->output->nbytes / hp->n_vocab,
         .output_norm_bytes = m->output_norm ? m->output_norm->nbytes : 0,

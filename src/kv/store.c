@@ -21,7 +21,7 @@ static cleave_status alloc_buffer(kv_store *s, size_t d, uint32_t l, bool is_v) 
     void **p = is_v ? &s->v[d][l] : &s->k[d][l];
     if (*p) return CLEAVE_OK;
     be_device *dev = s->devs[d];
-    size_t bytes = s->row_bytes[d] * s->n_ctx;
+    size_t bytes = s->row_bytes[is_v][d] * s->n_ctx;
     const char *what = is_v ? "V cache" : "K cache";
     if (!tiered(s, d)) {
         *p = be_alloc(dev, bytes, what);
@@ -30,7 +30,7 @@ static cleave_status alloc_buffer(kv_store *s, size_t d, uint32_t l, bool is_v) 
     /* alternate layers alternate staging slots: one is filled while the
      * layer before reads the other */
     be_tier *t = &s->tiers[d][2 * l + is_v];
-    cleave_status st = be_tier_alloc(dev, bytes, s->tier_head[d], (int)(2 * (l % 2) + is_v), what, t);
+    cleave_status st = be_tier_alloc(dev, bytes, s->tier_head[is_v][d], (int)(2 * (l % 2) + is_v), what, t);
     if (!st) *p = t->base;
     return st;
 }
@@ -53,22 +53,24 @@ static cleave_status set_tiers(kv_store *s, size_t d) {
                        "two tiers is not supported on this backend yet); leave out --s-vram-cells",
                        be_name(dev));
     size_t gran = be_tier_granularity(dev);
-    size_t head = (size_t)s->vram_cells * s->row_bytes[d];
-    s->tier_head[d] = gran ? head / gran * gran : head;
+    for (int v = 0; v < 2; v++) {
+        size_t head = (size_t)s->vram_cells * s->row_bytes[v][d];
+        s->tier_head[v][d] = gran ? head / gran * gran : head;
+    }
     s->tiers[d] = mem_calloc(2 * (size_t)s->n_layer, sizeof(be_tier), "KV tiers");
     return s->tiers[d] ? CLEAVE_OK : CLEAVE_ERR_OOM;
 }
 
 cleave_status kv_store_init(kv_store *s, be_device *const *devs, size_t n_dev, const bool *holds,
-                            const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type type,
-                            uint32_t vram_cells, bool deferred) {
+                            const size_t *width, uint32_t n_ctx, uint32_t n_layer, cleave_type k_type,
+                            cleave_type v_type, uint32_t vram_cells, bool deferred) {
     bool layers = !deferred;
     memset(s, 0, sizeof *s);
     if (n_dev == 0 || n_dev > CLEAVE_MAX_DEVICES || n_ctx == 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: 1..%d devices and some cells", CLEAVE_MAX_DEVICES);
     s->n_ctx = n_ctx;
     s->n_layer = n_layer;
-    s->type = type;
+    s->type[0] = k_type, s->type[1] = v_type;
     s->n_dev = n_dev;
     s->vram_cells = vram_cells < n_ctx ? vram_cells : n_ctx;
     memcpy(s->devs, devs, n_dev * sizeof *devs);
@@ -77,11 +79,14 @@ cleave_status kv_store_init(kv_store *s, be_device *const *devs, size_t n_dev, c
         for (uint32_t l = 0; l < n_layer; l++) any |= holds[d * n_layer + l];
         if (!any || !width[d]) continue;
         be_device *dev = devs[d];
-        s->row_bytes[d] = quant_row_bytes(type, width[d]);
-        if (!s->row_bytes[d]) {
-            kv_store_free(s);
-            return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: type %s cannot hold rows of %zu",
-                           cleave_type_name(type), width[d]);
+        for (int v = 0; v < 2; v++) {
+            s->row_bytes[v][d] = quant_row_bytes(s->type[v], width[d]);
+            if (!s->row_bytes[v][d]) {
+                cleave_type t = s->type[v];
+                kv_store_free(s);
+                return err_set(CLEAVE_ERR_INVALID_ARG, "KV cache: type %s cannot hold rows of %zu",
+                               cleave_type_name(t), width[d]);
+            }
         }
         s->k[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
         s->v[d] = mem_calloc(n_layer, sizeof(void *), "KV layer table");
@@ -103,8 +108,8 @@ cleave_status kv_store_init(kv_store *s, be_device *const *devs, size_t n_dev, c
     return CLEAVE_OK;
 oom:
     kv_store_free(s);
-    return err_wrap(CLEAVE_ERR_OOM, "KV cache of %u cells x %u layers (%s)", n_ctx, n_layer,
-                    cleave_type_name(type));
+    return err_wrap(CLEAVE_ERR_OOM, "KV cache of %u cells x %u layers (K %s, V %s)", n_ctx, n_layer,
+                    cleave_type_name(k_type), cleave_type_name(v_type));
 }
 
 cleave_status kv_store_alloc_layer(kv_store *s, size_t d, uint32_t l) {
@@ -121,41 +126,48 @@ void kv_store_free_layer(kv_store *s, size_t d, uint32_t l) {
     free_buffer(s, d, l, true);
 }
 
-static bool reaches_tail(const kv_store *s, size_t d, uint32_t cells, size_t *used) {
-    *used = (size_t)(cells < s->n_ctx ? cells : s->n_ctx) * s->row_bytes[d];
-    return tiered(s, d) && *used > s->tier_head[d];
+/* Whether attention over the first `cells` cells reads device d's host
+ * part, and the bytes of K and V it reads ([0] K, [1] V). */
+static bool reaches_tail(const kv_store *s, size_t d, uint32_t cells, size_t used[2]) {
+    bool tail = false;
+    for (int v = 0; v < 2; v++) {
+        used[v] = (size_t)(cells < s->n_ctx ? cells : s->n_ctx) * s->row_bytes[v][d];
+        tail |= tiered(s, d) && used[v] > s->tier_head[v][d];
+    }
+    return tail;
 }
 
 bool kv_store_reaches_tail(const kv_store *s, uint32_t cells) {
-    size_t used;
+    size_t used[2];
     for (size_t d = 0; d < s->n_dev; d++)
-        if (s->k[d] && reaches_tail(s, d, cells, &used)) return true;
+        if (s->k[d] && reaches_tail(s, d, cells, used)) return true;
     return false;
 }
 
-static cleave_status stage_layer(kv_store *s, size_t d, uint32_t l, size_t used) {
+static cleave_status stage_layer(kv_store *s, size_t d, uint32_t l, const size_t used[2]) {
     be_device *dev = s->devs[d];
-    cleave_status st = be_tier_stage(dev, &s->tiers[d][2 * l], used);
-    return st ? st : be_tier_stage(dev, &s->tiers[d][2 * l + 1], used);
+    cleave_status st = be_tier_stage(dev, &s->tiers[d][2 * l], used[0]);
+    return st ? st : be_tier_stage(dev, &s->tiers[d][2 * l + 1], used[1]);
 }
 
 /* Layer l's staging started for `used` bytes, unless its slot already
  * holds it: a slot, once filled, stays in step with base through the
  * pass's writes (alias, then persist) until another layer takes it. */
-static cleave_status ensure_staged(kv_store *s, size_t d, uint32_t l, size_t used) {
+static cleave_status ensure_staged(kv_store *s, size_t d, uint32_t l, const size_t used[2]) {
     if (l >= s->n_layer || !s->k[d][l]) return CLEAVE_OK; /* not on this device */
     int p = l % 2;
-    if (s->staged_layer[d][p] == (int64_t)l && s->staged_bytes[d][p] == used) return CLEAVE_OK;
+    /* K's bytes stand for both: V's follow from the same cell count */
+    if (s->staged_layer[d][p] == (int64_t)l && s->staged_bytes[d][p] == used[0]) return CLEAVE_OK;
     s->staged_layer[d][p] = -1;
     cleave_status st = stage_layer(s, d, l, used);
-    if (!st) s->staged_layer[d][p] = l, s->staged_bytes[d][p] = used;
+    if (!st) s->staged_layer[d][p] = l, s->staged_bytes[d][p] = used[0];
     return st;
 }
 
 cleave_status kv_store_layer_begin(kv_store *s, size_t d, uint32_t l, uint32_t cells, void **k, void **v) {
     *k = s->k[d][l], *v = s->v[d][l];
-    size_t used;
-    if (!reaches_tail(s, d, cells, &used)) return CLEAVE_OK; /* device memory alone */
+    size_t used[2];
+    if (!reaches_tail(s, d, cells, used)) return CLEAVE_OK; /* device memory alone */
     be_device *dev = s->devs[d];
     /* at a pass's first layer on this device neither is staged yet; after
      * that kv_store_layer_end of the layer before last started both */
@@ -168,8 +180,8 @@ cleave_status kv_store_layer_begin(kv_store *s, size_t d, uint32_t l, uint32_t c
 }
 
 cleave_status kv_store_layer_end(kv_store *s, size_t d, uint32_t l, uint32_t cells) {
-    size_t used;
-    if (!reaches_tail(s, d, cells, &used)) return CLEAVE_OK;
+    size_t used[2];
+    if (!reaches_tail(s, d, cells, used)) return CLEAVE_OK;
     /* Layer l's attention is queued, so its slot may take layer l + 2's
      * tail: that copy runs beside the rest of layer l and all of l + 1.
      * Its rows of this pass are not written yet: they reach the staging
@@ -179,18 +191,23 @@ cleave_status kv_store_layer_end(kv_store *s, size_t d, uint32_t l, uint32_t cel
 
 cleave_status kv_store_layer_persist(kv_store *s, size_t d, uint32_t l, uint32_t cells, const int32_t *new_cells,
                                size_t n) {
-    size_t used;
-    if (!reaches_tail(s, d, cells, &used)) return CLEAVE_OK;
+    size_t used[2];
+    if (!reaches_tail(s, d, cells, used)) return CLEAVE_OK;
     be_device *dev = s->devs[d];
-    return be_tier_persist(dev, &s->tiers[d][2 * l], 2, s->row_bytes[d], new_cells, n); /* K and V */
+    if (s->row_bytes[0][d] == s->row_bytes[1][d]) /* K and V in one call */
+        return be_tier_persist(dev, &s->tiers[d][2 * l], 2, s->row_bytes[0][d], new_cells, n);
+    cleave_status st = be_tier_persist(dev, &s->tiers[d][2 * l], 1, s->row_bytes[0][d], new_cells, n);
+    return st ? st : be_tier_persist(dev, &s->tiers[d][2 * l + 1], 1, s->row_bytes[1][d], new_cells, n);
 }
 
 size_t kv_store_head_bytes(const kv_store *s, size_t d) {
-    return tiered(s, d) ? s->tier_head[d] : s->row_bytes[d] * s->n_ctx;
+    size_t k = s->row_bytes[0][d] * s->n_ctx, v = s->row_bytes[1][d] * s->n_ctx;
+    return tiered(s, d) ? s->tier_head[0][d] + s->tier_head[1][d] : k + v;
 }
 
 size_t kv_store_tail_bytes(const kv_store *s, size_t d) {
-    return tiered(s, d) ? s->row_bytes[d] * s->n_ctx - s->tier_head[d] : 0;
+    size_t k = s->row_bytes[0][d] * s->n_ctx, v = s->row_bytes[1][d] * s->n_ctx;
+    return tiered(s, d) ? k + v - s->tier_head[0][d] - s->tier_head[1][d] : 0;
 }
 
 void kv_store_free(kv_store *s) {
@@ -229,14 +246,16 @@ cleave_status kv_store_sync_cells(kv_store *s, kv_cells *cells) {
     return st;
 }
 
-cleave_type kv_store_type(const kv_store *s) { return s->type; }
+cleave_type kv_store_type(const kv_store *s, bool is_v) { return s->type[is_v]; }
 void *kv_store_k(const kv_store *s, size_t d, uint32_t l) {
     return d < s->n_dev && l < s->n_layer && s->k[d] ? s->k[d][l] : NULL;
 }
 void *kv_store_v(const kv_store *s, size_t d, uint32_t l) {
     return d < s->n_dev && l < s->n_layer && s->v[d] ? s->v[d][l] : NULL;
 }
-size_t kv_store_row_bytes(const kv_store *s, size_t d) { return d < s->n_dev ? s->row_bytes[d] : 0; }
+size_t kv_store_row_bytes(const kv_store *s, size_t d, bool is_v) {
+    return d < s->n_dev ? s->row_bytes[is_v][d] : 0;
+}
 size_t kv_store_cell_table_bytes(const kv_store *s, size_t d) {
     return kv_store_on_device(s, d) ? 2 * (size_t)s->n_ctx * sizeof(int32_t) : 0;
 }

@@ -47,8 +47,8 @@ cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file) {
     fprintf(out, "\ntensors (%zu):\n", gguf_n_tensors(m->file));
     for (size_t i = 0; i < gguf_n_tensors(m->file); i++) print_tensor(gguf_tensor_at(m->file, i), out);
 
-    size_t kv16 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F16) * n_ctx;
-    size_t kv32 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F32) * n_ctx;
+    size_t kv16 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F16, CLEAVE_TYPE_F16) * n_ctx;
+    size_t kv32 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F32, CLEAVE_TYPE_F32) * n_ctx;
     size_t compute = plan_compute_bytes(hp, 512, n_ctx);
     fprintf(out, "\nmemory at context %u, batch 512:\n", n_ctx);
     fprintf(out, "  weights          %10.2f MiB\n", d.weight_bytes / 1048576.0);

@@ -289,7 +289,7 @@ cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const
     return st;
 }
 
-size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type kv_type) {
-    size_t row = quant_row_bytes(kv_type, (size_t)hp->n_head_kv * hp->head_dim);
-    return 2 * row * hp->n_layer;
+size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type k_type, cleave_type v_type) {
+    size_t width = (size_t)hp->n_head_kv * hp->head_dim;
+    return (quant_row_bytes(k_type, width) + quant_row_bytes(v_type, width)) * hp->n_layer;
 }

@@ -79,6 +79,6 @@ cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const
                                   cleave_type main_type);
 
 /* Bytes of K+V per cached token for all layers. */
-size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type kv_type);
+size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type k_type, cleave_type v_type);
 
 #endif

@@ -73,5 +73,5 @@ cleave_status cleave_model_describe(const cleave_model *m, cleave_model_desc *d)
 }
 
 size_t cleave_model_kv_bytes_per_token(const cleave_model *m, cleave_type kv_type) {
-    return m ? model_kv_bytes_per_token(&m->hp, kv_type) : 0;
+    return m ? model_kv_bytes_per_token(&m->hp, kv_type, kv_type) : 0;
 }

@@ -157,7 +157,7 @@ static void place_none(const plan_request *req, plan *out) {
         out->layer_device[l] = d;
         b->weights += req->layer_bytes[l];
     }
-    b->kv = model_kv_bytes_per_token(hp, req->kv_type) * req->n_ctx;
+    b->kv = model_kv_bytes_per_token(hp, req->kv_type, req->kv_type_v) * req->n_ctx;
     b->compute = plan_compute_bytes(hp, req->n_batch, req->n_ctx);
 }
 
@@ -165,7 +165,7 @@ static void place_layer(const plan_request *req, const double *w, plan *out) {
     const model_hparams *hp = req->hp;
     size_t n = req->n_devices, parts[CLEAVE_MAX_DEVICES];
     plan_apportion(hp->n_layer, w, n, parts);
-    size_t kv_layer = model_kv_bytes_per_token(hp, req->kv_type) / hp->n_layer * req->n_ctx;
+    size_t kv_layer = model_kv_bytes_per_token(hp, req->kv_type, req->kv_type_v) / hp->n_layer * req->n_ctx;
     out->embd_device = out->head_device = -1;
     uint32_t l = 0;
     for (size_t d = 0; d < n; d++) {
@@ -214,7 +214,7 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
     ranges(hp->n_head_kv, 1, w, n, out->kv_heads);
     ranges(hp->n_ff, align, w, n, out->ff_rows);
     ranges(hp->n_vocab, 1, w, n, out->vocab_rows);
-    size_t kv_head_token = model_kv_bytes_per_token(hp, req->kv_type) / hp->n_head_kv;
+    size_t kv_head_token = model_kv_bytes_per_token(hp, req->kv_type, req->kv_type_v) / hp->n_head_kv;
     for (uint32_t l = 0; l < hp->n_layer; l++) out->layer_device[l] = -1;
     out->embd_device = w[req->main_device] > 0 ? req->main_device : -1;
     size_t n_active = 0;
@@ -313,6 +313,7 @@ cleave_status plan_make(const plan_request *req, plan *out) {
     out->n_ctx = req->n_ctx;
     out->n_batch = req->n_batch;
     out->kv_type = req->kv_type;
+    out->kv_type_v = req->kv_type_v;
     out->layer_device = mem_calloc(hp->n_layer, sizeof *out->layer_device, "plan layers");
     if (!out->layer_device) return CLEAVE_ERR_OOM;
 
@@ -391,12 +392,12 @@ cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin,
     if (hint) *hint = 0; /* it already is the smallest allowed */
     size_t at = 0;
     alt[0] = 0;
-    if (req->kv_type != CLEAVE_TYPE_Q8_0 && req->hp->head_dim % 32 == 0) {
+    if ((req->kv_type != CLEAVE_TYPE_Q8_0 || req->kv_type_v != CLEAVE_TYPE_Q8_0) && req->hp->head_dim % 32 == 0) {
         plan_request q = r;
-        q.kv_type = CLEAVE_TYPE_Q8_0;
+        q.kv_type = q.kv_type_v = CLEAVE_TYPE_Q8_0;
         uint32_t c = largest_fitting(&q, min_ctx, req->n_ctx);
         if (c)
-            at += (size_t)snprintf(alt + at, sizeof alt - at, "; a q8_0 KV cache (-ctk q8_0) fits %u cells", c);
+            at += (size_t)snprintf(alt + at, sizeof alt - at, "; a q8_0 KV cache (-ctk q8_0 -ctv q8_0) fits %u cells", c);
     }
     for (int m = CLEAVE_SPLIT_LAYER; m <= CLEAVE_SPLIT_TENSOR && n > 1 && at < sizeof alt; m++) {
         if (m == (int)req->mode || (m == CLEAVE_SPLIT_TENSOR && !req->layer_attn_bytes)) continue;

@@ -36,7 +36,7 @@ typedef struct plan_request {
     const double *shares;        /* [n_devices] >= 0, NULL = equal; layer and tensor */
     uint32_t ff_align;           /* tensor: FFN rows per unit (quant block), 0 = 1 */
     uint32_t n_ctx, n_batch;
-    cleave_type kv_type;
+    cleave_type kv_type, kv_type_v; /* the K and the V cache's types */
     /* Bytes as stored, from the model file: */
     size_t embd_bytes;           /* token embedding table */
     size_t head_bytes;           /* output norm + lm head (0 extra when tied) */
@@ -71,7 +71,7 @@ typedef struct plan {
     cleave_split_mode mode;
     size_t n_devices;
     uint32_t n_layer, n_ctx, n_batch;
-    cleave_type kv_type;
+    cleave_type kv_type, kv_type_v;
     int embd_device, head_device;
     int *layer_device;           /* [n_layer]; -1 under tensor (every device) */
     /* tensor: each device's kv heads, FFN rows and lm-head vocab rows

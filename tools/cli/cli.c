@@ -206,8 +206,9 @@ int cli_context_flag(const char *flag, const char *v, cli_context_opts *o) {
         return cli_int(flag, v, 1, 1 << 20, &o->n_batch) ? 1 : -1;
     if (!strcmp(flag, "-ub") || !strcmp(flag, "--ubatch-size"))
         return cli_int(flag, v, 0, 1 << 20, &o->n_ubatch) ? 1 : -1;
-    if (!strcmp(flag, "-ctk") || !strcmp(flag, "-ctv") || !strcmp(flag, "--cache-type")) {
-        if (v && cleave_type_from_name(v, &o->kv_type) == CLEAVE_OK) return 1;
+    bool k = !strcmp(flag, "-ctk") || !strcmp(flag, "--cache-type-k") || !strcmp(flag, "--cache-type");
+    if (k || !strcmp(flag, "-ctv") || !strcmp(flag, "--cache-type-v")) {
+        if (v && cleave_type_from_name(v, k ? &o->kv_type : &o->kv_type_v) == CLEAVE_OK) return 1;
         fprintf(stderr, "cleave: %s: unknown type '%s' (f16, f32, bf16, q8_0, q5_0, q4_0)\n", flag, v ? v : "");
         return -1;
     }
@@ -229,6 +230,7 @@ cleave_context_params cli_context_params(const cli_context_opts *cx, const cli_p
     cp.n_ubatch = (uint32_t)cx->n_ubatch;
     cp.n_threads = (int)cx->threads;
     cp.kv_type = cx->kv_type;
+    cp.kv_type_v = cx->kv_type_v;
     cli_placement_apply(pl, &cp);
     return cp;
 }

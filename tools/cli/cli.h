@@ -34,7 +34,7 @@ typedef struct cli_placement {
  * -ub/--ubatch-size N, -ctk/-ctv TYPE. Same contract as cli_placement_flag. */
 typedef struct cli_context_opts {
     long long threads, n_batch, n_ubatch;
-    cleave_type kv_type;
+    cleave_type kv_type, kv_type_v; /* -ctk, -ctv (CLEAVE_KV_TYPE_AS_K: -ctk's) */
 } cli_context_opts;
 int cli_context_flag(const char *flag, const char *v, cli_context_opts *o);
 /* The flags the benchmarks and calibrate share: -c/--ctx-size N (when

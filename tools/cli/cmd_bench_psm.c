@@ -52,13 +52,14 @@ static void usage(FILE *out) {
             "  -b, --batch-size N      tokens per forward pass (default 4096)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
-            "  -ctk T                  KV cache type: f16 (default), f32, bf16, q8_0\n" CLI_PLACEMENT_HELP);
+            "  -ctk T, -ctv T          K and V cache types: f16 (default), f32, bf16, q8_0, q5_0, q4_0\n" CLI_PLACEMENT_HELP);
 }
 
 static bool parse(int argc, char **argv, psm_opts *o) {
     o->n_prompt = 4096, o->n_gen = 128;
     o->cx.n_batch = 4096;
     o->cx.kv_type = CLEAVE_TYPE_F16;
+    o->cx.kv_type_v = CLEAVE_KV_TYPE_AS_K;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

@@ -29,7 +29,8 @@ static void run_usage(FILE *out) {
             "  --psm-rates PATH        rates written by `cleave calibrate` on these devices\n"
             "  --psm-keep-both         keep the placement a switch leaves on the devices, so a switch\n"
             "                          back moves only the KV cache (needs room for both)\n"
-            "  -ctk, --cache-type T    KV cache type: f16 (default), f32, bf16, q8_0 (-ctv: same flag)\n"
+            "  -ctk, --cache-type-k T  K cache type: f16 (default), f32, bf16, q8_0, q5_0, q4_0\n"
+            "  -ctv, --cache-type-v T  V cache type, as -ctk (default: -ctk's)\n"
             "  --temp T                temperature (default 0.8; 0 = greedy)\n"
             "  --top-k N               (default 40; 0 = off)\n"
             "  --top-p P               (default 0.95; 1 = off)\n"
@@ -64,6 +65,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
     o->n_parallel = 1;
     o->np_dwell = 8;
     o->kv_type = CLEAVE_TYPE_F16;
+    o->kv_type_v = CLEAVE_KV_TYPE_AS_K;
     o->place = cli_placement_default();
     o->sp = cleave_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -82,8 +84,9 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("-b", "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false; i++; }
         else if (IS("-ub", "--ubatch-size")) { if (!cli_int(a, v, 0, 1 << 20, &o->n_ubatch)) return false; i++; }
         else if (IS("-t", "--threads")) { if (!cli_int(a, v, 0, 1024, &o->threads)) return false; i++; }
-        else if (IS("-ctk", "--cache-type") || IS("-ctv", "--cache-type-v")) {
-            if (cleave_type_from_name(v, &o->kv_type) != CLEAVE_OK) {
+        else if (IS("-ctk", "--cache-type-k") || IS("--cache-type", NULL) || IS("-ctv", "--cache-type-v")) {
+            bool k = strcmp(a, "-ctv") && strcmp(a, "--cache-type-v");
+            if (cleave_type_from_name(v, k ? &o->kv_type : &o->kv_type_v) != CLEAVE_OK) {
                 fprintf(stderr, "cleave: %s: unknown type '%s'\n", a, v ? v : "");
                 return false;
             }
@@ -316,6 +319,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_ubatch = (uint32_t)o.n_ubatch;
     cp.n_threads = (int)o.threads;
     cp.kv_type = o.kv_type;
+    cp.kv_type_v = o.kv_type_v;
     cli_placement_apply(&o.place, &cp);
     cp.keep_both_placements = o.psm_keep_both;
     cleave_status st = cleave_model_load(o.model, NULL, &m);
@@ -367,9 +371,10 @@ int cmd_run(int argc, char **argv) {
     if (o.has_psm) cp.split_mode = o.psm;
     if ((rc = cli_new_context(m, &cp, &ctx))) goto out;
     rc = 1;
-    fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s, on %s\n",
+    cleave_type vt = o.kv_type_v == CLEAVE_KV_TYPE_AS_K ? o.kv_type : o.kv_type_v;
+    fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s/%s, on %s\n",
             o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),
-            cleave_type_name(o.kv_type), cleave_context_device(ctx));
+            cleave_type_name(o.kv_type), cleave_type_name(vt), cleave_context_device(ctx));
     if (cleave_context_n_devices(ctx) > 1 || o.mem_report) cli_memory_report(ctx, false);
     for (size_t i = 0; i < cleave_context_n_devices(ctx); i++) {
         cleave_device_memory mem;

@@ -389,6 +389,7 @@ cleave_status cpu_op_kv_store(be_device *dev, const float *src, size_t n, size_t
 typedef struct {
     const be_attn *a;
     size_t row_bytes, head_bytes, group;
+    size_t v_row_bytes, v_head_bytes; /* V may have its own type */
     cpu_dot_fn dot;
     cpu_axpy_fn axpy;
     float *scores; /* [n_threads][n_kv] */
@@ -399,7 +400,7 @@ static void cpu_attn_task(void *vc, size_t task, int thread) {
     const cpu_attn_ctx *c = vc;
     const be_attn *a = c->a;
     size_t t = task / a->n_head, h = task % a->n_head, hd = a->head_dim;
-    size_t kv_off = (h / c->group) * c->head_bytes;
+    size_t kv_off = (h / c->group) * c->head_bytes, v_off = (h / c->group) * c->v_head_bytes;
     const float *q = a->q + (t * a->n_head + h) * hd;
     float *out = a->out + (t * a->n_head + h) * hd;
     float *sc = c->scores + (size_t)thread * a->n_kv;
@@ -433,7 +434,7 @@ static void cpu_attn_task(void *vc, size_t task, int thread) {
     size_t span = last + 1 - first;
     float sum = cpu_exp_sub_sum(c->simd, sc + first, span, mx);
     for (size_t i = first; i <= last; i++)
-        if (sc[i] != 0.0f) c->axpy(v + i * c->row_bytes + kv_off, sc[i], out, hd);
+        if (sc[i] != 0.0f) c->axpy(v + i * c->v_row_bytes + v_off, sc[i], out, hd);
     cpu_scale_row(c->simd, out, 1.0f / sum, hd);
 }
 
@@ -463,8 +464,14 @@ cleave_status cpu_op_attention(be_device *dev, const be_attn *a) {
         return err_set(CLEAVE_ERR_INVALID_ARG,
                        "device '%s': attention: head_dim %zu is not whole %s blocks", d->name,
                        a->head_dim, cleave_type_name(a->kv_type));
+    st = cpu_check_kv_type(d, "attention", a->v_type, a->n_head_kv * a->head_dim, &c.v_row_bytes);
+    if (st != CLEAVE_OK) return st;
+    c.v_head_bytes = quant_row_bytes((uint32_t)a->v_type, a->head_dim);
+    if (c.v_head_bytes == 0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': attention: head_dim %zu is not whole %s blocks",
+                       d->name, a->head_dim, cleave_type_name(a->v_type));
     c.dot = cpu_dot_for(a->kv_type, d->simd);
-    c.axpy = cpu_axpy_for(a->kv_type, d->simd);
+    c.axpy = cpu_axpy_for(a->v_type, d->simd);
     if (a->n_kv == 0) {
         memset(a->out, 0, a->n_tokens * a->n_head * a->head_dim * sizeof(float));
         return CLEAVE_OK;

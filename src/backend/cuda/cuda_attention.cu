@@ -408,6 +408,11 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     if (x->head_dim > ATT_MAX_HD || x->n_head % x->n_head_kv)
         return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: head size %zu (at most %d), heads %zu/%zu",
                        x->head_dim, ATT_MAX_HD, x->n_head, x->n_head_kv);
+    /* the kernels read K and V as one type; -ctk and -ctv of different
+     * types run on the CPU device */
+    if (x->v_type != x->kv_type)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: a %s K cache with a %s V cache (use one type for both)",
+                       cleave_type_name(x->kv_type), cleave_type_name(x->v_type));
     size_t width = x->n_head_kv * x->head_dim;
     size_t row_bytes = quant_row_bytes(x->kv_type, width);
     if (!row_bytes) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
