@@ -12,6 +12,7 @@
 
 #include "cleave.h"
 #include "gguf.h"
+#include "gguf_shards.h"
 #include "vocab/tokenizer.h"
 
 enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
@@ -48,7 +49,8 @@ typedef struct model_layer {
 } model_layer;
 
 struct cleave_model {
-    gguf_file *file;
+    gguf_shards *shards;            /* the file, or every shard of a split model */
+    const gguf_file *file;          /* metadata: the file, or the first shard */
     model_hparams hp;
     tokenizer *tok;                 /* NULL when the vocab's tokenizer is unsupported */
     char tok_error[256];            /* why tok is NULL */
