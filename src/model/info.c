@@ -49,6 +49,13 @@ cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file) {
             d.n_head / d.n_head_kv, d.head_dim);
     fprintf(out, "rope:          %s, base %g, %u dims%s\n", d.rope_neox ? "neox" : "normal",
             (double)d.rope_freq_base, hp->n_rot, d.has_rope_freqs ? ", frequency factors" : "");
+    model_rope_ext re;
+    model_rope_resolve(hp, &re);
+    if (re.scaled)
+        fprintf(out, "rope scaling:  %s, factor %g, original context %u, attn factor %g%s\n",
+                model_rope_type_name(hp->rope_scaling.type), 1.0 / re.freq_scale, re.n_ctx_orig,
+                (double)re.attn_factor, re.ext_factor != 0 ? ", YaRN ramp" : "");
+    if (hp->n_swa) fprintf(out, "sliding window: %u (contexts stay within it)\n", hp->n_swa);
     fprintf(out, "norm eps:      %g\n", (double)d.norm_eps);
     fprintf(out, "output:        %s\n", d.tied_output ? "tied to the token embedding" : "separate");
     fprintf(out, "train context: %u\n", d.n_ctx_train);

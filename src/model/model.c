@@ -81,10 +81,13 @@ static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const 
     if ((st = hp_u32(f, arch, "attention.key_length", false, &hp->head_dim))) return st;
     uint32_t v_len = hp->head_dim;
     if ((st = hp_u32(f, arch, "attention.value_length", false, &v_len))) return st;
-    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2 || v_len != hp->head_dim)
+    if (v_len != hp->head_dim)
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "head size %u (key) / %u (value): need equal, even, at most 1024",
-                       hp->head_dim, v_len);
+                       "%s.attention.key_length %u differs from %s.attention.value_length %u: cleave "
+                       "needs equal key and value head sizes",
+                       arch, hp->head_dim, arch, v_len);
+    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "head size %u: need even, at most 1024", hp->head_dim);
     hp->n_rot = hp->head_dim;
     if ((st = hp_u32(f, arch, "rope.dimension_count", false, &hp->n_rot))) return st;
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
@@ -93,7 +96,7 @@ static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const 
     if (!(hp->norm_eps > 0 && hp->norm_eps < 1) || !(hp->rope_freq_base > 0))
         return err_set(CLEAVE_ERR_FORMAT, "implausible norm epsilon %g or rope base %g",
                        (double)hp->norm_eps, (double)hp->rope_freq_base);
-    return CLEAVE_OK;
+    return model_read_arith_keys(f, hp);
 }
 
 /* Finds a tensor, checks dims and type. ne1 == 0 means a 1-D tensor. */
@@ -282,6 +285,7 @@ cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const
         snprintf(key, sizeof key, "%s.rope.freq_base", hp->arch_name);
         st = gguf_set_f32(w, key, hp->rope_freq_base);
     }
+    if (!st) st = model_write_arith_keys(w, hp);
     /* llama.cpp's numbering: 0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16 */
     uint32_t ft = main_type == CLEAVE_TYPE_F32    ? 0
                   : main_type == CLEAVE_TYPE_F16  ? 1
