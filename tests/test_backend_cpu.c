@@ -367,17 +367,40 @@ static void test_rms_norm(void) {
 
 static bool near(float a, double b, double tol) { return fabs(a - b) <= tol; }
 
-/* An independent rope: rotation angle computed per dimension pair. */
+/* An independent rope: rotation angle computed per dimension pair. With
+ * scaling, YaRN as its paper states it: the interpolated angle (pos * f *
+ * freq_scale) on slow pairs, the extrapolated one (pos * f) on pairs that
+ * turn more than beta_fast times over the original context, a linear ramp
+ * between the pairs turning beta_fast and beta_slow times, and cos, sin
+ * scaled by attn_factor * (1 + 0.1 ln factor). */
 static void rope_ref(float *x, size_t head_dim, int32_t pos, const be_rope *p) {
     size_t half = p->n_rot / 2;
+    const be_rope_scaling *s = p->scaling;
     for (size_t i = 0; i < half; i++) {
         double f = pow(p->freq_base, -(double)(2 * i) / (double)p->n_rot);
         if (p->freq_factors) f /= p->freq_factors[i];
-        double th = pos * f;
+        double th = pos * f, m = 1;
+        if (s) {
+            double interp = th * s->freq_scale;
+            m = s->attn_factor;
+            if (s->ext_factor != 0) {
+                /* pair d turns n_ctx_orig * f_d / (2 pi) times; solve for d */
+                double dims = (double)p->n_rot / (2 * log(p->freq_base));
+                double lo = floor(dims * log(s->n_ctx_orig / (2 * M_PI * s->beta_fast)));
+                double hi = ceil(dims * log(s->n_ctx_orig / (2 * M_PI * s->beta_slow)));
+                lo = lo < 0 ? 0 : lo, hi = hi > p->n_rot - 1 ? p->n_rot - 1 : hi;
+                double y = ((double)i - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+                double ramp = y <= 0 ? 1 : y >= 1 ? 0 : 1 - y;
+                th = interp + (th - interp) * ramp * s->ext_factor;
+                m *= 1 + 0.1 * log(1 / s->freq_scale);
+            } else {
+                th = interp;
+            }
+        }
         size_t a = p->neox ? i : 2 * i, b = p->neox ? i + half : 2 * i + 1;
         double xa = x[a], xb = x[b];
-        x[a] = (float)(xa * cos(th) - xb * sin(th));
-        x[b] = (float)(xa * sin(th) + xb * cos(th));
+        x[a] = (float)(m * (xa * cos(th) - xb * sin(th)));
+        x[b] = (float)(m * (xa * sin(th) + xb * cos(th)));
     }
     (void)head_dim;
 }
@@ -388,7 +411,7 @@ static void test_rope(void) {
     /* Known values: head_dim 4, base 10000, pos 1: the pairs turn by 1 and
      * 0.01 radians. */
     int32_t pos1 = 1;
-    be_rope p = {4, 10000.0f, false, NULL};
+    be_rope p = {4, 10000.0f, false, NULL, NULL};
     float x[4] = {1, 0, 1, 0};
     CHECK_OK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &p));
     CHECK(near(x[0], cos(1.0), 1e-6) && near(x[1], sin(1.0), 1e-6));
@@ -400,7 +423,7 @@ static void test_rope(void) {
     CHECK(near(xn[1], cos(0.01), 1e-6) && near(xn[3], sin(0.01), 1e-6));
     /* freq_factors divide the frequency: factor 100 on pair 0 gives 0.01. */
     float ff[2] = {100.0f, 1.0f};
-    p = (be_rope){4, 10000.0f, false, ff};
+    p = (be_rope){4, 10000.0f, false, ff, NULL};
     float xf[4] = {1, 0, 1, 0};
     CHECK_OK(be_apply_rope(d, xf, 1, 4, 1, 4, &pos1, &p));
     CHECK(near(xf[0], cos(0.01), 1e-6) && near(xf[1], sin(0.01), 1e-6));
@@ -417,8 +440,14 @@ static void test_rope(void) {
     float factors[24];
     for (int i = 0; i < 24; i++)
         factors[i] = 1.0f + (float)i * 0.5f;
-    for (int variant = 0; variant < 3; variant++) {
-        be_rope pr = {48, 500000.0f, variant == 1, variant == 2 ? factors : NULL};
+    /* linear factor 4; YaRN factor 8 from 4096 (ramp over pairs 5..12 of
+     * 24); YaRN with its own ext/attn factors and betas, with Llama 3 factors */
+    const be_rope_scaling linear = {0.25f, 0, 1, 32, 1, 4096}, yarn = {0.125f, 1, 1, 32, 1, 4096},
+                          yarn2 = {0.25f, 0.5f, 1.3f, 16, 2, 2048};
+    const be_rope_scaling *scalings[] = {NULL, NULL, NULL, &linear, &yarn, &yarn2};
+    for (int variant = 0; variant < 6; variant++) {
+        be_rope pr = {48, 500000.0f, variant % 2 == 1, variant == 2 || variant == 5 ? factors : NULL,
+                      scalings[variant]};
         float *a = malloc(N * RW * 4), *b = malloc(N * RW * 4);
         int32_t pos[N];
         for (int i = 0; i < N; i++)
@@ -439,10 +468,16 @@ static void test_rope(void) {
         free(a);
         free(b);
     }
-    be_rope odd = {3, 10000.0f, false, NULL};
+    be_rope odd = {3, 10000.0f, false, NULL, NULL};
     CHECK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &odd) == CLEAVE_ERR_INVALID_ARG);
-    be_rope wide = {8, 10000.0f, false, NULL};
+    be_rope wide = {8, 10000.0f, false, NULL, NULL};
     CHECK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &wide) == CLEAVE_ERR_INVALID_ARG);
+    /* scaling a yarn ramp cannot be computed for is refused, not guessed */
+    be_rope_scaling no_ctx = {0.25f, 1, 1, 32, 1, 0}, zero = {0, 0, 1, 32, 1, 64};
+    be_rope bad = {4, 10000.0f, false, NULL, &no_ctx};
+    CHECK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &bad) == CLEAVE_ERR_INVALID_ARG);
+    bad.scaling = &zero;
+    CHECK(be_apply_rope(d, x, 1, 4, 1, 4, &pos1, &bad) == CLEAVE_ERR_INVALID_ARG);
     be_destroy(d);
 }
 

@@ -792,12 +792,38 @@ static void test_elementwise(void) {
 
 /* ---- rope, kv_store, rope_store ----------------------------------------------- */
 
+/* Context scaling as the YaRN paper states it: the interpolated angle
+ * (pos f freq_scale) where a pair turns fewer than beta_slow times over the
+ * original context, the extrapolated one (pos f) where it turns more than
+ * beta_fast times, a linear ramp between, cos and sin times attn_factor
+ * (1 + 0.1 ln factor). ext_factor weighs the extrapolated side. */
+static void ref_rope_angle(const be_rope *p, size_t i, int32_t pos, double *theta, double *mag) {
+    double f = pow((double)p->freq_base, -(double)(2 * i) / (double)p->n_rot);
+    if (p->freq_factors) f /= p->freq_factors[i];
+    const be_rope_scaling *s = p->scaling;
+    *theta = (double)pos * f, *mag = 1;
+    if (!s) return;
+    double interp = *theta * s->freq_scale;
+    *mag = s->attn_factor;
+    if (s->ext_factor == 0) {
+        *theta = interp;
+        return;
+    }
+    /* pair d turns n_ctx_orig f_d / (2 pi) times; the pair turning b times: */
+    double per = (double)p->n_rot / (2 * log((double)p->freq_base));
+    double lo = fmax(0, floor(per * log(s->n_ctx_orig / (2 * M_PI * s->beta_fast))));
+    double hi = fmin((double)p->n_rot - 1, ceil(per * log(s->n_ctx_orig / (2 * M_PI * s->beta_slow))));
+    double ramp = 1 - fmin(1, fmax(0, ((double)i - lo) / fmax(0.001, hi - lo)));
+    *theta = interp + (*theta - interp) * ramp * s->ext_factor;
+    *mag *= 1 + 0.1 * log(1 / (double)s->freq_scale);
+}
+
 static void ref_rope_head(double *x, int32_t pos, const be_rope *p) {
     size_t half = p->n_rot / 2;
     for (size_t i = 0; i < half; i++) {
-        double f = pow((double)p->freq_base, -(double)(2 * i) / (double)p->n_rot);
-        if (p->freq_factors) f /= p->freq_factors[i];
-        double th = (double)pos * f, cs = cos(th), sn = sin(th);
+        double th, m;
+        ref_rope_angle(p, i, pos, &th, &m);
+        double cs = m * cos(th), sn = m * sin(th);
         size_t a = p->neox ? i : 2 * i, b = p->neox ? i + half : 2 * i + 1;
         double xa = x[a], xb = x[b];
         x[a] = xa * cs - xb * sn;
@@ -805,16 +831,28 @@ static void ref_rope_head(double *x, int32_t pos, const be_rope *p) {
     }
 }
 
+/* linear factor 4; YaRN factor 4 from 4096; YaRN factor 8 with its own
+ * ext and attn factors and betas */
+static const be_rope_scaling rope_linear = {0.25f, 0, 1, 32, 1, 4096},
+                             rope_yarn = {0.25f, 1, 1, 32, 1, 4096},
+                             rope_yarn2 = {0.125f, 0.75f, 1.2f, 16, 2, 8192};
+
 typedef struct {
     size_t hd, n_rot;
     bool neox, factors;
+    const be_rope_scaling *scaling;
 } rope_cfg;
 
 static const rope_cfg rope_cfgs[] = {
-    {64, 64, true, false},  {64, 64, false, false}, {128, 128, true, true},
-    {128, 64, true, false}, {128, 96, false, true}, {80, 80, true, false},
-    {256, 256, true, true}, {64, 32, false, false},
+    {64, 64, true, false, NULL},   {64, 64, false, false, NULL}, {128, 128, true, true, NULL},
+    {128, 64, true, false, NULL},  {128, 96, false, true, NULL}, {80, 80, true, false, NULL},
+    {256, 256, true, true, NULL},  {64, 32, false, false, NULL}, {128, 128, true, false, &rope_linear},
+    {128, 128, false, false, &rope_yarn}, {128, 128, true, true, &rope_yarn}, {64, 48, false, false, &rope_yarn2},
 };
+
+static const char *rope_scaling_name(const be_rope_scaling *s) {
+    return !s ? "" : s == &rope_linear ? ", linear x4" : s == &rope_yarn ? ", yarn x4" : ", yarn x8 ext .75";
+}
 
 static void positions(int32_t *pos, size_t n) {
     static const int32_t fixed[] = {7, 0, 1, 4095, 32767, 131071};
@@ -829,7 +867,7 @@ static void test_rope(void) {
         size_t n = 9, nh = 3, hd = rc->hd, rw = nh * hd + 8; /* padded rows */
         float *ff = xmalloc(hd / 2 * 4);
         for (size_t i = 0; i < hd / 2; i++) ff[i] = 1.0f + 0.37f * (float)i;
-        be_rope p = {rc->n_rot, ci % 2 ? 10000.0f : 500000.0f, rc->neox, NULL};
+        be_rope p = {rc->n_rot, ci % 2 ? 10000.0f : 500000.0f, rc->neox, NULL, rc->scaling};
         int32_t pos[9];
         positions(pos, n);
         float *x = xmalloc(n * rw * 4), *out = xmalloc(n * rw * 4);
@@ -852,8 +890,9 @@ static void test_rope(void) {
             erracc e = {0};
             if (!c.bad) err_add(&e, out, ref, n * rw);
             char shape[96];
-            snprintf(shape, sizeof shape, "%zux%zu heads of %zu, n_rot %zu, %s%s", n, nh, hd,
-                     rc->n_rot, rc->neox ? "neox" : "adjacent", rc->factors ? ", factors" : "");
+            snprintf(shape, sizeof shape, "%zux%zu heads of %zu, n_rot %zu, %s%s%s", n, nh, hd,
+                     rc->n_rot, rc->neox ? "neox" : "adjacent", rc->factors ? ", factors" : "",
+                     rope_scaling_name(rc->scaling));
             BENCH(&c, "rope", shape, (double)n * nh * hd * 8, 0, 1, true,
                   be_apply_rope(c.d, xd, n, rw, nh, hd, pd, &pp));
             cx_end(&c);
@@ -977,7 +1016,7 @@ static void test_rope_store(void) {
                 size_t cells = 24, rb = quant_row_bytes(t, kw);
                 float *ff = xmalloc(hd / 2 * 4);
                 for (size_t i = 0; i < hd / 2; i++) ff[i] = 1.0f + 0.37f * (float)i;
-                be_rope p = {rc->n_rot, 10000.0f, rc->neox, rc->factors ? ff : NULL};
+                be_rope p = {rc->n_rot, 10000.0f, rc->neox, rc->factors ? ff : NULL, rc->scaling};
                 int32_t pos[17], cell[17];
                 positions(pos, n);
                 pick_cells(cell, n, cells);
@@ -1019,8 +1058,9 @@ static void test_rope_store(void) {
                     cx_get(&c, raw, vcd, cells * rb);
                     if (!c.bad) deq_cache(t, raw, cells, kw, got), err_add(&ev, got, refv, cells * kw);
                     char shape[112];
-                    snprintf(shape, sizeof shape, "n=%zu q%zu/kv%zu x %zu, n_rot %zu %s%s", n, nh, nkv,
-                             hd, rc->n_rot, rc->neox ? "neox" : "adj", rc->factors ? " ff" : "");
+                    snprintf(shape, sizeof shape, "n=%zu q%zu/kv%zu x %zu, n_rot %zu %s%s%s", n, nh, nkv,
+                             hd, rc->n_rot, rc->neox ? "neox" : "adj", rc->factors ? " ff" : "",
+                             rope_scaling_name(rc->scaling));
                     cx_end(&c);
                     double eqv = err_val(&eq), ekv = fmax(err_val(&ek), err_val(&ev));
                     if (isnan(err_val(&ek)) || isnan(err_val(&ev))) ekv = NAN;

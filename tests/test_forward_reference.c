@@ -10,10 +10,20 @@
 #include "quant/quant.h"
 #include "testutil.h"
 
+/* RoPE context scaling as a test writes it into a file (the reference
+ * takes these numbers, not what the engine read). */
+typedef struct {
+    const char *type;   /* "linear" or "yarn" */
+    float factor;
+    uint32_t n_ctx_orig; /* yarn */
+    bool old_key;       /* written as rope.scale_linear, no type */
+} ref_scaling;
+
 typedef struct {
     const struct cleave_model *m;
     float *k_cache, *v_cache; /* [layer][pos][n_head_kv*head_dim] */
     size_t max_pos;
+    const ref_scaling *sc;    /* NULL: plain RoPE */
 } ref_state;
 
 static float *deq(const gguf_tensor *t) {
@@ -45,12 +55,36 @@ static void ref_rmsnorm(const float *x, const gguf_tensor *wt, float *y, size_t 
     free(w);
 }
 
-static void ref_rope(float *v, size_t pos, const model_hparams *hp, const float *ff) {
+/* YaRN (Peng et al. 2023) per pair: a pair that turns r = n_ctx_orig *
+ * freq / (2 pi) times over the original context keeps its angle when r >
+ * 32 (beta_fast), is interpolated (angle / factor) when r < 1 (beta_slow),
+ * and is mixed linearly in between, the bounds rounded outward to whole
+ * pairs; cos and sin are scaled by 1 + 0.1 ln(factor). */
+static void ref_yarn(double *theta, double *mag, size_t i, const model_hparams *hp, const ref_scaling *sc) {
+    double n_rot = hp->n_rot, base = hp->rope_freq_base;
+    /* the pair d at which r(d) = turns: n_ctx_orig base^(-2d/n_rot) / (2 pi) = turns */
+    double d_fast = n_rot * log(sc->n_ctx_orig / (2 * M_PI * 32.0)) / (2 * log(base));
+    double d_slow = n_rot * log(sc->n_ctx_orig / (2 * M_PI * 1.0)) / (2 * log(base));
+    double lo = floor(d_fast), hi = ceil(d_slow);
+    if (lo < 0) lo = 0;
+    if (hi > n_rot - 1) hi = n_rot - 1;
+    double keep; /* share of the extrapolated (unscaled) angle */
+    if ((double)i <= lo) keep = 1;
+    else if ((double)i >= hi) keep = 0;
+    else keep = 1 - ((double)i - lo) / (hi - lo);
+    *theta = keep * *theta + (1 - keep) * *theta / sc->factor;
+    *mag = 1 + 0.1 * log(sc->factor);
+}
+
+static void ref_rope(float *v, size_t pos, const model_hparams *hp, const float *ff, const ref_scaling *sc) {
     size_t n_rot = hp->n_rot;
     for (size_t i = 0; i < n_rot / 2; i++) {
         double theta = (double)pos * pow(hp->rope_freq_base, -2.0 * (double)i / (double)n_rot);
         if (ff) theta /= ff[i];
-        double c = cos(theta), s = sin(theta);
+        double mag = 1;
+        if (sc && !strcmp(sc->type, "yarn")) ref_yarn(&theta, &mag, i, hp, sc);
+        else if (sc) theta /= sc->factor;
+        double c = mag * cos(theta), s = mag * sin(theta);
         size_t a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + n_rot / 2 : 2 * i + 1;
         double x0 = v[a], x1 = v[b];
         v[a] = (float)(x0 * c - x1 * s);
@@ -78,11 +112,11 @@ static void ref_token(ref_state *st, int32_t tok, size_t pos, float *logits) {
         ref_matvec(L->wv, L->bv, h, vc);
         for (size_t hh = 0; hh < hp->n_head; hh++) {
             if (L->q_norm) ref_rmsnorm(q + hh * hd, L->q_norm, q + hh * hd, hd, hp->norm_eps);
-            ref_rope(q + hh * hd, pos, hp, ff);
+            ref_rope(q + hh * hd, pos, hp, ff, st->sc);
         }
         for (size_t hh = 0; hh < hp->n_head_kv; hh++) {
             if (L->k_norm) ref_rmsnorm(kc + hh * hd, L->k_norm, kc + hh * hd, hd, hp->norm_eps);
-            ref_rope(kc + hh * hd, pos, hp, ff);
+            ref_rope(kc + hh * hd, pos, hp, ff, st->sc);
         }
         size_t group = hp->n_head / hp->n_head_kv;
         for (size_t hh = 0; hh < hp->n_head; hh++) {
@@ -120,7 +154,7 @@ static void ref_token(ref_state *st, int32_t tok, size_t pos, float *logits) {
 }
 
 /* Runs n tokens through both and returns the worst relative logit error. */
-static double compare(const char *path, size_t n, int threads) {
+static double compare(const char *path, size_t n, int threads, const ref_scaling *sc) {
     cleave_model *m;
     cleave_context *ctx;
     CHECK_OK(cleave_model_load(path, NULL, &m));
@@ -134,7 +168,7 @@ static double compare(const char *path, size_t n, int threads) {
     for (size_t i = 0; i < n; i++) toks[i] = (int32_t)((i * 37 + 5) % hp->n_vocab);
     CHECK_OK(cleave_decode(ctx, toks, n, 0, 0, true));
 
-    ref_state st = {m, NULL, NULL, n};
+    ref_state st = {m, NULL, NULL, n, sc};
     size_t kd = (size_t)hp->n_head_kv * hp->head_dim;
     st.k_cache = calloc((size_t)hp->n_layer * n * kd, 4);
     st.v_cache = calloc((size_t)hp->n_layer * n * kd, 4);
@@ -153,6 +187,37 @@ static double compare(const char *path, size_t n, int threads) {
     return worst;
 }
 
+static cleave_status set_scaling(gguf_writer *w, const gguf_file *src, void *user) {
+    const ref_scaling *sc = user;
+    const char *arch;
+    size_t len;
+    cleave_status st = gguf_get_str(src, "general.architecture", &arch, &len);
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%.*s.%s", (int)len, arch, suffix), key)
+    if (!st && sc->old_key) return gguf_set_f32(w, KEY("rope.scale_linear"), sc->factor);
+    if (!st) st = gguf_set_str(w, KEY("rope.scaling.type"), sc->type);
+    if (!st) st = gguf_set_f32(w, KEY("rope.scaling.factor"), sc->factor);
+    if (!st && sc->n_ctx_orig) st = gguf_set_u32(w, KEY("rope.scaling.original_context_length"), sc->n_ctx_orig);
+#undef KEY
+    return st;
+}
+
+/* A tiny model with RoPE scaling against the reference applying the same
+ * numbers; and against the unscaled reference, which it must be far from
+ * (so the scaling is not lost on the way). */
+static void check_scaled(const char *arch, const ref_scaling *sc, const char *label) {
+    const char *base = tu_tiny_model(arch, CLEAVE_TYPE_F32);
+    if (!base) return;
+    char name[96];
+    snprintf(name, sizeof name, "%s-%s.gguf", arch, label);
+    const char *path = tu_tmp(name);
+    if (!tu_gguf_rewrite(base, path, true, 0, SIZE_MAX, set_scaling, (void *)sc)) return;
+    double err = compare(path, 12, 2, sc), off = compare(path, 12, 2, NULL);
+    fprintf(stderr, "%-6s %-13s max rel logit error %.2e (unscaled reference: %.2e)\n", arch, label, err, off);
+    CHECK_MSG(err < 1e-4, "%s %s: %g", arch, label, err);
+    CHECK_MSG(off > 1e-2, "%s %s: the scaling changes nothing (%g)", arch, label, off);
+}
+
 int main(void) {
     const char *archs[] = {"llama", "qwen2", "qwen3"};
     const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
@@ -164,15 +229,25 @@ int main(void) {
             /* Same dequantized weights on both sides and f32 activations:
              * only rounding differs. */
             double tol = 1e-4;
-            double err = compare(path, 12, 2);
+            double err = compare(path, 12, 2, NULL);
             fprintf(stderr, "%-6s %-5s max rel logit error %.2e (tolerance %.0e)\n", archs[a],
                     cleave_type_name(types[t]), err, tol);
             CHECK_MSG(err < tol, "%s %s: %g", archs[a], cleave_type_name(types[t]), err);
         }
     }
+    /* RoPE scaling: linear x4, the older linear key, YaRN x4 from an
+     * original context of 64 (the ramp over pairs 0..3 of llama's 8 and
+     * qwen3's 16) on both pairings */
+    const ref_scaling linear = {"linear", 4, 0, false}, old_key = {"linear", 4, 0, true},
+                      yarn = {"yarn", 4, 64, false};
+    check_scaled("llama", &linear, "linear");
+    check_scaled("qwen2", &old_key, "scale_linear");
+    check_scaled("llama", &yarn, "yarn");
+    check_scaled("qwen3", &yarn, "yarn");
+
     const char *stories = tu_stories_model();
     if (stories) {
-        double err = compare(stories, 24, 1);
+        double err = compare(stories, 24, 1, NULL);
         fprintf(stderr, "stories260K  max rel logit error %.2e\n", err);
         CHECK_MSG(err < 1e-4, "stories260K: %g", err);
     }

@@ -175,3 +175,23 @@ cleave_model *tu_load(const char *path, size_t *n_vocab) {
     *n_vocab = d.n_vocab;
     return m;
 }
+
+bool tu_gguf_rewrite(const char *src, const char *dst, bool copy_keys, size_t t0, size_t t1,
+                     tu_gguf_edit edit, void *user) {
+    gguf_file *f = NULL;
+    gguf_writer *w = NULL;
+    cleave_status st = gguf_open(src, &f);
+    if (!st) st = gguf_writer_new(&w);
+    for (size_t i = 0; !st && copy_keys && i < gguf_n_kv(f); i++) st = gguf_copy_kv(w, f, i);
+    if (!st && edit) st = edit(w, f, user);
+    size_t n = f ? gguf_n_tensors(f) : 0;
+    for (size_t i = t0; !st && i < t1 && i < n; i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        st = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, NULL, NULL, NULL);
+    }
+    if (!st) st = gguf_writer_write(w, dst, NULL, NULL);
+    CHECK_MSG(st == CLEAVE_OK, "rewriting %s as %s: %s", src, dst, cleave_last_error());
+    gguf_writer_free(w);
+    gguf_close(f);
+    return st == CLEAVE_OK;
+}

@@ -79,4 +79,13 @@ double tu_rel_err(const float *a, const float *b, size_t n);
 int tu_argmax(const float *v, size_t n);
 /* Loads a model (a failed load is a failed check; NULL) and its vocabulary size. */
 cleave_model *tu_load(const char *path, size_t *n_vocab);
+
+#include "model/gguf.h"
+/* Sets keys of its own in a rewritten file (src is the original). */
+typedef cleave_status (*tu_gguf_edit)(gguf_writer *w, const gguf_file *src, void *user);
+/* Writes a GGUF made from src to dst: src's keys when copy_keys, then
+ * whatever edit (may be NULL) sets, then src's tensors [t0, t1) with their
+ * data. A failure is a failed check (false). */
+bool tu_gguf_rewrite(const char *src, const char *dst, bool copy_keys, size_t t0, size_t t1,
+                     tu_gguf_edit edit, void *user);
 #endif

@@ -35,11 +35,27 @@ typedef struct be_mat {
     const void *scales;
 } be_mat;
 
+/* RoPE context scaling, as ggml's rope_ext takes it. Pair i's angle
+ * pos * f_i (f_i = freq_base^(-2i/n_rot) / freq_factors[i]) becomes
+ * pos * f_i * (freq_scale * (1 - m_i) + m_i), where m_i = ext_factor * ramp_i
+ * and ramp_i falls from 1 to 0 over the YaRN correction dims that beta_fast
+ * and beta_slow (rotations over n_ctx_orig) pick; cos and sin are then
+ * multiplied by attn_factor, times 1 + 0.1 ln(1 / freq_scale) when
+ * ext_factor is not 0. Linear scaling: freq_scale alone. */
+typedef struct be_rope_scaling {
+    float freq_scale;
+    float ext_factor;
+    float attn_factor;
+    float beta_fast, beta_slow;
+    uint32_t n_ctx_orig;
+} be_rope_scaling;
+
 typedef struct be_rope {
     size_t n_rot;              /* rotated dims per head (<= head_dim, even) */
     float freq_base;
     bool neox;                 /* neox pairs (i, i+n_rot/2); else adjacent (2i, 2i+1) */
     const float *freq_factors; /* n_rot/2 divisors of the frequencies (Llama 3), or NULL */
+    const be_rope_scaling *scaling; /* host memory; NULL: plain RoPE */
 } be_rope;
 
 /* Causal attention over the cache. A token (pos p, seq s) sees cell c iff

@@ -31,8 +31,13 @@ static cleave_status rope_and_store(placement *pl, int dv, const engine_scratch 
     be_device *d = D->dev;
     const model_hparams *hp = &pl->model->hp;
     size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
+    model_rope_ext re;
+    model_rope_resolve(hp, &re);
+    be_rope_scaling sc = {.freq_scale = re.freq_scale, .ext_factor = re.ext_factor,
+                          .attn_factor = re.attn_factor, .beta_fast = re.beta_fast,
+                          .beta_slow = re.beta_slow, .n_ctx_orig = re.n_ctx_orig};
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
-                    .freq_factors = D->rope_freqs};
+                    .freq_factors = D->rope_freqs, .scaling = re.scaled ? &sc : NULL};
     cleave_type kt = kv_store_type(&pl->store, false), vt = kv_store_type(&pl->store, true);
     if (be_has(d, BE_CAP_ROPE_STORE) && kt == vt) /* the fused op stores K and V of one type */
         return be_rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc, kt, s->cells);

@@ -151,6 +151,14 @@ static cleave_status resolve(const cleave_model *model, cleave_context_params *p
                        (long long)p->kv_vram_cells);
     uint32_t n_ctx = p->n_ctx ? p->n_ctx : model->hp.n_ctx_train;
     if (!p->n_ctx && n_ctx > 4096) n_ctx = 4096;
+    /* attention is full: a sliding-window model runs exactly only within one window */
+    uint32_t swa = model->hp.n_swa;
+    if (swa && !p->n_ctx && n_ctx > swa) n_ctx = swa;
+    if (swa && n_ctx > swa)
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "context of %u tokens: the model's attention slides over %u (%s.attention.sliding_window) "
+                       "and cleave has no sliding-window attention; use a context of at most %u",
+                       n_ctx, swa, model->hp.arch_name, swa);
     if (n_ctx > (1u << 24)) return err_set(CLEAVE_ERR_INVALID_ARG, "context of %u tokens is too large", n_ctx);
     uint32_t n_batch = p->n_batch ? p->n_batch : 512;
     p->n_ctx = n_ctx;

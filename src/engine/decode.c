@@ -39,13 +39,21 @@ cleave_status engine_keep_logits_row(struct cleave_context *c, const float *row)
 
 static cleave_status check(const cleave_context *c, const int32_t *tokens, const int32_t *pos,
                            const int32_t *seq, size_t n) {
-    uint32_t n_vocab = c->model->hp.n_vocab;
+    const model_hparams *hp = &c->model->hp;
+    uint32_t n_vocab = hp->n_vocab;
     for (size_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= n_vocab)
             return err_set(CLEAVE_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary (%u)",
                            tokens[i], i, n_vocab);
         if (pos[i] < 0 || seq[i] < 0)
             return err_set(CLEAVE_ERR_INVALID_ARG, "decode: token %zu has a negative position or sequence", i);
+        /* attention is full, so a sliding-window model is exact only while
+         * no key can lie a window behind a query: positions below the window */
+        if (hp->n_swa && (uint32_t)pos[i] >= hp->n_swa)
+            return err_set(CLEAVE_ERR_CONTEXT_FULL,
+                           "decode: position %d is past the model's sliding window of %u tokens "
+                           "(%s.attention.sliding_window); cleave has no sliding-window attention",
+                           pos[i], hp->n_swa, hp->arch_name);
     }
     return CLEAVE_OK;
 }

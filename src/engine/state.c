@@ -55,11 +55,24 @@ static uint64_t fingerprint(const struct cleave_model *m) {
     const model_hparams *hp = &m->hp;
     XXH64_state_t h;
     XXH64_reset(&h, 0);
-    uint32_t u[] = {(uint32_t)hp->arch, hp->n_vocab, hp->n_embd,   hp->n_layer, hp->n_head,
-                    hp->n_head_kv,      hp->head_dim, hp->n_ff,    hp->n_rot,   hp->rope_neox};
+    /* one buffer of at least 32 bytes (xxhash's inlined loop warns on
+     * shorter arrays); the hash of a stream is that of its concatenation */
+    uint32_t b[20] = {(uint32_t)hp->arch, hp->n_vocab, hp->n_embd,   hp->n_layer, hp->n_head,
+                      hp->n_head_kv,      hp->head_dim, hp->n_ff,    hp->n_rot,   hp->rope_neox};
     float f[] = {hp->norm_eps, hp->rope_freq_base};
-    XXH64_update(&h, u, sizeof u);
-    XXH64_update(&h, f, sizeof f);
+    memcpy(b + 10, f, sizeof f);
+    size_t n = 12;
+    /* scaling changes every cached k; hashed only where present, so the
+     * states of unscaled models keep their fingerprints */
+    model_rope_ext re;
+    model_rope_resolve(hp, &re);
+    if (re.scaled) {
+        float rf[] = {re.freq_scale, re.ext_factor, re.attn_factor, re.beta_fast, re.beta_slow};
+        memcpy(b + n, rf, sizeof rf);
+        b[n + 5] = re.n_ctx_orig;
+        n += 8; /* two words of zeros: a whole 32-byte block */
+    }
+    XXH64_update(&h, b, n * sizeof *b);
     model_for_each_tensor(m, hash_tensor, &h);
     return XXH64_digest(&h);
 }

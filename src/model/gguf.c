@@ -713,6 +713,10 @@ cleave_status gguf_set_u32(gguf_writer *w, const char *key, uint32_t v) {
     return set_scalar(w, key, GGUF_T_UINT32, v);
 }
 
+cleave_status gguf_set_u16(gguf_writer *w, const char *key, uint16_t v) {
+    return set_scalar(w, key, GGUF_T_UINT16, v);
+}
+
 cleave_status gguf_set_i32(gguf_writer *w, const char *key, int32_t v) {
     return set_scalar(w, key, GGUF_T_INT32, (uint32_t)v);
 }
@@ -789,28 +793,29 @@ cleave_status gguf_set_arr_str(gguf_writer *w, const char *key, const char *cons
     return set_raw(w, key, buf, total);
 }
 
-cleave_status gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, size_t i) {
-    if (!w || !f || i >= f->n_kv) return err_set(CLEAVE_ERR_INVALID_ARG, "gguf_writer_copy_kv: bad argument");
+/* The value's bytes are copied as the file holds them (the reader checked
+ * every length), so any type, nested strings included, round-trips. */
+cleave_status gguf_copy_kv(gguf_writer *w, const gguf_file *f, size_t i) {
+    if (!f || i >= f->n_kv) return err_set(CLEAVE_ERR_INVALID_ARG, "gguf_copy_kv: no key %zu", i);
+    cleave_status st = check_key(w, f->kv[i].key);
+    if (st) return st;
     const gguf_kv *kv = &f->kv[i];
-    /* The file's encoding after the type word is the writer's, so the
-     * value is copied as bytes: from its length or array header to its end. */
-    size_t start = kv->pos, end;
+    size_t begin = kv->pos, end = kv->pos + vtype_size(kv->type);
     if (kv->type == GGUF_T_STRING) {
-        start -= 8;
-        end = kv->pos + kv->n;
+        begin = kv->pos - 8, end = kv->pos + kv->n; /* with the length field */
     } else if (kv->type == GGUF_T_ARRAY) {
-        start -= 12; /* element type and count */
-        if (kv->elem_type != GGUF_T_STRING) end = kv->pos + kv->n * vtype_size(kv->elem_type);
-        else if (kv->n == 0) end = kv->pos;
-        else end = kv->str_pos[kv->n - 1] + 8 + (size_t)le_get(f->map + kv->str_pos[kv->n - 1], 8);
-    } else {
-        end = kv->pos + vtype_size(kv->type);
+        begin = kv->pos - 12; /* element type and count */
+        if (kv->elem_type != GGUF_T_STRING)
+            end = kv->pos + kv->n * vtype_size(kv->elem_type);
+        else if (kv->n)
+            end = kv->str_pos[kv->n - 1] + 8 + (size_t)le_get(f->map + kv->str_pos[kv->n - 1], 8);
+        else
+            end = kv->pos;
     }
-    uint8_t *val = mem_alloc(4 + (end - start), "gguf value");
-    if (!val) return CLEAVE_ERR_OOM;
-    le_put(val, kv->type, 4);
-    memcpy(val + 4, f->map + start, end - start);
-    return set_raw(w, kv->key, val, 4 + (end - start));
+    uint8_t *v = mem_alloc(4 + end - begin, "gguf value");
+    if (!v) return CLEAVE_ERR_OOM;
+    memcpy(le_put(v, kv->type, 4), f->map + begin, end - begin);
+    return set_raw(w, kv->key, v, 4 + end - begin);
 }
 
 cleave_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,

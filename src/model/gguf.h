@@ -84,6 +84,7 @@ cleave_status gguf_writer_new(gguf_writer **out);
 void gguf_writer_free(gguf_writer *w);
 /* Setting a key twice replaces the value. Strings are copied. */
 cleave_status gguf_set_u32(gguf_writer *w, const char *key, uint32_t v);
+cleave_status gguf_set_u16(gguf_writer *w, const char *key, uint16_t v);
 cleave_status gguf_set_i32(gguf_writer *w, const char *key, int32_t v);
 cleave_status gguf_set_u64(gguf_writer *w, const char *key, uint64_t v);
 cleave_status gguf_set_f32(gguf_writer *w, const char *key, float v);
@@ -95,9 +96,9 @@ cleave_status gguf_set_arr(gguf_writer *w, const char *key, enum gguf_vtype elem
 /* Array of n strings (each NUL-terminated), copied. */
 cleave_status gguf_set_arr_str(gguf_writer *w, const char *key, const char *const *strs,
                                size_t n);
-/* Copies metadata entry i of f (its key, type and value, arrays
- * included) into w, replacing a value w already has under that key. */
-cleave_status gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, size_t i);
+/* Copies the i-th key of a file, value and type unchanged (what a tool
+ * that rewrites or splits a file keeps). */
+cleave_status gguf_copy_kv(gguf_writer *w, const gguf_file *f, size_t i);
 /* Adds a tensor. Either data (nbytes of it, borrowed until write) or fill
  * must be given. ne[0] is the row length. Returns the tensor's index. */
 cleave_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,

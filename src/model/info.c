@@ -28,8 +28,16 @@ cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file) {
     cleave_model_describe(m, &d);
     const model_hparams *hp = &m->hp;
     if (!n_ctx) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    fprintf(out, "file:          %s (GGUF v%u, %.2f MiB)\n", path, gguf_version(m->file),
-            gguf_file_size(m->file) / 1048576.0);
+    size_t n_shards = gguf_shards_count(m->shards);
+    fprintf(out, "file:          %s (GGUF v%u, %.2f MiB", path, gguf_version(m->file),
+            gguf_shards_size(m->shards) / 1048576.0);
+    if (n_shards > 1) fprintf(out, " in %zu shards", n_shards);
+    fprintf(out, ")\n");
+    for (size_t i = 0; n_shards > 1 && i < n_shards; i++) {
+        const gguf_file *f = gguf_shards_file(m->shards, i);
+        fprintf(out, "  shard %zu:     %s (%zu tensors, %.2f MiB)\n", i + 1, gguf_path(f), gguf_n_tensors(f),
+                gguf_file_size(f) / 1048576.0);
+    }
     fprintf(out, "name:          %s\n", d.name[0] ? d.name : "(none)");
     fprintf(out, "architecture:  %s\n", d.arch);
     fprintf(out, "parameters:    %.3f M (%s weights mostly)\n", d.n_params / 1e6,
@@ -41,11 +49,19 @@ cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file) {
             d.n_head / d.n_head_kv, d.head_dim);
     fprintf(out, "rope:          %s, base %g, %u dims%s\n", d.rope_neox ? "neox" : "normal",
             (double)d.rope_freq_base, hp->n_rot, d.has_rope_freqs ? ", frequency factors" : "");
+    model_rope_ext re;
+    model_rope_resolve(hp, &re);
+    if (re.scaled)
+        fprintf(out, "rope scaling:  %s, factor %g, original context %u, attn factor %g%s\n",
+                model_rope_type_name(hp->rope_scaling.type), 1.0 / re.freq_scale, re.n_ctx_orig,
+                (double)re.attn_factor, re.ext_factor != 0 ? ", YaRN ramp" : "");
+    if (hp->n_swa) fprintf(out, "sliding window: %u (contexts stay within it)\n", hp->n_swa);
     fprintf(out, "norm eps:      %g\n", (double)d.norm_eps);
     fprintf(out, "output:        %s\n", d.tied_output ? "tied to the token embedding" : "separate");
     fprintf(out, "train context: %u\n", d.n_ctx_train);
-    fprintf(out, "\ntensors (%zu):\n", gguf_n_tensors(m->file));
-    for (size_t i = 0; i < gguf_n_tensors(m->file); i++) print_tensor(gguf_tensor_at(m->file, i), out);
+    fprintf(out, "\ntensors (%zu):\n", gguf_shards_n_tensors(m->shards));
+    for (size_t i = 0; i < gguf_shards_n_tensors(m->shards); i++)
+        print_tensor(gguf_shards_tensor_at(m->shards, i), out);
 
     size_t kv16 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F16, CLEAVE_TYPE_F16) * n_ctx;
     size_t kv32 = model_kv_bytes_per_token(hp, CLEAVE_TYPE_F32, CLEAVE_TYPE_F32) * n_ctx;

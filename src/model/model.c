@@ -81,10 +81,13 @@ static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const 
     if ((st = hp_u32(f, arch, "attention.key_length", false, &hp->head_dim))) return st;
     uint32_t v_len = hp->head_dim;
     if ((st = hp_u32(f, arch, "attention.value_length", false, &v_len))) return st;
-    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2 || v_len != hp->head_dim)
+    if (v_len != hp->head_dim)
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "head size %u (key) / %u (value): need equal, even, at most 1024",
-                       hp->head_dim, v_len);
+                       "%s.attention.key_length %u differs from %s.attention.value_length %u: cleave "
+                       "needs equal key and value head sizes",
+                       arch, hp->head_dim, arch, v_len);
+    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "head size %u: need even, at most 1024", hp->head_dim);
     hp->n_rot = hp->head_dim;
     if ((st = hp_u32(f, arch, "rope.dimension_count", false, &hp->n_rot))) return st;
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
@@ -93,15 +96,15 @@ static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const 
     if (!(hp->norm_eps > 0 && hp->norm_eps < 1) || !(hp->rope_freq_base > 0))
         return err_set(CLEAVE_ERR_FORMAT, "implausible norm epsilon %g or rope base %g",
                        (double)hp->norm_eps, (double)hp->rope_freq_base);
-    return CLEAVE_OK;
+    return model_read_arith_keys(f, hp);
 }
 
 /* Finds a tensor, checks dims and type. ne1 == 0 means a 1-D tensor. */
-static cleave_status want(const gguf_file *f, bool required, const gguf_tensor **out,
+static cleave_status want(const gguf_shards *f, bool required, const gguf_tensor **out,
                           uint64_t ne0, uint64_t ne1, const char *fmt, int layer) {
     char name[96];
     snprintf(name, sizeof name, fmt, layer);
-    const gguf_tensor *t = gguf_find_tensor(f, name);
+    const gguf_tensor *t = gguf_shards_find_tensor(f, name);
     *out = t;
     if (!t) return required ? err_set(CLEAVE_ERR_FORMAT, "missing tensor '%s'", name) : CLEAVE_OK;
     uint32_t dims = ne1 ? 2 : 1;
@@ -123,7 +126,7 @@ static cleave_status want(const gguf_file *f, bool required, const gguf_tensor *
 }
 
 static cleave_status find_tensors(struct cleave_model *m, const arch_row *ar) {
-    const gguf_file *f = m->file;
+    const gguf_shards *f = m->shards;
     const model_hparams *hp = &m->hp;
     uint64_t e = hp->n_embd, qd = (uint64_t)hp->n_head * hp->head_dim,
              kd = (uint64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff, nv = hp->n_vocab;
@@ -166,8 +169,9 @@ cleave_status model_load(const char *path, struct cleave_model **out) {
     *out = NULL;
     struct cleave_model *m = mem_calloc(1, sizeof *m, "model");
     if (!m) return CLEAVE_ERR_OOM;
-    cleave_status st = gguf_open(path, &m->file);
+    cleave_status st = gguf_shards_open(path, &m->shards);
     if (st) goto fail;
+    m->file = gguf_shards_file(m->shards, 0);
 
     const char *arch;
     size_t arch_len;
@@ -186,7 +190,7 @@ cleave_status model_load(const char *path, struct cleave_model **out) {
     st = tokenizer_from_gguf(m->file, &m->tok);
     if (st == CLEAVE_ERR_UNSUPPORTED) {
         snprintf(m->tok_error, sizeof m->tok_error, "%s", cleave_last_error());
-        const gguf_tensor *emb = gguf_find_tensor(m->file, "token_embd.weight");
+        const gguf_tensor *emb = gguf_shards_find_tensor(m->shards, "token_embd.weight");
         if (!emb || emb->n_dims != 2 || emb->ne[1] > (1u << 24)) {
             st = err_set(CLEAVE_ERR_FORMAT, "missing or malformed tensor 'token_embd.weight'");
             goto wrap;
@@ -216,7 +220,8 @@ cleave_status model_load_vocab(const char *path, struct cleave_model **out) {
     *out = NULL;
     struct cleave_model *m = mem_calloc(1, sizeof *m, "model");
     if (!m) return CLEAVE_ERR_OOM;
-    cleave_status st = gguf_open(path, &m->file);
+    cleave_status st = gguf_shards_open(path, &m->shards);
+    if (!st) m->file = gguf_shards_file(m->shards, 0);
     if (!st) st = tokenizer_from_gguf(m->file, &m->tok);
     if (st) {
         err_wrap(st, "%s", path);
@@ -232,7 +237,7 @@ cleave_status model_load_vocab(const char *path, struct cleave_model **out) {
 void model_free(struct cleave_model *m) {
     if (!m) return;
     tokenizer_free(m->tok);
-    gguf_close(m->file);
+    gguf_shards_close(m->shards);
     free(m->layers);
     free(m);
 }
@@ -280,6 +285,7 @@ cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const
         snprintf(key, sizeof key, "%s.rope.freq_base", hp->arch_name);
         st = gguf_set_f32(w, key, hp->rope_freq_base);
     }
+    if (!st) st = model_write_arith_keys(w, hp);
     /* llama.cpp's numbering: 0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16 */
     uint32_t ft = main_type == CLEAVE_TYPE_F32    ? 0
                   : main_type == CLEAVE_TYPE_F16  ? 1

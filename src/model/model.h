@@ -12,9 +12,50 @@
 
 #include "cleave.h"
 #include "gguf.h"
+#include "gguf_shards.h"
 #include "vocab/tokenizer.h"
 
 enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
+
+/* {arch}.rope.scaling.type; a factor with no type is linear, as llama.cpp
+ * reads it. */
+enum model_rope_type { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN };
+
+/* Which RoPE scaling keys the file gave, so a model is written back with
+ * the same keys (a key at its default is not the same file as no key). */
+enum {
+    ROPE_KEY_TYPE = 1u << 0,       /* rope.scaling.type */
+    ROPE_KEY_FACTOR = 1u << 1,     /* rope.scaling.factor */
+    ROPE_KEY_LINEAR = 1u << 2,     /* rope.scale_linear (the older factor key) */
+    ROPE_KEY_CTX_ORIG = 1u << 3,   /* rope.scaling.original_context_length */
+    ROPE_KEY_ATTN = 1u << 4,       /* rope.scaling.attn_factor */
+    ROPE_KEY_EXT = 1u << 5,        /* rope.scaling.yarn_ext_factor */
+    ROPE_KEY_YARN_ATTN = 1u << 6,  /* rope.scaling.yarn_attn_factor */
+    ROPE_KEY_BETA_FAST = 1u << 7,  /* rope.scaling.yarn_beta_fast */
+    ROPE_KEY_BETA_SLOW = 1u << 8,  /* rope.scaling.yarn_beta_slow */
+};
+
+/* RoPE context scaling as the file states it. All zero: none. */
+typedef struct model_rope_scaling {
+    uint32_t keys;             /* ROPE_KEY_* present */
+    enum model_rope_type type;
+    float factor;              /* context multiplier; 0 (or absent) means 1 */
+    uint32_t n_ctx_orig;       /* the context the model was trained at before scaling */
+    float attn_factor;         /* the remaining fields count only where keys has their bit */
+    float yarn_ext_factor;     /* < 0: 1 for yarn, else 0 */
+    float yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+} model_rope_scaling;
+
+/* The scaling resolved with llama.cpp's defaults into the numbers ggml's
+ * rope_ext takes (the backends' be_rope_scaling carries the same). */
+typedef struct model_rope_ext {
+    bool scaled;               /* false: plain RoPE, the rest is neutral */
+    float freq_scale;          /* 1 / factor: interpolated angle = pos * freq * freq_scale */
+    float ext_factor;          /* YaRN: weight of the extrapolated angle on the fast dims */
+    float attn_factor;         /* multiplies cos and sin (YaRN adds its own mscale) */
+    float beta_fast, beta_slow; /* YaRN ramp ends, in rotations over n_ctx_orig */
+    uint32_t n_ctx_orig;
+} model_rope_ext;
 
 typedef struct model_hparams {
     enum model_arch arch;
@@ -31,6 +72,8 @@ typedef struct model_hparams {
     float norm_eps;
     float rope_freq_base;
     bool rope_neox;       /* qwen: rotate (i, i + n_rot/2); llama: (2i, 2i+1) */
+    model_rope_scaling rope_scaling;
+    uint32_t n_swa;       /* attention.sliding_window; 0: none. Contexts stay within it. */
 } model_hparams;
 
 /* One transformer block; optional tensors are NULL when absent. Shapes in
@@ -48,7 +91,8 @@ typedef struct model_layer {
 } model_layer;
 
 struct cleave_model {
-    gguf_file *file;
+    gguf_shards *shards;            /* the file, or every shard of a split model */
+    const gguf_file *file;          /* metadata: the file, or the first shard */
     model_hparams hp;
     tokenizer *tok;                 /* NULL when the vocab's tokenizer is unsupported */
     char tok_error[256];            /* why tok is NULL */
@@ -77,6 +121,19 @@ void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, voi
  * generators name them. */
 cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const char *name,
                                   cleave_type main_type);
+
+/* Optional metadata that changes the arithmetic (model_keys.c): RoPE
+ * scaling and the sliding window are read into hp; every other such key
+ * must be absent or at its neutral value, else the load is refused naming
+ * it. Called once the basic hyperparameters are in hp. */
+cleave_status model_read_arith_keys(const gguf_file *f, model_hparams *hp);
+/* Writes back the keys model_read_arith_keys read (rope scaling as given,
+ * the sliding window). */
+cleave_status model_write_arith_keys(gguf_writer *w, const model_hparams *hp);
+/* hp's rope scaling resolved with llama.cpp's defaults. */
+void model_rope_resolve(const model_hparams *hp, model_rope_ext *out);
+/* "none", "linear" or "yarn". */
+const char *model_rope_type_name(enum model_rope_type t);
 
 /* Bytes of K+V per cached token for all layers. */
 size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type k_type, cleave_type v_type);

@@ -169,7 +169,7 @@ static cleave_status copy_metadata(gguf_writer *w, const gguf_file *f, const qua
         if (!strcmp(k, "general.file_type") || !strcmp(k, "general.quantization_version") ||
             !strncmp(k, "split.", 6))
             continue;
-        st = gguf_writer_copy_kv(w, f, i);
+        st = gguf_copy_kv(w, f, i);
     }
     if (!st) st = gguf_set_u32(w, "general.quantization_version", 2);
     if (!st) st = gguf_set_u32(w, "general.file_type", mix->ftype);

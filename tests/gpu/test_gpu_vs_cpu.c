@@ -89,6 +89,26 @@ static double compare(const char *label, const char *path, cleave_type gpu_kv, d
     return worst_prompt > worst_step ? worst_prompt : worst_step;
 }
 
+static cleave_status set_yarn(gguf_writer *w, const gguf_file *src, void *user) {
+    const char *arch = user;
+    char key[128];
+    (void)src;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    cleave_status st = gguf_set_str(w, key, "yarn");
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+    if (!st) st = gguf_set_f32(w, key, 4.0f);
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+    if (!st) st = gguf_set_u32(w, key, 128);
+    return st;
+}
+
+/* A generated model with YaRN x4 from an original context of 128, which
+ * the 320 positions run past. */
+static const char *yarn_model(const char *path, const char *arch, const char *name) {
+    const char *out = tu_tmp(name);
+    return path && tu_gguf_rewrite(path, out, true, 0, SIZE_MAX, set_yarn, (void *)arch) ? out : NULL;
+}
+
 int main(void) {
     const char *stories = tu_stories_model();
     if (stories) {
@@ -130,5 +150,11 @@ int main(void) {
         snprintf(label, sizeof label, "small llama %s", cleave_type_name(types[t]));
         if (p) compare(label, p, CLEAVE_TYPE_F16, types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2);
     }
+    /* RoPE scaling: YaRN on the fused rope + cache store (f16 cache) and
+     * on the plain rope (q8_0 cache), both pairings */
+    const char *y = yarn_model(tu_gen_model("small", "llama", CLEAVE_TYPE_F16, 7), "llama", "small-yarn.gguf");
+    if (y) compare("small llama f16 yarn", y, CLEAVE_TYPE_F16, 1e-2);
+    y = yarn_model(q3, "qwen3", "qwen3-yarn.gguf");
+    if (y) compare("tiny qwen3 f32 yarn", y, CLEAVE_TYPE_Q8_0, 1e-3);
     return tu_finish("test_gpu_vs_cpu");
 }

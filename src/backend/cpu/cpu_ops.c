@@ -10,6 +10,7 @@
 #include "cpu_dot.h"
 #include "cpu_impl.h"
 #include "cpu_vec.h"
+#include "backend/rope.h"
 #include "base/error.h"
 #include "base/mem.h"
 #include "quant/quant.h"
@@ -288,6 +289,7 @@ typedef struct {
     const int32_t *pos;
     const double *inv_freq;
     bool neox;
+    float mscale; /* cos and sin multiplier (1 unless scaled) */
 } cpu_rope_ctx;
 
 static void cpu_rope_task(void *vc, size_t task, int thread) {
@@ -301,7 +303,7 @@ static void cpu_rope_task(void *vc, size_t task, int thread) {
             /* theta in double: at positions in the thousands an f32 angle
              * would already be off by ~1e-4 rad. */
             double theta = (double)c->pos[r] * c->inv_freq[i];
-            float cs = (float)cos(theta), sn = (float)sin(theta);
+            float cs = (float)cos(theta) * c->mscale, sn = (float)sin(theta) * c->mscale;
             for (size_t h = 0; h < c->n_head; h++) {
                 float *v = row + h * c->head_dim + i * stride;
                 float a = v[0], b = v[other];
@@ -333,16 +335,20 @@ cleave_status cpu_op_rope(be_device *dev, float *x, size_t n, size_t row_width, 
         return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': rope: freq_base %g", d->name,
                        p->freq_base);
     size_t half = p->n_rot / 2;
+    be_rope_prep rp;
+    cleave_status st = be_rope_prepare(p, &rp);
+    if (st != CLEAVE_OK) return err_wrap(st, "device '%s'", d->name);
     void *scratch;
-    cleave_status st = cpu_scratch(d, half * sizeof(double), &scratch);
+    st = cpu_scratch(d, half * sizeof(double), &scratch);
     if (st != CLEAVE_OK) return err_wrap(st, "rope");
-    /* The per-pair frequencies once per call, not per row. */
+    /* The per-pair frequencies, scaling included, once per call, not per row. */
     double *inv_freq = scratch;
     for (size_t i = 0; i < half; i++) {
         inv_freq[i] = pow((double)p->freq_base, -2.0 * (double)i / (double)p->n_rot);
         if (p->freq_factors) inv_freq[i] /= (double)p->freq_factors[i];
+        inv_freq[i] *= be_rope_pair_scale(&rp, i);
     }
-    cpu_rope_ctx c = {x, n, row_width, n_head, head_dim, half, 0, pos, inv_freq, p->neox};
+    cpu_rope_ctx c = {x, n, row_width, n_head, head_dim, half, 0, pos, inv_freq, p->neox, rp.mscale};
     size_t per_row = n_head * p->n_rot;
     c.rows_per_task = per_row >= CPU_EW_CHUNK / 4 ? 1 : cpu_ceil_div(CPU_EW_CHUNK / 4, per_row);
     threadpool_run(d->pool, cpu_ceil_div(n, c.rows_per_task), cpu_rope_task, &c);

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/budget.h"
+#include "backend/rope.h"
 #include "backend/size_table.h"
 #include "base/error.h"
 #include "quant/quant.h"
@@ -203,19 +204,23 @@ __device__ __forceinline__ float cuda_warp_max(float v) {
 
 /* RoPE as the CPU reference computes it: the frequency of pair i in
  * double (a table per block: the double pow was most of the rope kernels'
- * time), the angle pos * freq in double (at position 100k an f32 angle has
- * lost several bits), reduced to [-pi, pi] in double, then sincosf. */
+ * time), context scaling folded into it (be_rope_pair_scale, the CPU's own
+ * function), the angle pos * freq in double (at position 100k an f32 angle
+ * has lost several bits), reduced to [-pi, pi] in double, then sincosf,
+ * scaled by the prepared mscale. */
 #define ROPE_MAX_HALF 128
 __device__ __forceinline__ double cuda_rope_freq(size_t i, size_t n_rot, float base,
-                                                 const float *factors) {
+                                                 const float *factors, const be_rope_prep &rp) {
     double f = pow((double)base, -2.0 * (double)i / (double)n_rot);
-    return factors ? f / (double)factors[i] : f;
+    return (factors ? f / (double)factors[i] : f) * be_rope_pair_scale(&rp, i);
 }
-__device__ __forceinline__ void cuda_rope_sincos(int32_t pos, double freq, float *s, float *c) {
+__device__ __forceinline__ void cuda_rope_sincos(int32_t pos, double freq, float mscale, float *s,
+                                                 float *c) {
     const double two_pi = 6.283185307179586;
     double theta = (double)pos * freq;
     theta -= two_pi * rint(theta * (1.0 / two_pi));
     sincosf((float)theta, s, c);
+    *s *= mscale, *c *= mscale;
 }
 
 /* Programmatic dependent launch (sm_90): trigger lets the next kernel in

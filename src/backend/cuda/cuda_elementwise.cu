@@ -84,13 +84,13 @@ cleave_status cuda_op_rms_norm(be_device *dev, const float *x, const float *w, f
 /* One thread per rotated pair (angles: cuda_rope_angle). */
 __global__ void k_rope(float *x, size_t n, size_t row_width, size_t n_head, size_t head_dim,
                        const int32_t *pos, size_t n_rot, float base, bool neox,
-                       const float *factors) {
+                       const float *factors, be_rope_prep rp) {
     size_t half = n_rot / 2, total = n * n_head * half;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t i = idx % half, h = (idx / half) % n_head, t = idx / (half * n_head);
         float s, c;
-        cuda_rope_sincos(pos[t], cuda_rope_freq(i, n_rot, base, factors), &s, &c);
+        cuda_rope_sincos(pos[t], cuda_rope_freq(i, n_rot, base, factors, rp), rp.mscale, &s, &c);
         float *v = x + t * row_width + h * head_dim;
         size_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
         float x0 = v[a], x1 = v[b];
@@ -103,8 +103,11 @@ cleave_status cuda_op_rope(be_device *dev, float *x, size_t n, size_t row_width,
                            size_t head_dim, const int32_t *pos, const be_rope *p) {
     size_t total = n * n_head * (p->n_rot / 2);
     if (!total) return CLEAVE_OK;
+    be_rope_prep rp;
+    cleave_status st = be_rope_prepare(p, &rp);
+    if (st) return st;
     k_rope<<<cuda_blocks(total, 256), 256, 0, cuda_dev(dev)->stream>>>(
-        x, n, row_width, n_head, head_dim, pos, p->n_rot, p->freq_base, p->neox, p->freq_factors);
+        x, n, row_width, n_head, head_dim, pos, p->n_rot, p->freq_base, p->neox, p->freq_factors, rp);
     CUDA_LAUNCHED();
     return CLEAVE_OK;
 }

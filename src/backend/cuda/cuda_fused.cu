@@ -50,12 +50,12 @@ template <> __device__ __forceinline__ __nv_bfloat16 to_cache<__nv_bfloat16>(flo
 template <typename C>
 __global__ void k_rope_store(float *q, const float *k, const float *v, size_t n, size_t n_head,
                              size_t n_head_kv, size_t hd, const int32_t *pos, size_t n_rot,
-                             float base, bool neox, const float *factors, C *kc, C *vc,
-                             const int32_t *cells) {
+                             float base, bool neox, const float *factors, be_rope_prep rp, C *kc,
+                             C *vc, const int32_t *cells) {
     __shared__ double freq[ROPE_MAX_HALF];
     size_t half = n_rot / 2, hh = hd / 2, heads = n_head + n_head_kv, kw = n_head_kv * hd;
     for (size_t i = threadIdx.x; i < half; i += blockDim.x)
-        freq[i] = cuda_rope_freq(i, n_rot, base, factors);
+        freq[i] = cuda_rope_freq(i, n_rot, base, factors, rp);
     cuda_pdl_wait();
     cuda_pdl_trigger();
     __syncthreads();
@@ -67,7 +67,7 @@ __global__ void k_rope_store(float *q, const float *k, const float *v, size_t n,
         float sn = 0.0f, cs = 1.0f;
         if (j < half) {
             a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
-            cuda_rope_sincos(pos[t], freq[j], &sn, &cs);
+            cuda_rope_sincos(pos[t], freq[j], rp.mscale, &sn, &cs);
         } else {
             a = n_rot + 2 * (j - half), b = a + 1;
         }
@@ -101,10 +101,13 @@ cleave_status cuda_op_rope_store(be_device *dev, float *q, const float *k, const
     if (hd / 2 > ROPE_MAX_HALF)
         return err_set(CLEAVE_ERR_UNSUPPORTED, "rope: head size %zu (at most %d)", hd,
                        2 * ROPE_MAX_HALF);
+    be_rope_prep rp;
+    cleave_status pst = be_rope_prepare(p, &rp);
+    if (pst) return pst;
 #define LAUNCH(C)                                                                               \
     CUDA_LAUNCH(d, k_rope_store<C>, blocks, 256, 0, q, k, v, n, n_head, n_head_kv, hd, pos,     \
-                p->n_rot, p->freq_base, p->neox, p->freq_factors, (C *)k_cache, (C *)v_cache, \
-                cells)
+                p->n_rot, p->freq_base, p->neox, p->freq_factors, rp, (C *)k_cache,           \
+                (C *)v_cache, cells)
     switch (kv_type) {
     case CLEAVE_TYPE_F32: LAUNCH(float); break;
     case CLEAVE_TYPE_F16: LAUNCH(__half); break;
