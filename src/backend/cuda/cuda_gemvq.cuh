@@ -25,6 +25,11 @@
 #define GQ_WARPS    16           /* one block of 16 warps per multiprocessor */
 #define GQ_LAUNCH_N 4            /* tokens per launch (x of each in shared memory) */
 #define GQ_SMEM_MAX (227u << 10) /* Hopper's per-block shared-memory limit */
+/* At least this much shared memory a block, so that no multiprocessor
+ * takes two: the grid has one block per multiprocessor, and where two fit
+ * (n = 1: few registers, little x) some took two and others none, and the
+ * launch ran at half speed (n = 2 was faster than n = 1 on an H200). */
+#define GQ_SMEM_ONE (116u << 10)
 
 struct gq_job {
     const uint8_t *w[GEMV_MAX_SEG];
@@ -54,13 +59,12 @@ template <int T, bool DUAL> __host__ __device__ constexpr int gq_stages() {
     return s < 2 ? 2 : s > 6 ? 6 : s;
 }
 GQ_HD size_t gq_al16(size_t b) { return (b + 15) & ~(size_t)15; }
-/* x's shared memory (int16 values, scales per 32, sums per 16) */
-GQ_HD size_t gq_x_bytes(int n, size_t ne0) {
-    return gq_al16((size_t)n * ne0 * 2) + gq_al16((size_t)n * (ne0 / 32) * 4) +
-           gq_al16((size_t)n * (ne0 / 16) * 4);
+/* x's shared memory: int16 values, then the units' scales and sums */
+template <int T> GQ_HD size_t gq_x_bytes(int n, size_t ne0) {
+    return gq_al16((size_t)n * ne0 * 2) + gq_al16((size_t)n * gq_meta_words<gq<T>>(ne0) * 4);
 }
 template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0) {
-    return gq_x_bytes(n, ne0) +
+    return gq_x_bytes<T>(n, ne0) +
            (size_t)GQ_WARPS * gq_stages<T, DUAL>() * gq_part_bytes<T>() * (DUAL ? 2 : 1);
 }
 
@@ -115,7 +119,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t ne0 = j.ne0, nblk = ne0 / F::QK, rounds = (nblk + F::GB - 1) / F::GB;
     const size_t units = DUAL ? j.rows[0] : j.total, stride = (size_t)gridDim.x * GQ_WARPS;
-    const size_t xb = gq_x_bytes(N, ne0);
+    const size_t xb = gq_x_bytes<T>(N, ne0);
     const uint32_t ring = (uint32_t)(xb + (size_t)warp * S * SB); /* this warp's stages */
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(gq_smem) + ring;
 
@@ -143,11 +147,10 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
         issue(s);
     cuda_pdl_wait(); /* x is the previous kernel's output */
 
-    /* x to int16 in unit order, a scale per 32 and a sum per 16: a thread
-     * per 8 values, four per 32; all loads issued before any is used */
+    /* x to int16 in unit order, a scale per 32, sums per 16 and 32: a
+     * thread per 8 values, four per 32; all loads issued before any is used */
     int16_t *xq = (int16_t *)gq_smem;
-    float *xd = (float *)(gq_smem + gq_al16((size_t)N * ne0 * 2));
-    int32_t *xs = (int32_t *)((uint8_t *)xd + gq_al16((size_t)N * (ne0 / 32) * 4));
+    uint32_t *meta = (uint32_t *)(gq_smem + gq_al16((size_t)N * ne0 * 2));
     {
         const size_t n8 = (size_t)N * ne0 / 8, r8 = ne0 / 8;
         const float4 *x4 = (const float4 *)j.x;
@@ -169,33 +172,22 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
             for (int k = 0; k < 8; k++)
                 s8 += qv[k] = __float2int_rn(v[k] * inv);
             int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
-            if (in) {
-                size_t t = g8 / r8, i0 = (g8 % r8) * 8;
-                if ((g8 & 1) == 0) xs[t * (ne0 / 16) + i0 / 16] = s16;
-                if ((g8 & 3) == 0) xd[t * (ne0 / 32) + i0 / 32] = amax / 32767.0f;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    size_t i = i0 + 4 * h, blk = i / F::QK;
-                    int q, cc, e;
-                    F::xmap((int)(i % F::QK), q, cc, e);
-                    size_t u = blk * F::LPB + q;
-                    size_t slot = u * F::LW + 8 * (cc ^ gq_swz<F::LW>(u)) + e;
-                    uint32_t lo = (uint32_t)(uint16_t)qv[4 * h] | (uint32_t)(uint16_t)qv[4 * h + 1]
-                                                                      << 16;
-                    uint32_t hi =
-                        (uint32_t)(uint16_t)qv[4 * h + 2] | (uint32_t)(uint16_t)qv[4 * h + 3] << 16;
-                    *(uint2 *)(xq + t * ne0 + slot) = make_uint2(lo, hi);
-                }
-            }
+            int s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+            if (in)
+                gq_put_x<F>(xq, meta, ne0, g8 / r8, (g8 % r8) * 8, qv, amax / 32767.0f, s16, s32,
+                            (g8 & 1) == 0, (g8 & 3) == 0);
         }
     }
     __syncthreads();
-    const gq_x xv = {xq, xd, xs, ne0};
+    const gq_x xv = {xq, meta, ne0};
 
-    float acc[N], accu[N];
+    constexpr int M = DUAL ? 2 : 1; /* rows a lane reads per x chunk: gate and up share them */
+    float acc[M][N];
 #pragma unroll
-    for (int t = 0; t < N; t++)
-        acc[t] = accu[t] = 0.0f;
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int t = 0; t < N; t++)
+            acc[m][t] = 0.0f;
     const int b = lane / F::LPB, part = lane % F::LPB; /* this lane's block of a round, and part */
     for (int i = 0; c.unit < units; i++) {
         gq_wait<S - 2>(); /* this lane's copies of round i have landed */
@@ -203,17 +195,22 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
         issue((i + S - 1) % S);
         const size_t b0 = c.r * F::GB;
         if (b0 + b < nblk) {
-            uint32_t st = ring + (uint32_t)(i % S) * SB;
-            uint32_t mis = (uint32_t)((uintptr_t)(c.w + b0 * F::BLK) & 15);
-            F::template dot<N>(gq_smem, st + mis + b * F::BLK, part, b0 + b, xv, acc);
-            if (DUAL)
-                F::template dot<N>(gq_smem, st + PB + mis + b * F::BLK, part, b0 + b, xv, accu);
+            /* this lane's block in stage i % S, at the row's offset from 16 */
+            uint32_t at = ring + (uint32_t)(i % S) * SB + (uint32_t)b * F::BLK +
+                          (uint32_t)((uintptr_t)(c.w + b0 * F::BLK) & 15);
+            typename F::row r[M];
+#pragma unroll
+            for (int m = 0; m < M; m++)
+                F::load(gq_smem, at + m * PB, part, r[m]);
+            gq_dot<F, N, M>(r, xv, (b0 + b) * F::LPB + part, acc);
         }
         if (c.r + 1 == rounds) {
 #pragma unroll
             for (int t = 0; t < N; t++) {
-                float a = cuda_warp_sum(acc[t]), au = DUAL ? cuda_warp_sum(accu[t]) : 0.0f;
-                acc[t] = accu[t] = 0.0f;
+                float a = cuda_warp_sum(acc[0][t]), au = DUAL ? cuda_warp_sum(acc[M - 1][t]) : 0.0f;
+#pragma unroll
+                for (int m = 0; m < M; m++)
+                    acc[m][t] = 0.0f;
                 if (lane) continue;
                 if (DUAL) {
                     j.y[0][(size_t)t * j.rows[0] + c.row] = a / (1.0f + __expf(-a)) * au;
@@ -232,6 +229,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
 
 template <int T, int N, bool DUAL> static cudaError_t gq_launch_n(cuda_device *d, const gq_job &j) {
     size_t smem = gq_smem_bytes<T, DUAL>(N, j.ne0);
+    if (smem < GQ_SMEM_ONE) smem = GQ_SMEM_ONE;
     static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
     cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL>, smem, raised);
     if (e != cudaSuccess) return e;
