@@ -34,11 +34,16 @@
  * device table's layout is a change of those two macros. */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "base/error.h"
@@ -79,7 +84,7 @@ static struct {
     double hbm_gbs, tflops, tol_scale;
 } opt = {.hbm_gbs = 3800.0, .tflops = 890.0, .tol_scale = 1.0};
 
-static int n_cases, n_failed;
+static int n_cases, n_failed, n_skipped;
 
 static uint64_t rng;
 static uint64_t rnd64(void) {
@@ -134,12 +139,36 @@ static const cleave_type all_types[4] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAV
                                          CLEAVE_TYPE_Q8_0};
 static const char *tname(cleave_type t) { return cleave_type_name(t); }
 
+/* Weight types: the four above, then the block types of downloaded GGUF
+ * files (q_types: from W_BASE on). Their weights are random block bytes
+ * with sane f16 scales (rand_blocks), not quantizer output, and a CPU
+ * device that does not compute one yet answers CLEAVE_ERR_UNSUPPORTED:
+ * such a case is skipped (and said so), not failed; a GPU must run all. */
+#define W_BASE 4
+#define W_TYPES 15
+static const cleave_type w_types[W_TYPES] = {
+    CLEAVE_TYPE_F32,  CLEAVE_TYPE_F16,  CLEAVE_TYPE_BF16, CLEAVE_TYPE_Q8_0,   CLEAVE_TYPE_Q4_0,
+    CLEAVE_TYPE_Q4_1, CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q5_1, CLEAVE_TYPE_IQ4_NL, CLEAVE_TYPE_Q2_K,
+    CLEAVE_TYPE_Q3_K, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q5_K, CLEAVE_TYPE_Q6_K,   CLEAVE_TYPE_IQ4_XS};
+static bool is_qtype(cleave_type t) {
+    for (int i = W_BASE; i < W_TYPES; i++)
+        if (w_types[i] == t) return true;
+    return false;
+}
+/* weights per block: 1 for f32/f16/bf16 */
+static size_t block_elems(cleave_type t) {
+    size_t be = 1;
+    quant_type_info((uint32_t)t, NULL, &be, NULL);
+    return be;
+}
+
 /* ---- devices ---------------------------------------------------------------- */
 
 typedef struct tdev {
     char spec[32];
     be_device *d;
-    bool lowp; /* may compute with reduced-precision operands (CUDA) */
+    bool lowp;      /* may compute with reduced-precision operands (CUDA) */
+    unsigned q_off; /* bit i: w_types[i] is not computed here (probe_qtypes) */
 } tdev;
 
 static tdev devs[16];
@@ -301,6 +330,14 @@ static double tol_mm(const tdev *td, cleave_type t) {
     if (td->lowp) tol = t == CLEAVE_TYPE_BF16 ? 1e-2 : 3e-3;
     return tol * opt.tol_scale;
 }
+/* The same for a batch of n: on a GPU the block types' GEMV (n <= 8)
+ * quantizes x to int16 per 32 (2^-16 of the group's largest, random
+ * rounding: ~1e-5 of max|ref| over thousands of terms), so it must stay
+ * far inside the f16 GEMM bound that larger batches get. */
+static double tol_mm_n(const tdev *td, cleave_type t, size_t n) {
+    if (td->lowp && is_qtype(t) && n <= 8) return 2e-4 * opt.tol_scale;
+    return tol_mm(td, t);
+}
 /* attention. CPU: f32 scores and softmax over exactly dequantized K/V.
  * CUDA: __expf; for f16/bf16 caches the tensor-core prefill rounds q and
  * the probabilities to the cache type (f16: 2^-11, bf16: 2^-8). */
@@ -352,6 +389,8 @@ typedef struct cx {
     void *p[CX_MAX];
     int n;
     bool bad;
+    cleave_status st;  /* the first failure's */
+    bool may_skip;     /* a type this device does not compute: said, not failed */
     char why[320];
     char bench[256]; /* the timing line, printed after the case's line */
 } cx;
@@ -365,8 +404,20 @@ static void cx_init(cx *c, const tdev *td) {
 static void cx_fail(cx *c, const char *what, cleave_status st) {
     if (c->bad) return;
     c->bad = true;
+    c->st = st;
     snprintf(c->why, sizeof c->why, "%s: %s (%s)", what, cleave_status_name(st),
              cleave_last_error());
+}
+
+/* a case with weights of type t: one the device does not compute (see
+ * w_types) fails at once as unsupported, so nothing runs, and is skipped */
+static void cx_init_w(cx *c, const tdev *td, cleave_type t) {
+    cx_init(c, td);
+    for (int i = W_BASE; i < W_TYPES; i++)
+        if (w_types[i] == t && (td->q_off >> i & 1)) {
+            c->may_skip = true;
+            cx_fail(c, "type probe", CLEAVE_ERR_UNSUPPORTED);
+        }
 }
 
 static void cx_st(cx *c, cleave_status st, const char *what) {
@@ -424,6 +475,12 @@ static void *cx_out(cx *c, size_t floats) {
 
 static bool report(cx *c, const char *op, const char *shape, const char *type, double err,
                    double tol) {
+    if (c->bad && c->may_skip && c->st == CLEAVE_ERR_UNSUPPORTED) {
+        n_skipped++;
+        printf("%-14s %-52s %-5s %-8s skip (type unsupported on this device)\n", op, shape, type,
+               c->td->spec);
+        return true;
+    }
     bool ok = !c->bad && err <= tol; /* NaN fails */
     n_cases++;
     if (!ok) n_failed++;
@@ -496,6 +553,46 @@ typedef struct hmat {
     float *deq; /* [ne1][ne0], the reference dequantization */
 } hmat;
 
+/* nblk blocks of a block type (q_types): random bytes, then each f16
+ * scale set to scale / (the largest |quant x sub-block scale| its block
+ * can hold), times [0.75, 1): weights within about +-scale, which f16 (the
+ * GEMM path's operand) holds. Quantizer output is not needed to test
+ * kernels, and every bit pattern of the other bytes is a valid block. */
+static void rand_blocks(cleave_type t, uint8_t *b, size_t nblk, float scale) {
+    size_t bb = 0;
+    quant_type_info((uint32_t)t, NULL, NULL, &bb);
+    for (size_t i = 0; i < nblk * bb; i += 8) {
+        uint64_t r = rnd64();
+        memcpy(b + i, &r, nblk * bb - i < 8 ? nblk * bb - i : 8);
+    }
+    struct {
+        size_t at;
+        float div; /* negative: a min added to the weights */
+    } f[2] = {{0, 0}, {0, 0}};
+    switch (t) {
+    case CLEAVE_TYPE_Q4_0: f[0].div = 8; break;
+    case CLEAVE_TYPE_Q4_1: f[0].div = 16, f[1].at = 2, f[1].div = -2; break;
+    case CLEAVE_TYPE_Q5_0: f[0].div = 16; break;
+    case CLEAVE_TYPE_Q5_1: f[0].div = 32, f[1].at = 2, f[1].div = -2; break;
+    case CLEAVE_TYPE_IQ4_NL: f[0].div = 127; break;
+    case CLEAVE_TYPE_Q2_K:
+        f[0].at = offsetof(block_q2_K, d), f[0].div = 45;
+        f[1].at = offsetof(block_q2_K, dmin), f[1].div = 15;
+        break;
+    case CLEAVE_TYPE_Q3_K: f[0].at = offsetof(block_q3_K, d), f[0].div = 128; break;
+    case CLEAVE_TYPE_Q4_K: f[0].div = 945, f[1].at = 2, f[1].div = 63; break;
+    case CLEAVE_TYPE_Q5_K: f[0].div = 1953, f[1].at = 2, f[1].div = 63; break;
+    case CLEAVE_TYPE_Q6_K: f[0].at = offsetof(block_q6_K, d), f[0].div = 4096; break;
+    case CLEAVE_TYPE_IQ4_XS: f[0].div = 4064; break;
+    default: return;
+    }
+    for (size_t k = 0; k < nblk; k++)
+        for (int i = 0; i < 2 && f[i].div != 0; i++) {
+            uint16_t h = quant_f32_to_f16(scale / f[i].div * (0.875f + 0.125f * frand()));
+            memcpy(b + k * bb + f[i].at, &h, 2);
+        }
+}
+
 static hmat hmat_make(cleave_type t, size_t rows, size_t cols, size_t pad, float scale) {
     hmat h;
     memset(&h, 0, sizeof h);
@@ -504,9 +601,14 @@ static hmat hmat_make(cleave_type t, size_t rows, size_t cols, size_t pad, float
     h.data = xcalloc(rows, nb1);
     h.deq = xmalloc(rows * cols * sizeof(float));
     for (size_t r = 0; r < rows; r++) {
-        fill(src, cols, scale);
-        quant_quantize_row(t, src, (char *)h.data + r * nb1, cols);
-        quant_dequantize_row(t, (char *)h.data + r * nb1, h.deq + r * cols, cols);
+        char *row = (char *)h.data + r * nb1;
+        if (is_qtype(t)) {
+            rand_blocks(t, (uint8_t *)row, cols / block_elems(t), scale);
+        } else {
+            fill(src, cols, scale);
+            quant_quantize_row(t, src, row, cols);
+        }
+        quant_dequantize_row(t, row, h.deq + r * cols, cols);
     }
     free(src);
     h.m = (be_mat){.data = h.data, .type = t, .ne0 = cols, .ne1 = rows, .nb1 = nb1};
@@ -625,14 +727,15 @@ static void test_memory(const tdev *td) {
 
 static void test_get_rows(void) {
     if (!want("get_rows")) return;
-    static const size_t widths[] = {64, 96, 4096};
+    static const size_t widths[] = {64, 96, 4096}, widths_k[] = {256, 768, 4096};
     static const size_t ns[] = {1, 7, 33};
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < W_TYPES; ti++)
         for (size_t wi = 0; wi < 3; wi++)
             for (size_t ni = 0; ni < 3; ni++) {
                 if (opt.quick && ni == 1) continue;
-                cleave_type t = all_types[ti];
-                size_t ne0 = widths[wi], rows = 50, n = ns[ni];
+                cleave_type t = w_types[ti];
+                size_t ne0 = block_elems(t) == 256 ? widths_k[wi] : widths[wi];
+                size_t rows = 50, n = ns[ni];
                 hmat h = hmat_make(t, rows, ne0, wi == 1 ? 8 : 0, 2.0f);
                 int32_t *ids = xmalloc(n * sizeof(int32_t));
                 for (size_t i = 0; i < n; i++) ids[i] = (int32_t)urand(rows);
@@ -647,7 +750,7 @@ static void test_get_rows(void) {
                     for (int up = 0; up < 2; up++) {
                         if (up && !BE_HAS(devs[di].d, upload_mat)) continue;
                         cx c;
-                        cx_init(&c, &devs[di]);
+                        cx_init_w(&c, &devs[di], t);
                         be_mat m = cx_mat(&c, &h, up);
                         int32_t *idd = cx_up(&c, ids, n * sizeof(int32_t));
                         float *od = cx_out(&c, n * ne0);
@@ -1078,19 +1181,23 @@ static void test_rope_store(void) {
 /* ---- matmul family ------------------------------------------------------------ */
 
 static void test_matmul(void) {
-    static const size_t ns_full[] = {1, 2, 3, 4, 5, 8, 16, 33, 64};
+    static const size_t ns_full[] = {1, 2, 3, 4, 5, 8, 16, 32, 33, 64};
     static const size_t ns_quick[] = {1, 2, 5, 8, 33};
     const size_t *ns = opt.quick ? ns_quick : ns_full;
-    size_t nn = opt.quick ? 5 : 9;
+    size_t nn = opt.quick ? 5 : 10;
     /* {ne0, ne1, pad bytes per row}: the padded one is off the GEMV
-     * kernels' 16-byte alignment, so the generic kernels run */
+     * kernels' 16-byte alignment, so the generic kernels run (the block
+     * types' GEMV reads such rows at their offset; the K-quants' 768 is
+     * three super-blocks: Q6_K rows of 630 bytes, a part-filled round) */
     static const size_t shapes[][3] = {{256, 96, 0}, {512, 33, 0}, {96, 40, 2}};
+    static const size_t shapes_k[][3] = {{256, 96, 0}, {512, 33, 0}, {768, 40, 2}};
     bool want_mm = want("matmul"), want_up = want("upload_mat");
     if (!want_mm && !want_up) return;
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < W_TYPES; ti++)
         for (size_t si = 0; si < 3; si++) {
-            cleave_type t = all_types[ti];
-            size_t ne0 = shapes[si][0], ne1 = shapes[si][1], pad = shapes[si][2];
+            cleave_type t = w_types[ti];
+            const size_t *sh = block_elems(t) == 256 ? shapes_k[si] : shapes[si];
+            size_t ne0 = sh[0], ne1 = sh[1], pad = sh[2];
             if (t == CLEAVE_TYPE_F32 && pad % 4) pad = 4;
             hmat w = hmat_make(t, ne1, ne0, pad, 1.0f);
             float *bias = xmalloc(ne1 * 4);
@@ -1107,7 +1214,7 @@ static void test_matmul(void) {
                         if (up ? !want_up || !BE_HAS(devs[di].d, upload_mat) : !want_mm) continue;
                         for (int wb = 0; wb < 2; wb++) {
                             cx c;
-                            cx_init(&c, &devs[di]);
+                            cx_init_w(&c, &devs[di], t);
                             be_mat m = cx_mat(&c, &w, up);
                             float *xd = cx_up(&c, x, n * ne0 * 4), *bd = cx_up(&c, bias, ne1 * 4);
                             float *yd = cx_out(&c, n * ne1);
@@ -1124,7 +1231,7 @@ static void test_matmul(void) {
                                   BE(c.d, matmul, &m, xd, n, wb ? bd : NULL, yd));
                             cx_end(&c);
                             report(&c, up ? "upload_mat" : "matmul", shape, tname(t), err_val(&e),
-                                   tol_mm(&devs[di], t));
+                                   tol_mm_n(&devs[di], t, n));
                         }
                     }
                 free(x), free(y), free(ref), free(refb);
@@ -1137,7 +1244,7 @@ static void test_matmul(void) {
 /* Bench shapes (--bench, GPU devices only): an 8B model's projections;
  * outputs checked on a few sampled tokens. Weights rotate past the L2. */
 static void bench_matmul_big(void) {
-    if (!opt.bench || !want("matmul")) return;
+    if (!opt.bench || (!want("matmul") && !want("matmul_big"))) return;
     static const size_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}};
     static const size_t ns[] = {1, 8, 64, 512};
     static const cleave_type types[] = {CLEAVE_TYPE_BF16, CLEAVE_TYPE_F16, CLEAVE_TYPE_Q8_0};
@@ -1183,6 +1290,237 @@ static void bench_matmul_big(void) {
         }
 }
 
+/* ---- the block types at an 8B model's shapes (GPU devices only) ---------- */
+
+/* The reference of tokens tok[0..nt) of x through rows of w (every row, or
+ * every step-th), dequantized one row at a time: these matrices are too
+ * large to keep dequantized. Rows not computed are NAN (err_chk skips). */
+static void ref_rows_sampled(const hmat *w, const float *x, const size_t *tok, size_t nt,
+                             size_t step, double *ref) {
+    size_t k = w->m.ne0, m = w->m.ne1;
+    float *row = xmalloc(k * sizeof(float));
+    for (size_t j = 0; j < m; j++) {
+        if (j % step) {
+            for (size_t i = 0; i < nt; i++) ref[i * m + j] = NAN;
+            continue;
+        }
+        quant_dequantize_row(w->m.type, (const char *)w->data + j * w->m.nb1, row, k);
+        for (size_t i = 0; i < nt; i++) {
+            const float *a = x + tok[i] * k;
+            double sum = 0;
+            for (size_t t = 0; t < k; t++) sum += (double)a[t] * row[t];
+            ref[i * m + j] = sum;
+        }
+    }
+    free(row);
+}
+static void err_chk(erracc *e, const float *a, const double *ref, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(ref[i])) err_add(e, a + i, ref + i, 1);
+}
+/* a weight matrix of random blocks, not dequantized (h.deq stays NULL) */
+static hmat hmat_blocks(cleave_type t, size_t rows, size_t cols) {
+    hmat h;
+    memset(&h, 0, sizeof h);
+    size_t nb1 = quant_row_bytes(t, cols);
+    h.data = xmalloc(rows * nb1);
+    for (size_t r = 0; r < rows; r++)
+        rand_blocks(t, (uint8_t *)h.data + r * nb1, cols / block_elems(t), 1.0f);
+    h.m = (be_mat){.data = h.data, .type = t, .ne0 = cols, .ne1 = rows, .nb1 = nb1};
+    return h;
+}
+
+/* Every block type at the projections of an 8B Llama-3 (4096 x 4096,
+ * 14336 x 4096 and 4096 x 14336; --bench adds the 128256-row vocabulary
+ * at n = 1, 2) for decode (n <= 8: the GEMV), batched decode and a
+ * prefill batch, checked on sampled tokens (the first three and each n's
+ * last); the weights are uploaded once per shape, rotating copies when
+ * timed. */
+static void test_matmul_q_big(void) {
+    if (!want("matmul") && !want("matmul_q")) return;
+    bool gpu = false;
+    for (int di = 0; di < n_devs; di++) gpu |= devs[di].lowp;
+    if (!gpu) return; /* minutes on a CPU */
+    static const size_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {4096, 128256}};
+    static const size_t ns[] = {1, 2, 3, 8, 16, 32, 512};
+    const size_t max_n = 512;
+    for (int ti = W_BASE; ti < W_TYPES; ti++)
+        for (int si = 0; si < 4; si++) {
+            bool vocab = si == 3;
+            if (vocab && !opt.bench) continue;
+            cleave_type t = w_types[ti];
+            size_t ne0 = shapes[si][0], ne1 = shapes[si][1], nn = vocab ? 2 : 7;
+            hmat w = hmat_blocks(t, ne1, ne0);
+            float *x = xmalloc(max_n * ne0 * 4), *y = xmalloc(max_n * ne1 * 4);
+            fill(x, max_n * ne0, 1.0f);
+            size_t tok[10] = {0, 1, 2}, nt = 3;
+            for (size_t ni = 0; ni < nn; ni++)
+                if (ns[ni] > 3) tok[nt++] = ns[ni] - 1;
+            double *ref = xmalloc(nt * ne1 * 8);
+            ref_rows_sampled(&w, x, tok, nt, vocab ? 7 : 1, ref);
+            for (int di = 0; di < n_devs; di++) {
+                const tdev *td = &devs[di];
+                if (!td->lowp) continue;
+                cx cw; /* the weights, for all n */
+                cx_init(&cw, td);
+                size_t R = rot_copies(&cw, ne1 * w.m.nb1, 16);
+                be_mat m[16];
+                for (size_t r = 0; r < R; r++) m[r] = cx_mat(&cw, &w, BE_HAS(td->d, upload_mat));
+                for (size_t ni = 0; ni < nn; ni++) {
+                    size_t n = ns[ni];
+                    cx c;
+                    cx_init(&c, td);
+                    if (cw.bad) c.bad = true, c.st = cw.st, memcpy(c.why, cw.why, sizeof c.why);
+                    float *xd = cx_up(&c, x, n * ne0 * 4), *yd = cx_out(&c, n * ne1);
+                    RUN(&c, BE(c.d, matmul, &m[0], xd, n, NULL, yd));
+                    cx_get(&c, y, yd, n * ne1 * 4);
+                    erracc e = {0};
+                    for (size_t i = 0; !c.bad && i < nt; i++)
+                        if (tok[i] < n) err_chk(&e, y + tok[i] * ne1, ref + i * ne1, ne1);
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "n=%zu %zux%zu (8B shape, sampled %s)", n, ne1,
+                             ne0, vocab ? "tokens and rows" : "tokens");
+                    BENCH(&c, "matmul", shape, (double)ne1 * w.m.nb1 + (double)n * (ne0 + ne1) * 4,
+                          2.0 * (double)n * ne0 * ne1, R,
+                          R == 1 && ne1 * w.m.nb1 < ((size_t)40 << 20),
+                          BE(c.d, matmul, &m[ri], xd, n, NULL, yd));
+                    cx_end(&c);
+                    report(&c, "matmul", shape, tname(t), err_val(&e), tol_mm_n(td, t, n));
+                }
+                cx_end(&cw);
+                if (cw.bad) report(&cw, "matmul", "8B shape: weight upload", tname(t), NAN, 0);
+            }
+            free(x), free(y), free(ref);
+            hmat_free(&w);
+        }
+}
+
+/* The decode step's two fused launches on the block types at 8B shapes,
+ * n = 1 and 2: q/k/v (4096, 1024, 1024 rows) as one matmul_multi, and the
+ * FFN (gate/up 14336 x 4096 with SwiGLU, down 4096 x 14336) as ffn; the
+ * outputs are checked whole. Bytes: the weights. */
+static void test_fused_q_big(void) {
+    bool w_multi = want("matmul_multi") || want("fused_q"), w_ffn = want("ffn") || want("fused_q");
+    bool gpu = false;
+    for (int di = 0; di < n_devs; di++) gpu |= devs[di].lowp;
+    if (!gpu || (!w_multi && !w_ffn)) return;
+    const size_t ne0 = 4096, ff = 14336, qkv[3] = {4096, 1024, 1024};
+    for (int ti = W_BASE; ti < W_TYPES; ti++) {
+        cleave_type t = w_types[ti];
+        hmat w[3], g, u, dn;
+        for (int i = 0; i < 3; i++) w[i] = hmat_blocks(t, qkv[i], ne0);
+        g = hmat_blocks(t, ff, ne0), u = hmat_blocks(t, ff, ne0), dn = hmat_blocks(t, ne0, ff);
+        for (size_t n = 1; n <= 2; n++) {
+            float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * ff * 4);
+            fill(x, n * ne0, 1.0f);
+            size_t tok[2] = {0, 1};
+            double *rq[3], *rg = xmalloc(n * ff * 8), *ru = xmalloc(n * ff * 8);
+            double *ry = xmalloc(n * ne0 * 8);
+            for (int i = 0; i < 3; i++) {
+                rq[i] = xmalloc(n * qkv[i] * 8);
+                ref_rows_sampled(&w[i], x, tok, n, 1, rq[i]);
+            }
+            ref_rows_sampled(&g, x, tok, n, 1, rg);
+            ref_rows_sampled(&u, x, tok, n, 1, ru);
+            float *h = xmalloc(n * ff * 4); /* silu(gate) * up, the down projection's input */
+            for (size_t i = 0; i < n * ff; i++) h[i] = (float)(silu(rg[i]) * ru[i]);
+            ref_rows_sampled(&dn, h, tok, n, 1, ry);
+            for (int di = 0; di < n_devs; di++) {
+                const tdev *td = &devs[di];
+                if (!td->lowp) continue;
+                bool up = BE_HAS(td->d, upload_mat);
+                if (w_multi && BE_HAS(td->d, matmul_multi)) {
+                    cx c;
+                    cx_init(&c, td);
+                    size_t wb = 0;
+                    be_mat m[3];
+                    const be_mat *mp[3];
+                    float *yd[3];
+                    for (int i = 0; i < 3; i++) {
+                        m[i] = cx_mat(&c, &w[i], up), mp[i] = &m[i];
+                        yd[i] = cx_out(&c, n * qkv[i]);
+                        wb += qkv[i] * w[i].m.nb1;
+                    }
+                    float *xd = cx_up(&c, x, n * ne0 * 4);
+                    RUN(&c, BE(c.d, matmul_multi, mp, NULL, yd, 3, xd, n));
+                    erracc e = {0};
+                    for (int i = 0; i < 3 && !c.bad; i++) {
+                        cx_get(&c, y, yd[i], n * qkv[i] * 4);
+                        if (!c.bad) err_add(&e, y, rq[i], n * qkv[i]);
+                    }
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "n=%zu q,k,v 4096,1024,1024 x4096 (8B shape)", n);
+                    BENCH(&c, "matmul_multi", shape, (double)wb, 0, 1, false,
+                          BE(c.d, matmul_multi, mp, NULL, yd, 3, xd, n));
+                    cx_end(&c);
+                    report(&c, "matmul_multi", shape, tname(t), err_val(&e), tol_mm_n(td, t, n));
+                }
+                if (w_ffn && BE_HAS(td->d, ffn)) {
+                    cx c;
+                    cx_init(&c, td);
+                    be_mat mg = cx_mat(&c, &g, up), mu = cx_mat(&c, &u, up);
+                    be_mat md = cx_mat(&c, &dn, up);
+                    float *xd = cx_up(&c, x, n * ne0 * 4), *tmp = cx_alloc(&c, n * ff * 4);
+                    float *yd = cx_out(&c, n * ne0);
+                    RUN(&c, BE(c.d, ffn, &mg, &mu, &md, xd, n, tmp, yd));
+                    cx_get(&c, y, yd, n * ne0 * 4);
+                    erracc e = {0};
+                    if (!c.bad) err_add(&e, y, ry, n * ne0);
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "n=%zu 4096->14336->4096 (8B shape)", n);
+                    double wbytes = (double)ff * (g.m.nb1 + u.m.nb1) + (double)ne0 * dn.m.nb1;
+                    BENCH(&c, "ffn", shape, wbytes, 0, 1, false,
+                          BE(c.d, ffn, &mg, &mu, &md, xd, n, tmp, yd));
+                    cx_end(&c);
+                    report(&c, "ffn", shape, tname(t), err_val(&e), 2 * tol_mm_n(td, t, n));
+                }
+            }
+            for (int i = 0; i < 3; i++) free(rq[i]);
+            free(x), free(y), free(rg), free(ru), free(ry), free(h);
+        }
+        for (int i = 0; i < 3; i++) hmat_free(&w[i]);
+        hmat_free(&g), hmat_free(&u), hmat_free(&dn);
+    }
+}
+
+/* The block types' fallbacks on a GPU: x off 16-byte alignment and rows
+ * of an odd byte count leave the fast GEMV, whose answer the
+ * any-alignment one must match (CPU devices may ask for aligned rows). */
+static void test_matmul_q_odd(void) {
+    if (!want("matmul")) return;
+    for (int ti = W_BASE; ti < W_TYPES; ti++) {
+        cleave_type t = w_types[ti];
+        size_t ne0 = 512, ne1 = 21;
+        for (int v = 0; v < 2; v++) { /* 0: x + 1 float; 1: rows padded by 1 byte */
+            hmat w = hmat_make(t, ne1, ne0, v ? 1 : 0, 1.0f);
+            for (size_t n = 1; n <= 3; n += 2) {
+                float *x = xmalloc((n * ne0 + 1) * 4), *y = xmalloc(n * ne1 * 4);
+                fill(x, n * ne0 + 1, 1.0f);
+                double *ref = xmalloc(n * ne1 * 8);
+                ref_matmul(&w, x + (v ? 0 : 1), n, NULL, ref);
+                for (int di = 0; di < n_devs; di++) {
+                    if (!devs[di].lowp) continue;
+                    cx c;
+                    cx_init_w(&c, &devs[di], t);
+                    be_mat m = cx_mat(&c, &w, false);
+                    float *xd = cx_up(&c, x, (n * ne0 + 1) * 4), *yd = cx_out(&c, n * ne1);
+                    RUN(&c, BE(c.d, matmul, &m, xd ? xd + (v ? 0 : 1) : NULL, n, NULL, yd));
+                    cx_get(&c, y, yd, n * ne1 * 4);
+                    erracc e = {0};
+                    if (!c.bad) err_add(&e, y, ref, n * ne1);
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "n=%zu %zux%zu %s", n, ne1, ne0,
+                             v ? "rows of an odd byte count" : "x off 16-byte alignment");
+                    cx_end(&c);
+                    report(&c, "matmul", shape, tname(t), err_val(&e), tol_mm_n(&devs[di], t, n));
+                }
+                free(x), free(y), free(ref);
+            }
+            hmat_free(&w);
+        }
+    }
+}
+
 static void test_matmul_multi(void) {
     if (!want("matmul_multi")) return;
     bool any = false;
@@ -1190,8 +1528,8 @@ static void test_matmul_multi(void) {
     if (!any) return;
     static const size_t ns[] = {1, 2, 3, 5, 8, 33};
     const size_t ne0 = 256, rows[3] = {64, 32, 32};
-    for (int ti = 0; ti < 4; ti++) {
-        cleave_type t = all_types[ti];
+    for (int ti = 0; ti < W_TYPES; ti++) {
+        cleave_type t = w_types[ti];
         hmat w[3];
         float *bias[3];
         for (int i = 0; i < 3; i++) {
@@ -1212,7 +1550,7 @@ static void test_matmul_multi(void) {
                 for (int bmode = 0; bmode < 2; bmode++) { /* 0: bias array NULL; 1: {b0, NULL, b2} */
                     if (!BE_HAS(devs[di].d, matmul_multi)) continue;
                     cx c;
-                    cx_init(&c, &devs[di]);
+                    cx_init_w(&c, &devs[di], t);
                     bool up = BE_HAS(c.d, upload_mat) && (ni % 2);
                     be_mat m[3];
                     const be_mat *mp[3];
@@ -1238,7 +1576,8 @@ static void test_matmul_multi(void) {
                     snprintf(shape, sizeof shape, "n=%zu 3 of x%zu (64,32,32)%s%s", n, ne0,
                              bmode ? " bias {b,NULL,b}" : " bias NULL", up ? " upload_mat" : "");
                     cx_end(&c);
-                    report(&c, "matmul_multi", shape, tname(t), err_val(&e), tol_mm(&devs[di], t));
+                    report(&c, "matmul_multi", shape, tname(t), err_val(&e),
+                           tol_mm_n(&devs[di], t, n));
                 }
             for (int i = 0; i < 3; i++) free(ref[i]);
             free(x), free(y);
@@ -1256,8 +1595,8 @@ static void test_ffn(void) {
     if (!any) return;
     static const size_t ns[] = {1, 2, 3, 8, 33};
     const size_t ne0 = 256, ff = 512;
-    for (int ti = 0; ti < 4; ti++) {
-        cleave_type t = all_types[ti];
+    for (int ti = 0; ti < W_TYPES; ti++) {
+        cleave_type t = w_types[ti];
         hmat g = hmat_make(t, ff, ne0, 0, 1.0f), u = hmat_make(t, ff, ne0, 0, 1.0f),
              dn = hmat_make(t, ne0, ff, 0, 0.2f);
         for (size_t ni = 0; ni < 5; ni++) {
@@ -1279,7 +1618,7 @@ static void test_ffn(void) {
                 bool up = BE_HAS(td->d, upload_mat) && (ni % 2);
                 if (w_sw && BE_HAS(td->d, matmul_swiglu)) {
                     cx c;
-                    cx_init(&c, td);
+                    cx_init_w(&c, td, t);
                     be_mat mg = cx_mat(&c, &g, up), mu = cx_mat(&c, &u, up);
                     float *xd = cx_up(&c, x, n * ne0 * 4), *yd = cx_out(&c, n * ff);
                     RUN(&c, BE(c.d, matmul_swiglu, &mg, &mu, xd, n, yd));
@@ -1289,12 +1628,12 @@ static void test_ffn(void) {
                     char shape[96];
                     snprintf(shape, sizeof shape, "n=%zu 2x %zux%zu%s", n, ff, ne0, up ? " upload_mat" : "");
                     cx_end(&c);
-                    report(&c, "matmul_swiglu", shape, tname(t), err_val(&e), tol_mm(td, t));
+                    report(&c, "matmul_swiglu", shape, tname(t), err_val(&e), tol_mm_n(td, t, n));
                 }
                 if (w_ffn && BE_HAS(td->d, ffn))
                     for (int inplace = 0; inplace < 2; inplace++) {
                         cx c;
-                        cx_init(&c, td);
+                        cx_init_w(&c, td, t);
                         be_mat mg = cx_mat(&c, &g, up), mu = cx_mat(&c, &u, up), md = cx_mat(&c, &dn, up);
                         float *xd = cx_up(&c, x, n * ne0 * 4), *tmp = cx_alloc(&c, n * ff * 4);
                         float *yd = inplace ? xd : cx_out(&c, n * ne0);
@@ -1307,7 +1646,7 @@ static void test_ffn(void) {
                                  inplace ? " y=x" : "", up ? " upload_mat" : "");
                         cx_end(&c);
                         /* two chained products: twice the matmul bound */
-                        report(&c, "ffn", shape, tname(t), err_val(&e), 2 * tol_mm(td, t));
+                        report(&c, "ffn", shape, tname(t), err_val(&e), 2 * tol_mm_n(td, t, n));
                     }
             }
             free(x), free(y), free(rg), free(ru), free(ry);
@@ -1933,6 +2272,61 @@ static void test_peer(void) {
 
 /* ---- main --------------------------------------------------------------------- */
 
+/* ---- which block types a CPU device computes ------------------------------- */
+
+/* One matmul and one get_rows of type t on a fresh device of spec: 0 when
+ * both work, 3 when the device says unsupported, 4 for another error. */
+static int probe_child(const char *spec, cleave_type t) {
+    tdev td;
+    if (make_device(spec, &td)) return 4;
+    size_t qk = block_elems(t), nb1 = quant_row_bytes(t, qk);
+    uint8_t blk[256];
+    float x[256], y[256];
+    int32_t id = 0;
+    rand_blocks(t, blk, 1, 1.0f);
+    fill(x, qk, 1.0f);
+    void *wd = BE(td.d, alloc, nb1, "probe"), *xd = BE(td.d, alloc, qk * 4, "probe");
+    void *yd = BE(td.d, alloc, qk * 4, "probe"), *idd = BE(td.d, alloc, 4, "probe");
+    if (!wd || !xd || !yd || !idd) return 4;
+    be_mat m = {.data = wd, .type = t, .ne0 = qk, .ne1 = 1, .nb1 = nb1};
+    cleave_status st = BE(td.d, write, wd, blk, nb1);
+    if (!st) st = BE(td.d, write, xd, x, qk * 4);
+    if (!st) st = BE(td.d, write, idd, &id, 4);
+    if (!st) st = BE(td.d, matmul, &m, xd, 1, NULL, yd);
+    if (!st) st = BE(td.d, get_rows, &m, idd, 1, yd);
+    if (!st) st = BE0(td.d, sync);
+    if (!st) st = BE(td.d, read, y, yd, qk * 4);
+    return st == CLEAVE_OK ? 0 : st == CLEAVE_ERR_UNSUPPORTED ? 3 : 4;
+}
+
+/* The block types a CPU device spec does not compute, as w_types bits
+ * (GPUs must compute all). The CPU kernels of the block types may come
+ * after the types themselves, and a device may then take a type it cannot
+ * run: each type is tried in a child process, which may crash without
+ * taking the test with it; its messages go nowhere. A type that fails
+ * otherwise stays in, so the cases show the failure. */
+static unsigned probe_qtypes(const char *spec) {
+    if (!strncmp(spec, "cuda:", 5)) return 0;
+    unsigned off = 0;
+    for (int i = W_BASE; i < W_TYPES; i++) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int fd = open("/dev/null", O_WRONLY);
+            if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+            _exit(probe_child(spec, w_types[i]));
+        }
+        int ws = 0;
+        if (pid < 0 || waitpid(pid, &ws, 0) < 0 || !WIFEXITED(ws) || WEXITSTATUS(ws) == 3) {
+            off |= 1u << i;
+            if (pid > 0 && !WIFEXITED(ws))
+                printf("device %s: %s crashed its probe (skipped)\n", spec, tname(w_types[i]));
+        }
+    }
+    return off;
+}
+
 static void usage(void) {
     printf("usage: test_backend_ops [--device SPEC[,SPEC]]... [--filter OP[,OP]] [--quick]\n"
            "         [--seed N] [--bench] [--hbm-gbs G] [--tflops T] [--tol-scale X] [--gemv-max-n N]\n"
@@ -1941,7 +2335,8 @@ static void usage(void) {
            "  OP (filter names): memory (also map_host) get_rows rms_norm add_rms_norm add\n"
            "      swiglu rope kv_store rope_store matmul upload_mat matmul_multi matmul_swiglu\n"
            "      ffn attention tiers (tier_attention, tier_persist) graph peer (copy_from,\n"
-           "      copy2d_from)\n");
+           "      copy2d_from); the 8B shapes alone (GPU): matmul_q, fused_q (block\n"
+           "      types), matmul_big (--bench: bf16, f16, q8_0)\n");
 }
 
 static void list_absent(const tdev *td) {
@@ -1964,6 +2359,13 @@ static void list_absent(const tdev *td) {
     }
     printf("device %-8s %s: optional ops absent (skipped):%s\n", td->spec, BE0(td->d, name),
            buf[0] ? buf : " none");
+    buf[0] = 0;
+    for (int i = W_BASE; i < W_TYPES; i++)
+        if (td->q_off >> i & 1) {
+            strncat(buf, " ", sizeof buf - strlen(buf) - 1);
+            strncat(buf, tname(w_types[i]), sizeof buf - strlen(buf) - 1);
+        }
+    if (buf[0]) printf("device %-8s weight types not computed (skipped):%s\n", td->spec, buf);
 }
 
 int main(int argc, char **argv) {
@@ -2017,8 +2419,12 @@ int main(int argc, char **argv) {
         }
     }
     int status = 0;
+    unsigned q_off[16];
+    /* before any device exists here: the probes fork */
+    for (int i = 0; i < n_specs; i++) q_off[i] = probe_qtypes(specs[i]);
     for (int i = 0; i < n_specs; i++) {
         cleave_status st = make_device(specs[i], &devs[n_devs]);
+        devs[n_devs].q_off = q_off[i];
         if (st) {
             fprintf(stderr, "device %s: %s (%s)\n", specs[i], cleave_status_name(st), cleave_last_error());
             status = 1;
@@ -2047,6 +2453,9 @@ int main(int argc, char **argv) {
     test_attention();
     for (int i = 0; i < n_devs; i++) test_tiers(&devs[i]);
     for (int i = 0; i < n_devs; i++) test_graphs(&devs[i]);
+    test_matmul_q_odd();
+    test_matmul_q_big();
+    test_fused_q_big();
     bench_matmul_big();
 
     /* every buffer was freed: the devices count nothing in use */
@@ -2059,7 +2468,8 @@ int main(int argc, char **argv) {
         }
         BE0(devs[i].d, destroy);
     }
-    printf("test_backend_ops: %d cases on %d device%s, %d failed, %.1f s (seed %llu)\n", n_cases,
-           n_devs, n_devs == 1 ? "" : "s", n_failed, now_s() - t0, (unsigned long long)opt.seed);
+    printf("test_backend_ops: %d cases on %d device%s, %d failed, %d skipped, %.1f s (seed %llu)\n",
+           n_cases, n_devs, n_devs == 1 ? "" : "s", n_failed, n_skipped, now_s() - t0,
+           (unsigned long long)opt.seed);
     return n_failed ? 1 : 0;
 }

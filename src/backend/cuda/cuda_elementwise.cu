@@ -1,7 +1,8 @@
-/* Row-wise and element-wise ops: embedding lookup, RMSNorm, RoPE, SwiGLU,
+/* Row-wise and element-wise ops: embedding lookup (the block types' in
+ * cuda_dequant.cu), RMSNorm, RoPE, SwiGLU,
  * residual add, and the KV-cache store (with conversion to the cache type,
  * Q8_0 quantized per 32-element block by one warp). */
-#include "cuda_common.cuh"
+#include "cuda_quant.cuh"
 
 /* ---- get_rows ----------------------------------------------------------- */
 
@@ -41,6 +42,7 @@ cleave_status cuda_op_get_rows(be_device *dev, const be_mat *t, const int32_t *i
                                float *out) {
     cuda_device *d = cuda_dev(dev);
     if (!n) return CLEAVE_OK;
+    if (cuda_qk(t->type)) return cuda_get_rows_q(d, t, ids, n, out);
     if (t->scales) {
         k_get_rows_q8s<<<(unsigned)n, 256, 0, d->stream>>>(
             (const int8_t *)t->data, (const __half *)t->scales, t->ne0, ids, out);

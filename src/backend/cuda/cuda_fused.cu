@@ -4,6 +4,7 @@
  * projections with SwiGLU in one GEMV (one read of x serves both rows). */
 #include "cuda_common.cuh"
 #include "cuda_gemv.cuh"
+#include "cuda_quant.cuh"
 
 /* ---- residual add + RMSNorm ---------------------------------------------- */
 
@@ -157,8 +158,9 @@ cleave_status cuda_op_ffn(be_device *dev, const be_mat *gate, const be_mat *up, 
     if (!n) return CLEAVE_OK;
     cleave_status st;
     size_t ff = up->ne1;
-    bool batch = n > cuda_gemv_max_n() && gate->type != CLEAVE_TYPE_F32 && gate->type == up->type &&
-                 gate->ne0 == up->ne0 && gate->ne1 == up->ne1 && down->type != CLEAVE_TYPE_F32 &&
+    bool batch = n > cuda_gemv_limit(gate->type) && gate->type != CLEAVE_TYPE_F32 &&
+                 gate->type == up->type && gate->ne0 == up->ne0 && gate->ne1 == up->ne1 &&
+                 down->type != CLEAVE_TYPE_F32 &&
                  down->ne0 == ff && (n * ff) % 4 == 0 && (uintptr_t)tmp % 16 == 0;
     if (batch) {
         void *xs, *us, *hs;
@@ -177,7 +179,8 @@ cleave_status cuda_op_ffn(be_device *dev, const be_mat *gate, const be_mat *up, 
         CUDA_LAUNCHED();
         return cuda_gemm_converted(d, down, hs, n, NULL, y);
     }
-    if (!cuda_gemv2_swiglu(d, gate, up, x, n, tmp, &st)) {
+    if (!cuda_gemv2_swiglu(d, gate, up, x, n, tmp, &st) &&
+        !cuda_gemvq_swiglu(d, gate, up, x, n, tmp, &st)) {
         /* layouts the dual GEMV does not take: gate into tmp, up into
          * scratch, then SwiGLU; decode-sized batches may be recorded in a
          * graph, so their buffer has a fixed size and never moves */

@@ -1,10 +1,12 @@
 /* y[n][ne1] = x[n][ne0] . W^T (+ bias). Decode-sized batches (n <= 8) go
- * to the GEMV kernels (cuda_gemv.cu; the two here take what those cannot:
- * q8_0 rows left in GGUF's block layout, and any type at any alignment).
- * Larger batches use cuBLAS with f32 accumulation: f16 and bf16 weights in
- * place with the activations converted to the same type, q8_0 weights
- * dequantized to f16 chunk by chunk, f32 in SGEMM. */
+ * to the GEMV kernels (cuda_gemv.cu, and cuda_gemvq.cu for the other block
+ * types; the two here take what those cannot: q8_0 rows left in GGUF's
+ * block layout, and any type at any alignment). Larger batches use cuBLAS
+ * with f32 accumulation: f16 and bf16 weights in place with the
+ * activations converted to the same type, block types dequantized to f16
+ * chunk by chunk, f32 in SGEMM. */
 #include "cuda_gemv.cuh"
+#include "cuda_quant.cuh"
 
 #define GEMV_WARPS 4
 
@@ -170,25 +172,32 @@ cleave_status cuda_gemm_converted(cuda_device *d, const be_mat *w, const void *x
     size_t ne0 = w->ne0, ne1 = w->ne1;
     cudaStream_t s = d->stream;
     cleave_status st;
-    if (w->type != CLEAVE_TYPE_Q8_0) {
+    if (w->type != CLEAVE_TYPE_Q8_0 && !cuda_qk(w->type)) {
         st = gemm(d, w->data, gemm_bf16(w->type) ? CUDA_R_16BF : CUDA_R_16F, w->nb1 / 2, ne1, xs, n,
                   ne0, y, ne1);
     } else {
-        /* q8_0: dequantize at most ~128 MiB of rows at a time */
-        size_t chunk = ((size_t)128 << 20) / (ne0 * 2);
+        /* block types: dequantize at most ~128 MiB of rows at a time; the
+         * other block types, for batches that are still small, 32 MiB, so
+         * the chunk is still in the L2 when the GEMM reads it */
+        size_t cap = cuda_qk(w->type) && n <= 64 ? (size_t)32 << 20 : (size_t)128 << 20;
+        size_t chunk = cap / (ne0 * 2);
         if (chunk > ne1) chunk = ne1;
         if (chunk < 1) chunk = 1;
         void *ws;
         if ((st = cuda_scratch(d, CUDA_SCRATCH_W, chunk * ne0 * 2, &ws))) return st;
         for (size_t r0 = 0; r0 < ne1 && !st; r0 += chunk) {
             size_t rows = ne1 - r0 < chunk ? ne1 - r0 : chunk;
-            if (w->scales)
+            if (cuda_qk(w->type)) {
+                st = cuda_dequant_half_q(d, w, r0, rows, (__half *)ws);
+                if (st) break;
+            } else if (w->scales) {
                 k_q8s_to_half<<<cuda_blocks(rows * ne0 / 16, 256), 256, 0, s>>>(
                     (const int4 *)((const int8_t *)w->data + r0 * ne0),
                     (const __half *)w->scales + r0 * (ne0 / QK8_0), rows * ne0 / 16, (uint4 *)ws);
-            else
+            } else {
                 k_q8_0_to_half<<<cuda_blocks(rows * (ne0 / QK8_0), 256), 256, 0, s>>>(
                     (const char *)w->data + r0 * w->nb1, w->nb1, ne0, rows, (__half *)ws);
+            }
             CUDA_LAUNCHED();
             st = gemm(d, ws, CUDA_R_16F, ne0, rows, xs, n, ne0, y + r0, ne1);
         }
@@ -218,6 +227,19 @@ static cleave_status matmul_gemm(cuda_device *d, const be_mat *w, const float *x
     return st ? st : cuda_gemm_converted(d, w, xs, n, bias, y);
 }
 
+/* The block types: the decode GEMV, or where it cannot take the layout the
+ * any-alignment one; cuBLAS past CUDA_GEMVQ_MAX_N. */
+static cleave_status matmul_q(cuda_device *d, const be_mat *w, const float *x, size_t n,
+                              const float *bias, float *y) {
+    if (w->ne0 % cuda_qk(w->type))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: %s rows of %zu", cleave_type_name(w->type),
+                       w->ne0);
+    if (n > CUDA_GEMVQ_MAX_N) return matmul_gemm(d, w, x, n, bias, y);
+    cleave_status st;
+    if (cuda_gemvq(d, &w, &bias, &y, 1, x, n, &st)) return st;
+    return cuda_gemv_any_q(d, w, x, n, bias, y);
+}
+
 cleave_status cuda_op_matmul(be_device *dev, const be_mat *w, const float *x, size_t n,
                              const float *bias, float *y) {
     cuda_device *d = cuda_dev(dev);
@@ -226,6 +248,7 @@ cleave_status cuda_op_matmul(be_device *dev, const be_mat *w, const float *x, si
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: q8_0 rows of %zu", w->ne0);
     if (w->scales && w->type != CLEAVE_TYPE_Q8_0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: split layout is for q8_0 only");
+    if (cuda_qk(w->type)) return matmul_q(d, w, x, n, bias, y);
     if (n <= cuda_gemv_max_n()) {
         cleave_status st;
         if (cuda_gemv(d, &w, &bias, &y, 1, x, n, &st)) return st;
@@ -254,11 +277,13 @@ cleave_status cuda_op_matmul_multi(be_device *dev, const be_mat *const *w, const
     cleave_status st;
     if (!n) return CLEAVE_OK;
     if (cuda_gemv(d, w, bias, y, (int)count, x, n, &st)) return st;
+    if (cuda_gemvq(d, w, bias, y, (int)count, x, n, &st)) return st;
     /* batches: x converted once for every matrix of one operand type */
-    bool shared = n > cuda_gemv_max_n() && w[0]->type != CLEAVE_TYPE_F32;
+    bool shared = n > cuda_gemv_limit(w[0]->type) && w[0]->type != CLEAVE_TYPE_F32;
     for (size_t i = 1; i < count; i++)
-        shared = shared && gemm_bf16(w[i]->type) == gemm_bf16(w[0]->type) &&
-                 w[i]->type != CLEAVE_TYPE_F32 && w[i]->ne0 == w[0]->ne0;
+        shared = shared && n > cuda_gemv_limit(w[i]->type) &&
+                 gemm_bf16(w[i]->type) == gemm_bf16(w[0]->type) && w[i]->type != CLEAVE_TYPE_F32 &&
+                 w[i]->ne0 == w[0]->ne0;
     if (shared) {
         void *xs;
         if ((st = cuda_gemm_input(d, w[0]->type, x, n, w[0]->ne0, CUDA_SCRATCH_X, &xs))) return st;

@@ -1,0 +1,74 @@
+/* Which matrices the decode GEMV of the block types (cuda_gemvq.cuh)
+ * takes, and its launch through the type's file: the rows of a launch's
+ * matrices must share type and width, start 16-byte aligned, and keep the
+ * alignment the type's block reads need; x must be 16-byte aligned. */
+#include "cuda_gemvq.cuh"
+
+static const gq_ops *gq_ops_of(cleave_type t) {
+    switch (t) {
+    case CLEAVE_TYPE_Q4_0: return &gq_ops_q4_0;
+    case CLEAVE_TYPE_Q4_1: return &gq_ops_q4_1;
+    case CLEAVE_TYPE_Q5_0: return &gq_ops_q5_0;
+    case CLEAVE_TYPE_Q5_1: return &gq_ops_q5_1;
+    case CLEAVE_TYPE_IQ4_NL: return &gq_ops_iq4_nl;
+    case CLEAVE_TYPE_Q2_K: return &gq_ops_q2_k;
+    case CLEAVE_TYPE_Q3_K: return &gq_ops_q3_k;
+    case CLEAVE_TYPE_Q4_K: return &gq_ops_q4_k;
+    case CLEAVE_TYPE_Q5_K: return &gq_ops_q5_k;
+    case CLEAVE_TYPE_Q6_K: return &gq_ops_q6_k;
+    case CLEAVE_TYPE_IQ4_XS: return &gq_ops_iq4_xs;
+    default: return NULL;
+    }
+}
+
+/* a matrix's rows as the kernel reads them */
+static bool gq_takes(const gq_ops *ops, const be_mat *w, size_t ne0) {
+    return !w->scales && w->ne0 == ne0 && (uintptr_t)w->data % 16 == 0 &&
+           w->nb1 % (size_t)ops->align == 0 && w->nb1 >= quant_row_bytes(w->type, ne0);
+}
+
+static bool gq_fill(gq_job *j, const gq_ops **ops, const be_mat *const *w, const float *const *bias,
+                    float *const *y, int count, const float *x, size_t n, bool dual) {
+    if (count < 1 || count > GEMV_MAX_SEG || n == 0 || n > CUDA_GEMVQ_MAX_N || (uintptr_t)x % 16)
+        return false;
+    *ops = gq_ops_of(w[0]->type);
+    size_t qk = cuda_qk(w[0]->type), ne0 = w[0]->ne0;
+    if (!*ops || !ne0 || ne0 % qk || (*ops)->fit_n(ne0, dual) < 1) return false;
+    *j = gq_job{};
+    j->n_seg = count;
+    j->ne0 = ne0;
+    j->x = x;
+    for (int s = 0; s < count; s++) {
+        if (w[s]->type != w[0]->type || !gq_takes(*ops, w[s], ne0)) return false;
+        j->w[s] = (const uint8_t *)w[s]->data;
+        j->nb1[s] = w[s]->nb1;
+        j->rows[s] = w[s]->ne1;
+        j->bias[s] = bias ? bias[s] : NULL;
+        j->y[s] = y[s];
+        j->total += w[s]->ne1;
+    }
+    return j->total > 0;
+}
+
+bool cuda_gemvq(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
+                int count, const float *x, size_t n, cleave_status *st) {
+    gq_job j;
+    const gq_ops *ops;
+    if (!gq_fill(&j, &ops, w, bias, y, count, x, n, false)) return false;
+    cudaError_t e = ops->launch(d, j, n, false);
+    *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_gemvq", __FILE__, __LINE__);
+    return true;
+}
+
+bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *g, const be_mat *u, const float *x, size_t n,
+                       float *y, cleave_status *st) {
+    gq_job j;
+    const gq_ops *ops;
+    if (!gq_fill(&j, &ops, &g, NULL, &y, 1, x, n, true) || u->type != g->type || u->ne1 != g->ne1 ||
+        u->nb1 != g->nb1 || !gq_takes(ops, u, g->ne0))
+        return false;
+    j.w_up = (const uint8_t *)u->data;
+    cudaError_t e = ops->launch(d, j, n, true);
+    *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_gemvq (gate/up)", __FILE__, __LINE__);
+    return true;
+}

@@ -1,0 +1,292 @@
+/* The decode GEMV of the block types, k_gemvq: k_gemv_pf's scheme
+ * (cuda_gemv.cu: a persistent grid, a warp a row or gate/up pair, q/k/v as
+ * segments of one launch, programmatic dependent launch, int16 x in shared
+ * memory) for blocks whose size is no multiple of 16 bytes. Rows stay in
+ * GGUF's layout (cuda_quant.cuh says why), so a lane cannot load "its"
+ * block with 16-byte loads; instead each warp streams its row through a
+ * ring of shared-memory stages with cp.async, 16 bytes a lane, perfectly
+ * coalesced and with no registers held for the bytes in flight, and the
+ * lanes read their blocks out of the stage (cuda_gemvq_fmt.cuh).
+ *
+ * A round is 32 units (32 blocks, or 8 super-blocks): one stage. A warp's
+ * rounds run on from one of its rows to the next, so the ring stays full
+ * across rows; the first S-1 rounds are requested before the kernel waits
+ * for the one before it. Rows off 16-byte alignment are streamed from the
+ * aligned address below them and read at that offset in the stage.
+ *
+ * Instantiated per type in cuda_gemvq_*.cu (many kernels each: the files
+ * compile in parallel); cuda_gemvq.cu chooses. */
+#ifndef CLEAVE_CUDA_GEMVQ_CUH
+#define CLEAVE_CUDA_GEMVQ_CUH
+
+#include "cuda_gemv.cuh"
+#include "cuda_gemvq_fmt.cuh"
+
+#define GQ_WARPS    16           /* one block of 16 warps per multiprocessor */
+#define GQ_LAUNCH_N 4            /* tokens per launch (x of each in shared memory) */
+#define GQ_SMEM_MAX (227u << 10) /* Hopper's per-block shared-memory limit */
+/* At least this much shared memory a block, so that no multiprocessor
+ * takes two: the grid has one block per multiprocessor, and where two fit
+ * (n = 1: few registers, little x) some took two and others none, and the
+ * launch ran at half speed (n = 2 was faster than n = 1 on an H200). */
+#define GQ_SMEM_ONE (116u << 10)
+
+struct gq_job {
+    const uint8_t *w[GEMV_MAX_SEG];
+    size_t nb1[GEMV_MAX_SEG], rows[GEMV_MAX_SEG];
+    const float *bias[GEMV_MAX_SEG];
+    float *y[GEMV_MAX_SEG];
+    int n_seg;
+    size_t total, ne0;
+    const float *x;
+    const uint8_t *w_up; /* DUAL: the up matrix, shaped like segment 0 */
+};
+
+/* Bytes of one matrix's part of a stage: a round, plus the offset of an
+ * unaligned row and the slack that gq_ld16 may read past it. */
+template <int T> __host__ __device__ constexpr uint32_t gq_round_bytes() {
+    return (uint32_t)(gq<T>::GB * gq<T>::BLK);
+}
+template <int T> __host__ __device__ constexpr uint32_t gq_part_bytes() {
+    return gq_round_bytes<T>() + 32;
+}
+/* Stages: about 3 KB of a warp's row in flight (x 16 warps x 132 SMs,
+ * 6 MB over the GPU: enough for the HBM's latency), at least double
+ * buffering, at most 6. */
+template <int T, bool DUAL> __host__ __device__ constexpr int gq_stages() {
+    constexpr uint32_t sb = gq_part_bytes<T>() * (DUAL ? 2 : 1);
+    constexpr int s = 1 + (int)((3072 + sb - 1) / sb);
+    return s < 2 ? 2 : s > 6 ? 6 : s;
+}
+GQ_HD size_t gq_al16(size_t b) { return (b + 15) & ~(size_t)15; }
+/* x's shared memory: int16 values, then the units' scales and sums */
+template <int T> GQ_HD size_t gq_x_bytes(int n, size_t ne0) {
+    return gq_al16((size_t)n * ne0 * 2) + gq_al16((size_t)n * gq_meta_words<gq<T>>(ne0) * 4);
+}
+template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0) {
+    return gq_x_bytes<T>(n, ne0) +
+           (size_t)GQ_WARPS * gq_stages<T, DUAL>() * gq_part_bytes<T>() * (DUAL ? 2 : 1);
+}
+
+__device__ __forceinline__ void gq_cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void gq_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int K> __device__ __forceinline__ void gq_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(K) : "memory");
+}
+
+/* Where a warp is in its stream of rounds: unit (row, or gate/up pair),
+ * round r of it, and the unit's row (segment seg, row of it, its bytes). */
+struct gq_cursor {
+    size_t unit, r, row;
+    int seg;
+    const uint8_t *w, *wu;
+};
+template <bool DUAL>
+__device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t units) {
+    if (c.unit >= units) return;
+    size_t row = c.unit;
+    int seg = 0;
+#pragma unroll
+    for (int k = 0; k < GEMV_MAX_SEG - 1; k++)
+        if (!DUAL && seg + 1 < j.n_seg && row >= j.rows[seg]) row -= j.rows[seg], seg++;
+    c.seg = seg;
+    c.row = row;
+    c.w = j.w[seg] + row * j.nb1[seg];
+    c.wu = DUAL ? j.w_up + row * j.nb1[0] : NULL;
+}
+/* on to the next round: the unit's next, or the warp's next unit's first */
+template <bool DUAL>
+__device__ __forceinline__ bool gq_advance(const gq_job &j, gq_cursor &c, size_t rounds,
+                                           size_t stride, size_t units) {
+    if (++c.r < rounds) return false;
+    c.r = 0;
+    c.unit += stride;
+    gq_locate<DUAL>(j, c, units);
+    return true;
+}
+
+template <int T, int N, bool DUAL>
+__global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
+    using F = gq<T>;
+    constexpr int S = gq_stages<T, DUAL>();
+    constexpr uint32_t RB = gq_round_bytes<T>(), PB = gq_part_bytes<T>(), SB = PB * (DUAL ? 2 : 1);
+    extern __shared__ __align__(16) uint8_t gq_smem[];
+    cuda_pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t ne0 = j.ne0, nblk = ne0 / F::QK, rounds = (nblk + F::GB - 1) / F::GB;
+    const size_t units = DUAL ? j.rows[0] : j.total, stride = (size_t)gridDim.x * GQ_WARPS;
+    const size_t xb = gq_x_bytes<T>(N, ne0);
+    const uint32_t ring = (uint32_t)(xb + (size_t)warp * S * SB); /* this warp's stages */
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(gq_smem) + ring;
+
+    /* prefetch: the round at cursor p into stage st (a group either way) */
+    gq_cursor p = {(size_t)blockIdx.x * GQ_WARPS + warp, 0, 0, 0, NULL, NULL};
+    gq_locate<DUAL>(j, p, units);
+    gq_cursor c = p; /* consume */
+    auto issue = [&](int st) {
+        if (p.unit < units) {
+            size_t b0 = p.r * F::GB, nb = nblk - b0 < (size_t)F::GB ? nblk - b0 : (size_t)F::GB;
+#pragma unroll
+            for (int m = 0; m < (DUAL ? 2 : 1); m++) {
+                const uint8_t *src = (m ? p.wu : p.w) + b0 * F::BLK;
+                const uint8_t *a = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
+                uint32_t n16 = (uint32_t)((src - a) + nb * F::BLK + 15) >> 4;
+                for (uint32_t v = lane; v < n16; v += 32)
+                    gq_cp16(ring_s + (uint32_t)st * SB + m * PB + 16 * v, a + 16 * v);
+            }
+            gq_advance<DUAL>(j, p, rounds, stride, units);
+        }
+        gq_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < S - 1; s++)
+        issue(s);
+    cuda_pdl_wait(); /* x is the previous kernel's output */
+
+    /* x to int16 in unit order, a scale per 32, sums per 16 and 32: a
+     * thread per 8 values, four per 32; all loads issued before any is used */
+    int16_t *xq = (int16_t *)gq_smem;
+    uint32_t *meta = (uint32_t *)(gq_smem + gq_al16((size_t)N * ne0 * 2));
+    {
+        const size_t n8 = (size_t)N * ne0 / 8, r8 = ne0 / 8;
+        const float4 *x4 = (const float4 *)j.x;
+#pragma unroll 2
+        for (size_t base = 0; base < n8; base += blockDim.x) {
+            size_t g8 = base + threadIdx.x;
+            bool in = g8 < n8; /* whole groups of four threads, so shuffles stay in step */
+            float4 a = in ? x4[2 * g8] : make_float4(0, 0, 0, 0);
+            float4 b = in ? x4[2 * g8 + 1] : make_float4(0, 0, 0, 0);
+            float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, amax = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                amax = fmaxf(amax, fabsf(v[k]));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+            float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+            int qv[8], s8 = 0;
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                s8 += qv[k] = __float2int_rn(v[k] * inv);
+            int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
+            int s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+            if (in)
+                gq_put_x<F>(xq, meta, ne0, g8 / r8, (g8 % r8) * 8, qv, amax / 32767.0f, s16, s32,
+                            (g8 & 1) == 0, (g8 & 3) == 0);
+        }
+    }
+    __syncthreads();
+    const gq_x xv = {xq, meta, ne0};
+
+    constexpr int M = DUAL ? 2 : 1; /* rows a lane reads per x chunk: gate and up share them */
+    float acc[M][N];
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int t = 0; t < N; t++)
+            acc[m][t] = 0.0f;
+    const int b = lane / F::LPB, part = lane % F::LPB; /* this lane's block of a round, and part */
+    for (int i = 0; c.unit < units; i++) {
+        gq_wait<S - 2>(); /* this lane's copies of round i have landed */
+        __syncwarp();     /* ... and every lane's, and round i-1 is read */
+        issue((i + S - 1) % S);
+        const size_t b0 = c.r * F::GB;
+        if (b0 + b < nblk) {
+            /* this lane's block in stage i % S, at the row's offset from 16 */
+            uint32_t at = ring + (uint32_t)(i % S) * SB + (uint32_t)b * F::BLK +
+                          (uint32_t)((uintptr_t)(c.w + b0 * F::BLK) & 15);
+            typename F::row r[M];
+#pragma unroll
+            for (int m = 0; m < M; m++)
+                F::load(gq_smem, at + m * PB, part, r[m]);
+            gq_dot<F, N, M>(r, xv, (b0 + b) * F::LPB + part, acc);
+        }
+        if (c.r + 1 == rounds) {
+#pragma unroll
+            for (int t = 0; t < N; t++) {
+                float a = cuda_warp_sum(acc[0][t]), au = DUAL ? cuda_warp_sum(acc[M - 1][t]) : 0.0f;
+#pragma unroll
+                for (int m = 0; m < M; m++)
+                    acc[m][t] = 0.0f;
+                if (lane) continue;
+                if (DUAL) {
+                    j.y[0][(size_t)t * j.rows[0] + c.row] = a / (1.0f + __expf(-a)) * au;
+                } else {
+                    const float *bias = j.bias[c.seg];
+                    j.y[c.seg][(size_t)t * j.rows[c.seg] + c.row] = a + (bias ? bias[c.row] : 0.0f);
+                }
+            }
+        }
+        gq_advance<DUAL>(j, c, rounds, stride, units);
+    }
+    gq_wait<0>(); /* nothing left in flight at exit */
+}
+
+/* ---- launch --------------------------------------------------------------- */
+
+template <int T, int N, bool DUAL> static cudaError_t gq_launch_n(cuda_device *d, const gq_job &j) {
+    size_t smem = gq_smem_bytes<T, DUAL>(N, j.ne0);
+    if (smem < GQ_SMEM_ONE) smem = GQ_SMEM_ONE;
+    static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
+    cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL>, smem, raised);
+    if (e != cudaSuccess) return e;
+    size_t units = DUAL ? j.rows[0] : j.total;
+    /* as many warps as the units need, in even rounds (as launch_pf) */
+    size_t max_warps = (size_t)d->n_sm * GQ_WARPS;
+    size_t rounds = (units + max_warps - 1) / max_warps;
+    size_t warps = (units + rounds - 1) / rounds, blocks = (warps + GQ_WARPS - 1) / GQ_WARPS;
+    return cuda_launch(d, k_gemvq<T, N, DUAL>, dim3((unsigned)blocks), dim3(GQ_WARPS * 32), smem,
+                       j);
+}
+
+/* The most tokens of x one launch holds in shared memory (0: not one). */
+template <int T, bool DUAL> static int gq_fit_n(size_t ne0) {
+    int n = GQ_LAUNCH_N;
+    while (n > 0 && gq_smem_bytes<T, DUAL>(n, ne0) > GQ_SMEM_MAX)
+        n--;
+    return n;
+}
+
+/* y for n tokens of x in launches of at most gq_fit_n tokens, the batch
+ * split evenly (7 = 4 + 3, not 4 + ... ). */
+template <int T, bool DUAL>
+static cudaError_t gq_launch_all(cuda_device *d, const gq_job &j, size_t n) {
+    size_t cap = (size_t)gq_fit_n<T, DUAL>(j.ne0);
+    size_t launches = (n + cap - 1) / cap;
+    for (size_t t0 = 0, k = 0; k < launches; k++) {
+        size_t m = (n - t0) / (launches - k); /* even shares, larger ones last */
+        gq_job p = j;
+        p.x = j.x + t0 * j.ne0;
+        for (int s = 0; s < j.n_seg; s++)
+            p.y[s] = j.y[s] + t0 * j.rows[s];
+        cudaError_t e = m == 1   ? gq_launch_n<T, 1, DUAL>(d, p)
+                        : m == 2 ? gq_launch_n<T, 2, DUAL>(d, p)
+                        : m == 3 ? gq_launch_n<T, 3, DUAL>(d, p)
+                                 : gq_launch_n<T, 4, DUAL>(d, p);
+        if (e != cudaSuccess) return e;
+        t0 += m;
+    }
+    return cudaSuccess;
+}
+
+/* What cuda_gemvq.cu asks of a type's file. */
+struct gq_ops {
+    int align;                           /* byte alignment its rows need */
+    int (*fit_n)(size_t ne0, bool dual); /* 0: x of one token does not fit */
+    cudaError_t (*launch)(cuda_device *d, const gq_job &j, size_t n, bool dual);
+};
+template <int T> static int gq_fit(size_t ne0, bool dual) {
+    return dual ? gq_fit_n<T, true>(ne0) : gq_fit_n<T, false>(ne0);
+}
+template <int T> static cudaError_t gq_run(cuda_device *d, const gq_job &j, size_t n, bool dual) {
+    return dual ? gq_launch_all<T, true>(d, j, n) : gq_launch_all<T, false>(d, j, n);
+}
+#define GQ_DEFINE_OPS(T, name) extern const gq_ops name = {gq<T>::ALIGN, gq_fit<T>, gq_run<T>}
+
+extern const gq_ops gq_ops_q4_0, gq_ops_q4_1, gq_ops_q5_0, gq_ops_q5_1, gq_ops_iq4_nl, gq_ops_q2_k,
+    gq_ops_q3_k, gq_ops_q4_k, gq_ops_q5_k, gq_ops_q6_k, gq_ops_iq4_xs;
+
+#endif
