@@ -118,8 +118,12 @@ int main(void) {
             /* f32 weights: f32 everywhere on both sides. Others: the GEMM
              * path rounds activations to f16 (f16, q8_0 weights) or bf16
              * (bf16 weights: 8 mantissa bits, measured up to 1.05e-2 on
-             * these random models). */
+             * these random models). q8_0: the CPU rounds a matmul's input
+             * to int8 blocks of 32 (steps of max/127, as ggml's CPU
+             * backend does): 2.2e-2 to 2.7e-2 from f32 activations on these
+             * models (test_forward_reference). */
             double tol = types[t] == CLEAVE_TYPE_F32 ? 1e-4 : types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2;
+            if (types[t] == CLEAVE_TYPE_Q8_0) tol = 5e-2;
             if (p) compare(label, p, CLEAVE_TYPE_F32, tol);
         }
     /* GPU-shaped rows and heads (the staged q8_0 GEMV, tensor-core prefill
@@ -128,7 +132,9 @@ int main(void) {
         char label[64];
         const char *p = tu_gen_model("small", "llama", types[t], 7);
         snprintf(label, sizeof label, "small llama %s", cleave_type_name(types[t]));
-        if (p) compare(label, p, CLEAVE_TYPE_F16, types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2);
+        double tol = types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2;
+        if (types[t] == CLEAVE_TYPE_Q8_0) tol = 5e-2; /* the CPU's int8 activations, as above */
+        if (p) compare(label, p, CLEAVE_TYPE_F16, tol);
     }
     return tu_finish("test_gpu_vs_cpu");
 }

@@ -1,10 +1,10 @@
 /* f32-activation kernels (dot, dequant, axpy) of the block types other
  * than Q8_0: what attention runs over Q4_0/Q5_0 caches and get_rows over
- * quantized embeddings. Matmuls take the integer dots of cpu_qdot.h
- * instead. Blocks are dequantized exactly (quant_dequantize_row's values),
- * so against f32 activations only f32 rounding is left. The generic
- * versions dequantize one block into a stack buffer; Q4_0 and Q5_0, the
- * quantized cache types, have AVX2 versions that do it in registers. */
+ * quantized embeddings (matmuls take cpu_qdot.h's integer dots). Blocks
+ * are dequantized exactly (quant_dequantize_row's values), so against f32
+ * activations only f32 rounding is left. The generic versions dequantize
+ * one block into a stack buffer; the 32-wide types have AVX2 versions that
+ * do it in registers. */
 #include <string.h>
 
 #include "cpu_dot.h"
@@ -52,14 +52,16 @@ CPU_BLOCK_C(iq4_xs, IQ4_XS, 256)
 
 #if CPU_X86
 
-/* The 32 weights of a Q4_0 (hb = NULL) or Q5_0 block as four vectors of
- * (q - off) * d: the same single rounding as quant.c's reference. */
-CPU_SIMD_INLINE void cpu_q40_50_block(const uint8_t *qs, const uint8_t *qh, uint16_t dh,
-                                      __m256 w[4]) {
+enum { CPU_OFF8, CPU_OFF16, CPU_MIN, CPU_NL }; /* how a 32-block's quants become weights */
+
+/* The 32 weights of a Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL block (qh: the fifth
+ * bits, or NULL) as four vectors, with the reference's roundings:
+ * (q - 8) * d, (q - 16) * d, q * d + m, or d * kvalues_iq4nl[q]. */
+CPU_SIMD_INLINE void cpu_legacy_block(int mode, const uint8_t *qs, const uint8_t *qh, uint16_t dh,
+                                      uint16_t mh, __m256 w[4]) {
     __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m128i lo = _mm_and_si128(t, _mm_set1_epi8(0xF));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(t, 4), _mm_set1_epi8(0xF));
-    int off = 8;
+    __m128i q[2] = {_mm_and_si128(t, _mm_set1_epi8(0xF)),
+                    _mm_and_si128(_mm_srli_epi16(t, 4), _mm_set1_epi8(0xF))};
     if (qh) {
         uint32_t h;
         memcpy(&h, qh, 4);
@@ -67,30 +69,39 @@ CPU_SIMD_INLINE void cpu_q40_50_block(const uint8_t *qs, const uint8_t *qh, uint
         const __m128i bits =
             _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
         const __m128i spread = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-        __m128i h0 = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)(h & 0xFFFF)), spread);
-        __m128i h1 = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)(h >> 16)), spread);
-        h0 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h0, bits), bits), _mm_set1_epi8(16));
-        h1 = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(h1, bits), bits), _mm_set1_epi8(16));
-        lo = _mm_or_si128(lo, h0);
-        hi = _mm_or_si128(hi, h1);
-        off = 16;
+        for (int k = 0; k < 2; k++) {
+            __m128i hk = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)((h >> 16 * k) & 0xFFFF)), spread);
+            hk = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(hk, bits), bits), _mm_set1_epi8(16));
+            q[k] = _mm_or_si128(q[k], hk);
+        }
     }
-    __m256 d = _mm256_set1_ps(_cvtsh_ss(dh)), o = _mm256_set1_ps((float)off);
-    w[0] = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), o), d);
-    w[1] = _mm256_mul_ps(
-        _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), o), d);
-    w[2] = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), o), d);
-    w[3] = _mm256_mul_ps(
-        _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), o), d);
+    __m256 d = _mm256_set1_ps(_cvtsh_ss(dh));
+    for (int k = 0; k < 4; k++) {
+        __m128i qk = k % 2 ? _mm_srli_si128(q[k / 2], 8) : q[k / 2];
+        __m256 v;
+        if (mode == CPU_NL)
+            v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)kvalues_iq4nl), qk)));
+        else
+            v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(qk));
+        if (mode == CPU_OFF8 || mode == CPU_OFF16)
+            w[k] =
+                _mm256_mul_ps(_mm256_sub_ps(v, _mm256_set1_ps(mode == CPU_OFF8 ? 8.0f : 16.0f)), d);
+        else if (mode == CPU_MIN)
+            w[k] = _mm256_add_ps(_mm256_mul_ps(v, d), _mm256_set1_ps(_cvtsh_ss(mh)));
+        else
+            w[k] = _mm256_mul_ps(d, v);
+    }
 }
 
-#define CPU_Q40_50_SIMD(L, BT, QH)                                                                 \
+/* MH: the block's min (f16 bits) where it has one. */
+#define CPU_LEGACY_SIMD(L, BT, MODE, QH, MH)                                                       \
     CPU_SIMD static float cpu_dot_##L##_avx2(const void *row, const float *x, size_t n) {          \
         const BT *b = row;                                                                         \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                  \
         for (size_t i = 0; i < n / 32; i++, x += 32) {                                             \
             __m256 w[4];                                                                           \
-            cpu_q40_50_block(b[i].qs, QH, b[i].d, w);                                              \
+            cpu_legacy_block(MODE, b[i].qs, QH, b[i].d, MH, w);                                    \
             a0 = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), a0);                                    \
             a1 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), a1);                                \
             a0 = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), a0);                               \
@@ -102,7 +113,7 @@ CPU_SIMD_INLINE void cpu_q40_50_block(const uint8_t *qs, const uint8_t *qh, uint
         const BT *b = row;                                                                         \
         for (size_t i = 0; i < n / 32; i++, d += 32) {                                             \
             __m256 w[4];                                                                           \
-            cpu_q40_50_block(b[i].qs, QH, b[i].d, w);                                              \
+            cpu_legacy_block(MODE, b[i].qs, QH, b[i].d, MH, w);                                    \
             for (int k = 0; k < 4; k++)                                                            \
                 _mm256_storeu_ps(d + 8 * k, w[k]);                                                 \
         }                                                                                          \
@@ -112,14 +123,17 @@ CPU_SIMD_INLINE void cpu_q40_50_block(const uint8_t *qs, const uint8_t *qh, uint
         __m256 av = _mm256_set1_ps(a);                                                             \
         for (size_t i = 0; i < n / 32; i++, y += 32) {                                             \
             __m256 w[4];                                                                           \
-            cpu_q40_50_block(b[i].qs, QH, b[i].d, w);                                              \
+            cpu_legacy_block(MODE, b[i].qs, QH, b[i].d, MH, w);                                    \
             for (int k = 0; k < 4; k++)                                                            \
                 _mm256_storeu_ps(y + 8 * k,                                                        \
                                  _mm256_fmadd_ps(av, w[k], _mm256_loadu_ps(y + 8 * k)));           \
         }                                                                                          \
     }
-CPU_Q40_50_SIMD(q4_0, block_q4_0, NULL)
-CPU_Q40_50_SIMD(q5_0, block_q5_0, b[i].qh)
+CPU_LEGACY_SIMD(q4_0, block_q4_0, CPU_OFF8, NULL, 0)
+CPU_LEGACY_SIMD(q5_0, block_q5_0, CPU_OFF16, b[i].qh, 0)
+CPU_LEGACY_SIMD(q4_1, block_q4_1, CPU_MIN, NULL, b[i].m)
+CPU_LEGACY_SIMD(q5_1, block_q5_1, CPU_MIN, b[i].qh, b[i].m)
+CPU_LEGACY_SIMD(iq4_nl, block_iq4_nl, CPU_NL, NULL, 0)
 
 #endif /* CPU_X86 */
 
@@ -145,10 +159,15 @@ static cpu_block_fns cpu_block_lookup(cleave_type t, bool simd) {
     for (size_t i = 0; i < sizeof cpu_block_table / sizeof cpu_block_table[0]; i++)
         if (cpu_block_table[i].t == t) f = cpu_block_table[i];
 #if CPU_X86
-    if (simd && t == CLEAVE_TYPE_Q4_0)
-        f = (cpu_block_fns){t, cpu_dot_q4_0_avx2, cpu_dequant_q4_0_avx2, cpu_axpy_q4_0_avx2};
-    if (simd && t == CLEAVE_TYPE_Q5_0)
-        f = (cpu_block_fns){t, cpu_dot_q5_0_avx2, cpu_dequant_q5_0_avx2, cpu_axpy_q5_0_avx2};
+#define CPU_LEGACY_PICK(U, L)                                                                      \
+    if (simd && t == CLEAVE_TYPE_##U)                                                              \
+        f = (cpu_block_fns){t, cpu_dot_##L##_avx2, cpu_dequant_##L##_avx2, cpu_axpy_##L##_avx2};
+    CPU_LEGACY_PICK(Q4_0, q4_0)
+    CPU_LEGACY_PICK(Q4_1, q4_1)
+    CPU_LEGACY_PICK(Q5_0, q5_0)
+    CPU_LEGACY_PICK(Q5_1, q5_1)
+    CPU_LEGACY_PICK(IQ4_NL, iq4_nl)
+#undef CPU_LEGACY_PICK
 #endif
     (void)simd;
     return f;

@@ -156,6 +156,15 @@ static void cpu_qmm_task(void *vc, size_t task, int thread) {
                 y[i * c->ne1 + r] += c->bias[r0 + r];
 }
 
+/* Prefill stays on the integer tiles for every type. Dequantized f32
+ * weight panels under cpu_gemm's f32 tiles were measured faster for the
+ * 32-wide types (one core, 2048 x 2048, n = 64 and 512: Q4_0 55 vs 42
+ * GFLOP/s, Q8_0 64 vs 50, Q5_0 48 vs 28; the 256-wide types are faster as
+ * integer tiles: Q4_K 61 vs 52, Q6_K 80 vs 45), but even fed the same
+ * quantized activations they agree with the decode dot only to f32
+ * rounding, and with int8 activations a last-bit difference can round a
+ * later activation the other way: a q8_0 model's logits then depended on
+ * the batch by 2e-2 (test_batch_equivalence wants 1e-4). */
 static cleave_status cpu_matmul_quant(cpu_device *d, const be_mat *w, const float *x, size_t n,
                                       const float *bias, float *y) {
     cpu_qmm_ctx c = {.w = w->data,

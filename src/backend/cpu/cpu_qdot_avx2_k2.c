@@ -63,7 +63,7 @@ CPU_SIMD_INLINE void cpu_tile_q2_K(const int MR, const void *w, const char *xq, 
     for (int i = 0; i < MR; i++)
         y[i * ldy] = cpu_hsum(acc[i]);
 }
-CPU_QTILE_DEFINE(q2_K)
+CPU_QTILE_DEFINE(q2_K, block_q2_K, QK_K)
 
 /* Q3_K's sixteen signed six-bit scales (quant_q3_K_scales), four at a time. */
 CPU_SIMD_INLINE __m128i cpu_q3_K_scales(const uint8_t packed[12]) {
@@ -127,7 +127,7 @@ CPU_SIMD_INLINE void cpu_tile_q3_K(const int MR, const void *w, const char *xq, 
     for (int i = 0; i < MR; i++)
         y[i * ldy] = cpu_hsum(acc[i]);
 }
-CPU_QTILE_DEFINE(q3_K)
+CPU_QTILE_DEFINE(q3_K, block_q3_K, QK_K)
 
 /* IQ4_XS: the IQ4_NL levels (signed, |v| <= 127: the sign trick's maddubs
  * cannot saturate) with a signed six-bit scale per 32. */
@@ -177,6 +177,6 @@ CPU_SIMD_INLINE void cpu_tile_iq4_xs(const int MR, const void *w, const char *xq
     for (int i = 0; i < MR; i++)
         y[i * ldy] = cpu_hsum(acc[i]);
 }
-CPU_QTILE_DEFINE(iq4_xs)
+CPU_QTILE_DEFINE(iq4_xs, block_iq4_xs, QK_K)
 
 #endif /* CPU_X86 */

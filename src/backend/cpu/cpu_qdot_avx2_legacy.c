@@ -68,13 +68,13 @@ CPU_SIMD_INLINE __m256i cpu_sub_lane0(__m256i v, int32_t c) {
 #define CPU_NOMIN(wb) 0.0f
 
 CPU_TILE_UNSIGNED(q4_0, block_q4_0, CPU_Q4, 8, CPU_NOMIN)
-CPU_QTILE_DEFINE(q4_0)
+CPU_QTILE_DEFINE(q4_0, block_q4_0, 32)
 CPU_TILE_UNSIGNED(q4_1, block_q4_1, CPU_Q4, 0, CPU_MIN)
-CPU_QTILE_DEFINE(q4_1)
+CPU_QTILE_DEFINE(q4_1, block_q4_1, 32)
 CPU_TILE_UNSIGNED(q5_0, block_q5_0, CPU_Q5, 16, CPU_NOMIN)
-CPU_QTILE_DEFINE(q5_0)
+CPU_QTILE_DEFINE(q5_0, block_q5_0, 32)
 CPU_TILE_UNSIGNED(q5_1, block_q5_1, CPU_Q5, 0, CPU_MIN)
-CPU_QTILE_DEFINE(q5_1)
+CPU_QTILE_DEFINE(q5_1, block_q5_1, 32)
 
 /* Body of the signed types: Q(w) gives the 32 signed quants. */
 #define CPU_TILE_SIGNED(T, BT, Q)                                                                  \
@@ -104,8 +104,8 @@ CPU_QTILE_DEFINE(q5_1)
         cpu_nibbles32((wb)->qs))
 
 CPU_TILE_SIGNED(q8_0, block_q8_0, CPU_Q8)
-CPU_QTILE_DEFINE(q8_0)
+CPU_QTILE_DEFINE(q8_0, block_q8_0, 32)
 CPU_TILE_SIGNED(iq4_nl, block_iq4_nl, CPU_QNL)
-CPU_QTILE_DEFINE(iq4_nl)
+CPU_QTILE_DEFINE(iq4_nl, block_iq4_nl, 32)
 
 #endif /* CPU_X86 */
