@@ -3,8 +3,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include "testutil.h"
+#include "quant/quant.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -194,4 +196,40 @@ bool tu_gguf_rewrite(const char *src, const char *dst, bool copy_keys, size_t t0
     gguf_writer_free(w);
     gguf_close(f);
     return st == CLEAVE_OK;
+}
+
+static uint32_t tu_rnd32(uint64_t *s) { /* xorshift64 */
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 32);
+}
+
+/* Byte offsets of a block type's f16 scale fields: d, and dmin or m. */
+static int tu_scale_fields(cleave_type t, size_t off[2]) {
+    off[0] = 0; /* d leads the legacy blocks and IQ4_XS */
+    switch (t) {
+    case CLEAVE_TYPE_Q4_1: off[1] = offsetof(block_q4_1, m); return 2;
+    case CLEAVE_TYPE_Q5_1: off[1] = offsetof(block_q5_1, m); return 2;
+    case CLEAVE_TYPE_Q2_K: off[0] = offsetof(block_q2_K, d), off[1] = offsetof(block_q2_K, dmin); return 2;
+    case CLEAVE_TYPE_Q3_K: off[0] = offsetof(block_q3_K, d); return 1;
+    case CLEAVE_TYPE_Q4_K: off[0] = offsetof(block_q4_K, d), off[1] = offsetof(block_q4_K, dmin); return 2;
+    case CLEAVE_TYPE_Q5_K: off[0] = offsetof(block_q5_K, d), off[1] = offsetof(block_q5_K, dmin); return 2;
+    case CLEAVE_TYPE_Q6_K: off[0] = offsetof(block_q6_K, d); return 1;
+    default: return 1;
+    }
+}
+
+void tu_random_blocks(cleave_type t, void *dst, size_t n, float scale, uint64_t *state) {
+    size_t be, bb, off[2] = {0, 0};
+    if (!quant_type_info((uint32_t)t, NULL, &be, &bb) || be == 1) return;
+    int nf = tu_scale_fields(t, off);
+    unsigned char *p = dst;
+    for (size_t i = 0; i < n / be * bb; i++) p[i] = (unsigned char)tu_rnd32(state);
+    for (size_t b = 0; b < n / be; b++)
+        for (int f = 0; f < nf; f++) {
+            float mag = (0.5f + 0.5f * (float)tu_rnd32(state) / 4294967296.0f) * scale;
+            uint16_t h = quant_f32_to_f16(tu_rnd32(state) & 1 ? mag : -mag);
+            memcpy(p + b * bb + off[f], &h, 2);
+        }
 }

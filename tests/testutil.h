@@ -77,6 +77,11 @@ void tu_spit(const char *path, const unsigned char *data, size_t n);
 double tu_rel_err(const float *a, const float *b, size_t n);
 /* The index of the largest of v[0..n) (the first of equals). */
 int tu_argmax(const float *v, size_t n);
+/* n weights (whole blocks) of a block type as random blocks: random quant
+ * and sub-scale bytes, and every f16 scale (d, dmin, m) of magnitude in
+ * [0.5, 1) * scale and random sign; *state is the random state (any
+ * nonzero start). Kernels can be tested on these without a quantizer. */
+void tu_random_blocks(cleave_type t, void *dst, size_t n, float scale, uint64_t *state);
 /* Loads a model (a failed load is a failed check; NULL) and its vocabulary size. */
 cleave_model *tu_load(const char *path, size_t *n_vocab);
 

@@ -138,8 +138,12 @@ int main(void) {
             /* f32 weights: f32 everywhere on both sides. Others: the GEMM
              * path rounds activations to f16 (f16, q8_0 weights) or bf16
              * (bf16 weights: 8 mantissa bits, measured up to 1.05e-2 on
-             * these random models). */
+             * these random models). q8_0: the CPU rounds a matmul's input
+             * to int8 blocks of 32 (steps of max/127, as ggml's CPU
+             * backend does), whose differences grow with the cache over
+             * the 280 steps: measured 2.0e-2 to 4.9e-2 on these models. */
             double tol = types[t] == CLEAVE_TYPE_F32 ? 1e-4 : types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2;
+            if (types[t] == CLEAVE_TYPE_Q8_0) tol = 1e-1;
             if (p) compare(label, p, CLEAVE_TYPE_F32, tol);
         }
     /* GPU-shaped rows and heads (the staged q8_0 GEMV, tensor-core prefill
@@ -148,7 +152,9 @@ int main(void) {
         char label[64];
         const char *p = tu_gen_model("small", "llama", types[t], 7);
         snprintf(label, sizeof label, "small llama %s", cleave_type_name(types[t]));
-        if (p) compare(label, p, CLEAVE_TYPE_F16, types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2);
+        double tol = types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2;
+        if (types[t] == CLEAVE_TYPE_Q8_0) tol = 1e-1; /* the CPU's int8 activations: 4.2e-2 measured */
+        if (p) compare(label, p, CLEAVE_TYPE_F16, tol);
     }
     /* RoPE scaling: YaRN on the fused rope + cache store (f16 cache) and
      * on the plain rope (q8_0 cache), both pairings */

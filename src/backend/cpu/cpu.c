@@ -162,7 +162,6 @@ static void cpu_destroy(be_device *d) {
         mem_free_aligned(b);
     }
     mem_free_aligned(c->scratch);
-    free(c->thread_tag);
     pthread_mutex_destroy(&c->mu);
     be_budget_destroy(&c->budget);
     free(c);
@@ -240,11 +239,6 @@ cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes
         be_budget_destroy(&c->budget);
         free(c);
         return err_set(CLEAVE_ERR_DEVICE, "device '%s': cannot create a mutex", name);
-    }
-    c->thread_tag = mem_calloc((size_t)n_threads, sizeof *c->thread_tag, "CPU thread state");
-    if (!c->thread_tag) {
-        cpu_destroy(&c->base);
-        return CLEAVE_ERR_OOM;
     }
     st = threadpool_create(n_threads, &c->pool);
     if (st != CLEAVE_OK) {

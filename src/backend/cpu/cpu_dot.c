@@ -250,48 +250,6 @@ CPU_TILE_TYPED(f32, float, cpu_load_f32, cpu_f32_scalar)
 CPU_TILE_TYPED(f16, uint16_t, cpu_load_f16, cpu_f16_scalar)
 CPU_TILE_TYPED(bf16, uint16_t, cpu_load_bf16, cpu_bf16_scalar)
 
-/* q8_0 weights are dequantized per 8 as d * q, the exact value quant.c
- * produces, so the tile computes the same products as the f32 panel path.
- * Each row's scale is converted once per block into a small array that the
- * compiler may read with broadcast loads when registers run short. */
-CPU_SIMD_INLINE void cpu_tile_q8_0(const int MR, const int NR, const float *x, size_t ldx,
-                                   const char *w, size_t nb1, size_t k, float *y, size_t ldy) {
-    __m256 acc[4][3];
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 3
-        for (int j = 0; j < NR; j++)
-            acc[i][j] = _mm256_setzero_ps();
-    for (size_t b = 0; b < k / QK8_0; b++) {
-        float ds[3];
-        const block_q8_0 *blk[3];
-#pragma GCC unroll 3
-        for (int j = 0; j < NR; j++) {
-            blk[j] = (const block_q8_0 *)(w + j * nb1) + b;
-            ds[j] = _cvtsh_ss(blk[j]->d);
-        }
-#pragma GCC unroll 4
-        for (int v = 0; v < QK8_0; v += 8) {
-            __m256 wv[3];
-#pragma GCC unroll 3
-            for (int j = 0; j < NR; j++)
-                wv[j] = _mm256_mul_ps(_mm256_broadcast_ss(&ds[j]), cpu_load_q8(blk[j]->qs + v));
-#pragma GCC unroll 4
-            for (int i = 0; i < MR; i++) {
-                __m256 xv = _mm256_loadu_ps(x + i * ldx + b * QK8_0 + v);
-#pragma GCC unroll 3
-                for (int j = 0; j < NR; j++)
-                    acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 3
-        for (int j = 0; j < NR; j++)
-            y[i * ldy + j] = cpu_hsum(acc[i][j]);
-}
-
 typedef void (*cpu_tile_fn)(const float *, size_t, const char *, size_t, size_t, float *, size_t);
 
 #define CPU_TILE(TNAME, MR, NR)                                                                    \
@@ -316,7 +274,6 @@ typedef void (*cpu_tile_fn)(const float *, size_t, const char *, size_t, size_t,
 CPU_TILES(f32)
 CPU_TILES(f16)
 CPU_TILES(bf16)
-CPU_TILES(q8_0)
 
 static void cpu_gemm_avx2(const cpu_tile_fn tiles[2][5], const float *x, size_t ldx, size_t n,
                           const char *w, size_t nb1, size_t m, size_t k, float *y, size_t ldy) {
@@ -346,7 +303,7 @@ cpu_dot_fn cpu_dot_for(cleave_type t, bool simd) {
         case CLEAVE_TYPE_Q8_0: return cpu_dot_q8_0_avx2;
         default: break;
         }
-        return NULL;
+        return cpu_dot_blocks_for(t, true);
     }
 #endif
     switch (t) {
@@ -356,7 +313,7 @@ cpu_dot_fn cpu_dot_for(cleave_type t, bool simd) {
     case CLEAVE_TYPE_Q8_0: return cpu_dot_q8_0_c;
     default: break;
     }
-    return NULL;
+    return cpu_dot_blocks_for(t, false);
 }
 
 cpu_dequant_fn cpu_dequant_for(cleave_type t, bool simd) {
@@ -369,7 +326,7 @@ cpu_dequant_fn cpu_dequant_for(cleave_type t, bool simd) {
         case CLEAVE_TYPE_Q8_0: return cpu_dequant_q8_0_avx2;
         default: break;
         }
-        return NULL;
+        return cpu_dequant_blocks_for(t, true);
     }
 #endif
     switch (t) {
@@ -379,7 +336,7 @@ cpu_dequant_fn cpu_dequant_for(cleave_type t, bool simd) {
     case CLEAVE_TYPE_Q8_0: return cpu_dequant_q8_0_c;
     default: break;
     }
-    return NULL;
+    return cpu_dequant_blocks_for(t, false);
 }
 
 cpu_axpy_fn cpu_axpy_for(cleave_type t, bool simd) {
@@ -392,7 +349,7 @@ cpu_axpy_fn cpu_axpy_for(cleave_type t, bool simd) {
         case CLEAVE_TYPE_Q8_0: return cpu_axpy_q8_0_avx2;
         default: break;
         }
-        return NULL;
+        return cpu_axpy_blocks_for(t, true);
     }
 #endif
     switch (t) {
@@ -402,7 +359,7 @@ cpu_axpy_fn cpu_axpy_for(cleave_type t, bool simd) {
     case CLEAVE_TYPE_Q8_0: return cpu_axpy_q8_0_c;
     default: break;
     }
-    return NULL;
+    return cpu_axpy_blocks_for(t, false);
 }
 
 void cpu_gemm(bool simd, cleave_type t, const float *x, size_t ldx, size_t n, const void *w,
@@ -415,13 +372,9 @@ void cpu_gemm(bool simd, cleave_type t, const float *x, size_t ldx, size_t n, co
         case CLEAVE_TYPE_BF16:
             cpu_gemm_avx2(cpu_tiles_bf16, x, ldx, n, w, nb1, m, k, y, ldy);
             return;
-        case CLEAVE_TYPE_Q8_0:
-            cpu_gemm_avx2(cpu_tiles_q8_0, x, ldx, n, w, nb1, m, k, y, ldy);
-            return;
-        default: break;
+        default: break; /* block types: one f32 dot per pair (cpu_qdot.h is the fast way) */
         }
-        return;
     }
 #endif
-    cpu_gemm_c(cpu_dot_for(t, false), x, ldx, n, w, nb1, m, k, y, ldy);
+    cpu_gemm_c(cpu_dot_for(t, simd), x, ldx, n, w, nb1, m, k, y, ldy);
 }

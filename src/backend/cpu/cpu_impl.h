@@ -1,5 +1,6 @@
 /* Internals shared by the CPU device's files: the device struct (cpu.c owns
- * its lifetime, budget.c counts its memory), the ops cpu_ops.c implements
+ * its lifetime, budget.c counts its memory), the ops cpu_ops.c and
+ * cpu_matmul.c implement
  * and the tiered KV cache's table cpu_tier.c fills. Ops on one device run
  * one at a time (like one stream); alloc/free/mem_stats may be called from
  * any thread. */
@@ -28,11 +29,10 @@ typedef struct cpu_device {
     cpu_block *live; /* every allocation still held, so destroy can free it */
     struct cpu_staging *staging; /* tiered KV cache: staging buffers by slot and size (cpu_tier.c) */
 
-    /* Op scratch (dequantized weight panels, attention scores): grown on
+    /* Op scratch (quantized activations, attention scores): grown on
      * demand, never shrunk, not counted against the budget. */
     void *scratch;
     size_t scratch_bytes;
-    size_t *thread_tag; /* [n_threads]: which weight panel a thread holds */
 } cpu_device;
 
 static inline cpu_device *cpu_dev(be_device *d) { return (cpu_device *)d->impl; }
@@ -46,6 +46,16 @@ void cpu_tier_destroy(cpu_device *c); /* at the device's end */
 /* Scratch of at least bytes, 64-byte aligned (cpu_ops.c); CLEAVE_ERR_OOM
  * if it cannot grow. Contents are not kept across growth. */
 cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out);
+
+/* Argument errors shared by the op files (cpu_ops.c): "device 'x': op:
+ * what is NULL / 0", and a weight matrix the kernels can read (known type,
+ * rows of whole blocks, aligned, stride at least a row). */
+cleave_status cpu_null(cpu_device *d, const char *op, const char *what);
+cleave_status cpu_zero(cpu_device *d, const char *op, const char *what);
+cleave_status cpu_check_mat(cpu_device *d, const char *op, const be_mat *m);
+
+static inline size_t cpu_min(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t cpu_ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 
 cleave_status cpu_op_get_rows(be_device *d, const be_mat *table, const int32_t *ids, size_t n,
                               float *out);

@@ -1,8 +1,6 @@
-/* The CPU device's ops: argument checks, splitting work into pool tasks, and
- * the loops around the kernels of cpu_dot.c and cpu_vec.c. Matmul has two
- * shapes: one activation row streams each weight row once through a typed
- * dot product (decode, memory-bound); batches run register tiles over row
- * blocks that stay in L2 (prefill, compute-bound). */
+/* The CPU device's ops other than matmul (cpu_matmul.c): argument checks,
+ * splitting work into pool tasks, and the loops around the kernels of
+ * cpu_dot.c and cpu_vec.c. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -15,19 +13,6 @@
 #include "base/mem.h"
 #include "quant/quant.h"
 
-/* Activation rows from which register tiles beat one streamed dot per row. */
-#define CPU_MM_TILE_MIN_N 2
-/* Activation rows from which converting q8_0 weights to an f32 panel pays. */
-#define CPU_MM_PANEL_MIN_N 16
-/* Target size of one thread's dequantized panel: stays in L2 while the
- * activation rows stream past it. */
-#define CPU_MM_PANEL_BYTES    (96u * 1024u)
-#define CPU_MM_PANEL_MAX_ROWS 48
-/* Activation rows per GEMM task (a multiple of the 4-row tile). */
-#define CPU_MM_XBLOCK 64
-/* Below this much weight data a matmul runs on the calling thread alone:
- * the dispatch would cost more than it saves. */
-#define CPU_MM_SERIAL_BYTES (16u * 1024u)
 /* Elementwise ops split into tasks of this many elements above twice it. */
 #define CPU_EW_CHUNK 16384
 
@@ -48,18 +33,15 @@ cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out) {
     return CLEAVE_OK;
 }
 
-static size_t cpu_min(size_t a, size_t b) { return a < b ? a : b; }
-static size_t cpu_ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
-
-static cleave_status cpu_null(cpu_device *d, const char *op, const char *what) {
+cleave_status cpu_null(cpu_device *d, const char *op, const char *what) {
     return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': %s: %s is NULL", d->name, op, what);
 }
 
-static cleave_status cpu_zero(cpu_device *d, const char *op, const char *what) {
+cleave_status cpu_zero(cpu_device *d, const char *op, const char *what) {
     return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': %s: %s is 0", d->name, op, what);
 }
 
-static cleave_status cpu_check_mat(cpu_device *d, const char *op, const be_mat *m) {
+cleave_status cpu_check_mat(cpu_device *d, const char *op, const be_mat *m) {
     if (!m) return cpu_null(d, op, "matrix");
     if (!m->data) return cpu_null(d, op, "matrix data");
     if (m->scales) /* another device's split layout */
@@ -75,7 +57,8 @@ static cleave_status cpu_check_mat(cpu_device *d, const char *op, const be_mat *
         return err_set(CLEAVE_ERR_INVALID_ARG,
                        "device '%s': %s: row of %zu elements is not whole %s blocks", d->name, op,
                        m->ne0, cleave_type_name(m->type));
-    /* Kernels load whole elements (f32, f16 and the q8_0 scale). */
+    /* Kernels load whole elements (f32, f16, and the f16 scales of every
+     * block type: all block sizes are even). */
     size_t align = m->type == CLEAVE_TYPE_F32 ? 4 : 2;
     if ((uintptr_t)m->data % align || m->nb1 % align)
         return err_set(CLEAVE_ERR_INVALID_ARG,
@@ -152,132 +135,6 @@ cleave_status cpu_op_rms_norm(be_device *dev, const float *x, const float *w, fl
     cpu_norm_ctx c = {x, w, y, rows, width, 0, eps, d->simd};
     c.rows_per_task = width >= CPU_EW_CHUNK ? 1 : cpu_ceil_div(CPU_EW_CHUNK, width);
     threadpool_run(d->pool, cpu_ceil_div(rows, c.rows_per_task), cpu_norm_task, &c);
-    return CLEAVE_OK;
-}
-
-/* ---- matmul ------------------------------------------------------------ */
-
-typedef struct {
-    const char *w;
-    size_t ne0, ne1, nb1;
-    const float *x, *bias;
-    float *y;
-    size_t n;
-    bool simd;
-    cpu_dot_fn dot;
-    cpu_dequant_fn deq;
-    size_t rows_per_task; /* weight rows per task */
-    size_t n_xb, xb_rows; /* activation blocks per row block (GEMM path) */
-    cleave_type type;
-    bool in_place; /* GEMM tiles read the weights as stored, no f32 panel */
-    float *panels; /* [n_threads][rows_per_task * ne0] */
-    size_t *tag;   /* [n_threads]: panel index + 1 held in panels */
-} cpu_mm_ctx;
-
-/* One streamed dot product per (weight row, activation row): the decode
- * shape, where reading each row once at full bandwidth is all that matters. */
-static void cpu_mm_dot_task(void *vc, size_t task, int thread) {
-    const cpu_mm_ctx *c = vc;
-    size_t r0 = task * c->rows_per_task, r1 = cpu_min(c->ne1, r0 + c->rows_per_task);
-    for (size_t r = r0; r < r1; r++) {
-        const char *row = c->w + r * c->nb1;
-        float b = c->bias ? c->bias[r] : 0.0f;
-        for (size_t i = 0; i < c->n; i++)
-            c->y[i * c->ne1 + r] = c->dot(row, c->x + i * c->ne0, c->ne0) + b;
-    }
-}
-
-static void cpu_mm_gemm_task(void *vc, size_t task, int thread) {
-    const cpu_mm_ctx *c = vc;
-    size_t p = task / c->n_xb, xb = task % c->n_xb;
-    size_t r0 = p * c->rows_per_task, nr = cpu_min(c->rows_per_task, c->ne1 - r0);
-    size_t i0 = xb * c->xb_rows, ni = cpu_min(c->xb_rows, c->n - i0);
-    const char *w = c->w + r0 * c->nb1;
-    size_t nb1 = c->nb1;
-    cleave_type type = c->type;
-    if (!c->in_place) {
-        /* Consecutive tasks share a panel, so a thread usually converts it
-         * once and reuses it for the next activation block. */
-        float *panel = c->panels + (size_t)thread * c->rows_per_task * c->ne0;
-        if (c->tag[thread] != p + 1) {
-            for (size_t r = 0; r < nr; r++)
-                c->deq(w + r * c->nb1, panel + r * c->ne0, c->ne0);
-            c->tag[thread] = p + 1;
-        }
-        w = (const char *)panel;
-        nb1 = c->ne0 * sizeof(float);
-        type = CLEAVE_TYPE_F32;
-    }
-    float *y = c->y + i0 * c->ne1 + r0;
-    cpu_gemm(c->simd, type, c->x + i0 * c->ne0, c->ne0, ni, w, nb1, nr, c->ne0, y, c->ne1);
-    if (c->bias)
-        for (size_t i = 0; i < ni; i++)
-            for (size_t r = 0; r < nr; r++)
-                y[i * c->ne1 + r] += c->bias[r0 + r];
-}
-
-cleave_status cpu_op_matmul(be_device *dev, const be_mat *w, const float *x, size_t n,
-                            const float *bias, float *y) {
-    cpu_device *d = cpu_dev(dev);
-    cleave_status st = cpu_check_mat(d, "matmul", w);
-    if (st != CLEAVE_OK) return st;
-    if (!x) return cpu_null(d, "matmul", "x");
-    if (!y) return cpu_null(d, "matmul", "y");
-    if (n == 0) return cpu_zero(d, "matmul", "n");
-
-    cpu_mm_ctx c = {.w = w->data,
-                    .ne0 = w->ne0,
-                    .ne1 = w->ne1,
-                    .nb1 = w->nb1,
-                    .x = x,
-                    .bias = bias,
-                    .y = y,
-                    .n = n,
-                    .simd = d->simd};
-    size_t nt = (size_t)d->n_threads;
-    if (n < CPU_MM_TILE_MIN_N) {
-        c.dot = cpu_dot_for(w->type, d->simd);
-        /* Activations stay f32 for every type and batch size, so a token
-         * gets the same logits alone or inside a batch (an int16 activation
-         * path made q8_0 decode ~1.6x faster but broke that). */
-        /* Several tasks per thread so a thread slowed by a neighbour on a
-         * shared machine does not hold the whole op up. */
-        c.rows_per_task = cpu_ceil_div(w->ne1, nt * 8);
-        if (c.rows_per_task < 16) c.rows_per_task = 16;
-        if (w->ne1 * w->nb1 * n < CPU_MM_SERIAL_BYTES) c.rows_per_task = w->ne1;
-        threadpool_run(d->pool, cpu_ceil_div(w->ne1, c.rows_per_task), cpu_mm_dot_task, &c);
-        return CLEAVE_OK;
-    }
-
-    /* Tiles read the weights as stored and convert them in registers: for
-     * f16/bf16 that was measured faster at every batch size than converting
-     * to an f32 panel first (the tiles are L2-bound and f16 is half the
-     * bytes). For q8_0 the conversion is dearer, so from CPU_MM_PANEL_MIN_N
-     * rows on a panel of rows is dequantized once for all activation rows. */
-    c.type = w->type;
-    c.in_place = w->type != CLEAVE_TYPE_Q8_0 || n < CPU_MM_PANEL_MIN_N;
-    /* Rows per task: a multiple of the 3-row tile whose weights (or f32
-     * panel) stay in L2 while the activation blocks pass, fewer when that
-     * leaves threads idle. */
-    size_t row_bytes = c.in_place ? w->nb1 : w->ne0 * sizeof(float);
-    size_t rows = CPU_MM_PANEL_BYTES / row_bytes / 3 * 3;
-    if (rows < 3) rows = 3;
-    if (rows > CPU_MM_PANEL_MAX_ROWS) rows = CPU_MM_PANEL_MAX_ROWS;
-    c.xb_rows = n <= CPU_MM_XBLOCK + CPU_MM_XBLOCK / 2 ? n : CPU_MM_XBLOCK;
-    c.n_xb = cpu_ceil_div(n, c.xb_rows);
-    while (rows > 3 && cpu_ceil_div(w->ne1, rows) * c.n_xb < 4 * nt)
-        rows = (rows / 2 + 2) / 3 * 3;
-    c.rows_per_task = rows;
-    if (!c.in_place) {
-        void *scratch;
-        st = cpu_scratch(d, nt * rows * w->ne0 * sizeof(float), &scratch);
-        if (st != CLEAVE_OK) return err_wrap(st, "matmul");
-        c.panels = scratch;
-        c.deq = cpu_dequant_for(w->type, d->simd);
-        c.tag = d->thread_tag;
-        memset(c.tag, 0, nt * sizeof *c.tag);
-    }
-    threadpool_run(d->pool, cpu_ceil_div(w->ne1, rows) * c.n_xb, cpu_mm_gemm_task, &c);
     return CLEAVE_OK;
 }
 
