@@ -333,7 +333,7 @@ static cleave_status make_device(const char *spec, tdev *out) {
 static double tol_mm(const tdev *td, cleave_type t) {
     double tol = 1e-5;
     if (td->lowp) tol = t == CLEAVE_TYPE_BF16 ? 1e-2 : 3e-3;
-    else if (t == CLEAVE_TYPE_Q8_0) tol = 2e-2;
+    else if (t == CLEAVE_TYPE_Q8_0 || is_qtype(t)) tol = 2e-2; /* int8 activations on the CPU, as llama.cpp */
     return tol * opt.tol_scale;
 }
 /* The same for a batch of n: on a GPU the block types' GEMV (n <= 8)

@@ -368,6 +368,7 @@ static void test_attention(void) {
                          .k = kc,
                          .v = vc,
                          .kv_type = t,
+                         .v_type = t,
                          .n_tokens = NT,
                          .n_kv = NC,
                          .n_head = NH,
