@@ -231,6 +231,7 @@ static void test_plan_tensor(void) {
         if (!any) w[n - 1] = 1;
         req = split_request(&h, layer_bytes, n, budgets, CLEAVE_SPLIT_TENSOR, w);
         req.ff_align = (it & 1) ? 32 : 1;
+        req.head_align = (it & 2) ? 2 : 1; /* K-quant o with 128 columns a kv head */
         req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
         CHECK_OK(plan_make(&req, &p));
         check_tiling(p.kv_heads, n, h.n_head_kv, "kv heads");
@@ -242,6 +243,8 @@ static void test_plan_tensor(void) {
                           "a share of 0 got work (device %zu)", d);
             /* FFN slices start on a block boundary (or are empty at the end) */
             CHECK(p.ff_rows[d].lo % req.ff_align == 0 || p.ff_rows[d].lo == h.n_ff);
+            /* and kv-head slices on whole units of head_align */
+            CHECK(p.kv_heads[d].lo % req.head_align == 0 || p.kv_heads[d].lo == h.n_head_kv);
         }
         CHECK(p.embd_device >= 0 && w[p.embd_device] > 0);
         plan_free(&p);

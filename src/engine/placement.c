@@ -65,7 +65,9 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
     size_t *layer_bytes = mem_calloc(3 * (size_t)m->hp.n_layer, sizeof *layer_bytes, "plan input");
     if (!layer_bytes) return CLEAVE_ERR_OOM;
     size_t *attn_bytes = layer_bytes + m->hp.n_layer, *ffn_bytes = attn_bytes + m->hp.n_layer;
-    size_t ff_align = 1;
+    size_t ff_align = 1, head_align = 1;
+    /* o is split by columns, a kv head's query heads at a time */
+    size_t head_cols = (size_t)m->hp.n_head / m->hp.n_head_kv * m->hp.head_dim;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
         const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
@@ -79,6 +81,13 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
         size_t be = 1;
         /* down is split by columns: whole quant blocks per device */
         if (quant_type_info(L->w_down->type, NULL, &be, NULL) && be > ff_align) ff_align = be;
+        /* and whole quant blocks of o: the fewest kv heads whose columns
+         * fill blocks (2 heads of 128 columns for a 256-weight block) */
+        if (quant_type_info(L->wo->type, NULL, &be, NULL)) {
+            size_t g = be, c = head_cols;
+            while (c) { size_t t = g % c; g = c; c = t; } /* gcd(be, head_cols) */
+            if (be / g > head_align) head_align = be / g;
+        }
     }
     size_t budgets[CLEAVE_MAX_DEVICES];
     double shares[CLEAVE_MAX_DEVICES];
@@ -95,7 +104,7 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
         .head_bytes = tensor_bytes(m->output_norm) +
                       (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
         .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes, .layer_ffn_bytes = ffn_bytes,
-        .ff_align = (uint32_t)ff_align, .tied = m->output == m->tok_embd,
+        .ff_align = (uint32_t)ff_align, .head_align = (uint32_t)head_align, .tied = m->output == m->tok_embd,
         .kv_tiered = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL, .kv_vram_auto = p->kv_vram_cells == CLEAVE_KV_VRAM_AUTO,
         .kv_vram_cells = p->kv_vram_cells < 0 ? 0 : p->kv_vram_cells > UINT32_MAX ? UINT32_MAX : (uint32_t)p->kv_vram_cells,
         .host_budget = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL ? host_pinnable_bytes() : 0,

@@ -211,7 +211,7 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
     if (!req->layer_attn_bytes || !req->layer_ffn_bytes)
         return err_set(CLEAVE_ERR_INVALID_ARG, "plan: tensor split needs attention and FFN bytes per layer");
     uint32_t align = req->ff_align ? req->ff_align : 1;
-    ranges(hp->n_head_kv, 1, w, n, out->kv_heads);
+    ranges(hp->n_head_kv, req->head_align ? req->head_align : 1, w, n, out->kv_heads);
     ranges(hp->n_ff, align, w, n, out->ff_rows);
     ranges(hp->n_vocab, 1, w, n, out->vocab_rows);
     size_t kv_head_token = model_kv_bytes_per_token(hp, req->kv_type, req->kv_type_v) / hp->n_head_kv;

@@ -35,6 +35,7 @@ typedef struct plan_request {
     int main_device;             /* the device for `none`; the embedding for `tensor` */
     const double *shares;        /* [n_devices] >= 0, NULL = equal; layer and tensor */
     uint32_t ff_align;           /* tensor: FFN rows per unit (quant block), 0 = 1 */
+    uint32_t head_align;         /* tensor: kv heads per unit (o's columns in whole blocks), 0 = 1 */
     uint32_t n_ctx, n_batch;
     cleave_type kv_type, kv_type_v; /* the K and the V cache's types */
     /* Bytes as stored, from the model file: */

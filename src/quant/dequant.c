@@ -190,10 +190,17 @@ static void dq_iq4_xs(const block_iq4_xs *b, float *y) {
     }
 }
 
+/* Each block is copied out first: rows may sit at any byte address (a
+ * tensor split's column slice, a file's odd offset), and reading a struct
+ * with 2-byte fields there is undefined behaviour. */
 #define DQ_ROW(T, QK, FN)                                                                          \
     do {                                                                                           \
-        const T *b = src;                                                                          \
-        for (size_t i = 0; i < n / (QK); i++) FN(&b[i], dst + i * (QK));                           \
+        const unsigned char *b = src;                                                              \
+        for (size_t i = 0; i < n / (QK); i++) {                                                    \
+            T blk;                                                                                 \
+            memcpy(&blk, b + i * sizeof blk, sizeof blk);                                          \
+            FN(&blk, dst + i * (QK));                                                              \
+        }                                                                                          \
     } while (0)
 
 bool quant_dequantize_blocks(cleave_type type, const void *src, float *dst, size_t n) {
