@@ -156,11 +156,15 @@ int main(void) {
         if (types[t] == CLEAVE_TYPE_Q8_0) tol = 1e-1; /* the CPU's int8 activations: 4.2e-2 measured */
         if (p) compare(label, p, CLEAVE_TYPE_F16, tol);
     }
-    /* RoPE scaling: YaRN on the fused rope + cache store (f16 cache) and
-     * on the plain rope (q8_0 cache), both pairings */
+    /* RoPE scaling: YaRN on the fused rope + cache store, both pairings
+     * (the plain rope kernel's scaling is test_backend_ops's rope cases).
+     * Not a q8_0 cache here: the two devices round K/V to int8 from
+     * f32 values that differ in the last bits, and one flipped step grows
+     * over the 280 steps (4.9e-2 measured on an H200, 3.6e-2 already in
+     * the prompt of this 64-wide model), which would hide a rope error. */
     const char *y = yarn_model(tu_gen_model("small", "llama", CLEAVE_TYPE_F16, 7), "llama", "small-yarn.gguf");
     if (y) compare("small llama f16 yarn", y, CLEAVE_TYPE_F16, 1e-2);
     y = yarn_model(q3, "qwen3", "qwen3-yarn.gguf");
-    if (y) compare("tiny qwen3 f32 yarn", y, CLEAVE_TYPE_Q8_0, 1e-3);
+    if (y) compare("tiny qwen3 f32 yarn", y, CLEAVE_TYPE_F32, 1e-4);
     return tu_finish("test_gpu_vs_cpu");
 }

@@ -415,7 +415,9 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
                        cleave_type_name(x->kv_type), cleave_type_name(x->v_type));
     size_t width = x->n_head_kv * x->head_dim;
     size_t row_bytes = quant_row_bytes(x->kv_type, width);
-    if (!row_bytes) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
+    if (!row_bytes) return err_set(CLEAVE_ERR_UNSUPPORTED,
+                                "attention: a %s KV cache runs on the CPU device; the CUDA kernels read f32, f16, bf16 and q8_0 caches",
+                                cleave_type_name(x->kv_type));
     att_args a = {x->q, (const char *)x->k, (const char *)x->v, row_bytes, x->n_kv, x->n_head,
                   x->n_head_kv, x->head_dim, x->n_head * x->head_dim, x->tok_pos, x->tok_seq,
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
@@ -433,7 +435,9 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
         x->head_dim % 4 == 0 && group <= TILE_Q && TILE_Q % group == 0) {
         cleave_status st = CLEAVE_OK;
         bool ok = cuda_dispatch(x->kv_type, [&]<int T>() { st = launch_tiled<T>(d, a, group, x->n_tokens); });
-        if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
+        if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED,
+                                "attention: a %s KV cache runs on the CPU device; the CUDA kernels read f32, f16, bf16 and q8_0 caches",
+                                cleave_type_name(x->kv_type));
         return st;
     }
     size_t hd = x->head_dim;
@@ -478,7 +482,9 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
         else
             e = cuda_launch(d, k_attn_gqa<T, 8>, grid, dim3(threads), 0, a, (int)group);
     });
-    if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: cache type %d", (int)x->kv_type);
+    if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED,
+                                "attention: a %s KV cache runs on the CPU device; the CUDA kernels read f32, f16, bf16 and q8_0 caches",
+                                cleave_type_name(x->kv_type));
     if (e != cudaSuccess) return cuda_fail(e, "attention kernel", __FILE__, __LINE__);
     if (a.n_split > 1)
         CUDA_LAUNCH(d, k_attn_merge, (unsigned)pairs, 128, 0, (const float *)a.part, a.n_split,

@@ -196,7 +196,10 @@ cleave_status cuda_op_kv_store(be_device *dev, const float *src, size_t n, size_
         if (width % QK8_0) return err_set(CLEAVE_ERR_INVALID_ARG, "kv_store: q8_0 rows of %zu", width);
         k_store_q8_0<<<(unsigned)n, 256, 0, s>>>(src, width, (block_q8_0 *)cache, cells);
         break;
-    default: return err_set(CLEAVE_ERR_UNSUPPORTED, "kv_store: cache type %d", (int)kv_type);
+    default:
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "kv_store: a %s KV cache runs on the CPU device; the CUDA kernels store f32, f16, bf16 and q8_0",
+                       cleave_type_name(kv_type));
     }
     CUDA_LAUNCHED();
     return CLEAVE_OK;
