@@ -273,6 +273,10 @@ typedef struct cleave_device_memory {
     uint32_t kv_vram_cells;
     size_t used, peak, budget; /* this context's allocations; budget 0 = none */
     size_t device_used;        /* GPUs: bytes in use on the whole device (cudaMemGetInfo), else 0 */
+    /* a tensor split: this device's kv heads [lo, hi) and FFN rows [lo, hi),
+     * and the units the shares were rounded to (whole quant blocks of o and
+     * down: head_unit kv heads, ff_unit rows); all 0 under other modes */
+    uint32_t kv_heads[2], ff_rows[2], head_unit, ff_unit;
 } cleave_device_memory;
 size_t cleave_context_n_devices(const cleave_context *ctx);
 cleave_status cleave_context_memory(const cleave_context *ctx, size_t device,

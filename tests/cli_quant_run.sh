@@ -4,7 +4,8 @@
 # plain C path; a generated model with rows of 256 in every K-quant mix
 # gives the same greedy tokens on both paths, and for Q4_K_M under the
 # layer and tensor splits on 2 and 3 virtual devices, with the prompt under
-# one split and generation under the other, and with a tiered KV cache.
+# one split and generation under the other, and with a tiered KV cache;
+# --mem-report shows the tensor split's shares rounded to whole blocks.
 set -u
 cli=$1 shared=$2 tmp=$3
 mkdir -p "$tmp"
@@ -51,6 +52,11 @@ for t in Q2_K Q3_K_M Q4_K_S Q4_K_M Q5_K_M Q6_K IQ4_XS; do
     got=$(greedy "$m" 24 $args)
     [ "$got" = "$one" ] || { echo "FAIL: $t $args: the tokens differ"; cat "$tmp/err"; fail=1; }
   done
+  # the tensor split's shares are rounded to whole blocks of o (2 kv heads
+  # of 128 columns) and of down (256 rows), and --mem-report says so
+  greedy "$m" 4 --devices cpu:3 -sm tensor -ts 1,1,2 --mem-report >/dev/null
+  grep -q "kv heads 0-2, FFN rows 256-512 (shares rounded to 2 kv heads and 256 rows)" "$tmp/err" ||
+    { echo "FAIL: $t: the rounded tensor split is not reported"; cat "$tmp/err"; fail=1; }
 done
 [ $fail = 0 ] && echo "quantized models: same tokens on every path, split and tier"
 exit $fail

@@ -239,6 +239,11 @@ cleave_status cleave_context_memory(const cleave_context *c, size_t d, cleave_de
     be_get_mem_stats(dev, &ms);
     out->used = ms.used, out->peak = ms.peak, out->budget = ms.budget;
     out->device_used = ms.device_used;
+    if (pl->plan.mode == CLEAVE_SPLIT_TENSOR) {
+        out->kv_heads[0] = pl->plan.kv_heads[d].lo, out->kv_heads[1] = pl->plan.kv_heads[d].hi;
+        out->ff_rows[0] = pl->plan.ff_rows[d].lo, out->ff_rows[1] = pl->plan.ff_rows[d].hi;
+        out->head_unit = pl->plan.head_align, out->ff_unit = pl->plan.ff_align;
+    }
     return CLEAVE_OK;
 }
 

@@ -314,6 +314,8 @@ cleave_status plan_make(const plan_request *req, plan *out) {
     out->n_batch = req->n_batch;
     out->kv_type = req->kv_type;
     out->kv_type_v = req->kv_type_v;
+    out->head_align = req->head_align ? req->head_align : 1;
+    out->ff_align = req->ff_align ? req->ff_align : 1;
     out->layer_device = mem_calloc(hp->n_layer, sizeof *out->layer_device, "plan layers");
     if (!out->layer_device) return CLEAVE_ERR_OOM;
 

@@ -73,6 +73,7 @@ typedef struct plan {
     size_t n_devices;
     uint32_t n_layer, n_ctx, n_batch;
     cleave_type kv_type, kv_type_v;
+    uint32_t head_align, ff_align; /* tensor: the units its kv-head and FFN-row ranges were rounded to */
     int embd_device, head_device;
     int *layer_device;           /* [n_layer]; -1 under tensor (every device) */
     /* tensor: each device's kv heads, FFN rows and lm-head vocab rows

@@ -195,6 +195,12 @@ void cli_memory_report(const cleave_context *ctx, bool peak) {
         /* GPUs: the device's own count, as nvidia-smi shows it (the CUDA
          * context and library workspaces on top of the allocations) */
         if (peak && m.device_used) fprintf(stderr, ", device in use %.1f MiB", m.device_used / mib);
+        /* a tensor split: the slice this device got, in the whole units
+         * (quant blocks) the shares were rounded to */
+        if (m.head_unit)
+            fprintf(stderr, "; kv heads %u-%u, FFN rows %u-%u (shares rounded to %u kv head%s and %u rows)",
+                    m.kv_heads[0], m.kv_heads[1], m.ff_rows[0], m.ff_rows[1], m.head_unit,
+                    m.head_unit == 1 ? "" : "s", m.ff_unit);
         fprintf(stderr, "\n");
     }
 }
