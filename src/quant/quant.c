@@ -1,8 +1,8 @@
-/* Type table for every ggml type id and reference conversions for the
- * types cleave computes with. The SIMD paths live in the backends; these
- * scalar versions are the ground truth they are tested against. */
+/* The type table of every ggml type id and the scalar f16/bf16 conversions
+ * the rest of quant/ builds on; row conversions are convert.c. The SIMD
+ * paths live in the backends; these are the ground truth they are tested
+ * against. */
 #include "quant.h"
-#include "quant_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -133,50 +133,4 @@ uint16_t quant_f32_to_bf16(float f) {
     uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet nan */
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-void quant_dequantize_row(cleave_type type, const void *src, float *dst, size_t n) {
-    switch (type) {
-    case CLEAVE_TYPE_F32: memcpy(dst, src, n * sizeof(float)); return;
-    case CLEAVE_TYPE_F16: {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++) dst[i] = quant_f16_to_f32(s[i]);
-        return;
-    }
-    case CLEAVE_TYPE_BF16: {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++) dst[i] = quant_bf16_to_f32(s[i]);
-        return;
-    }
-    default: quant_dequantize_blocks(type, src, dst, n); return;
-    }
-}
-
-void quant_quantize_row(cleave_type type, const float *src, void *dst, size_t n) {
-    switch (type) {
-    case CLEAVE_TYPE_F32: memcpy(dst, src, n * sizeof(float)); return;
-    case CLEAVE_TYPE_F16: {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = quant_f32_to_f16(src[i]);
-        return;
-    }
-    case CLEAVE_TYPE_BF16: {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = quant_f32_to_bf16(src[i]);
-        return;
-    }
-    case CLEAVE_TYPE_Q8_0: quant_q8_0_row(src, dst, n / QK8_0); return;
-    case CLEAVE_TYPE_Q4_0: quant_q4_0_row(src, dst, n / QK4_0); return;
-    case CLEAVE_TYPE_Q4_1: quant_q4_1_row(src, dst, n / QK4_1); return;
-    case CLEAVE_TYPE_Q5_0: quant_q5_0_row(src, dst, n / QK5_0); return;
-    case CLEAVE_TYPE_Q5_1: quant_q5_1_row(src, dst, n / QK5_1); return;
-    case CLEAVE_TYPE_Q2_K: quant_q2_K_row(src, dst, n / QK_K); return;
-    case CLEAVE_TYPE_Q3_K: quant_q3_K_row(src, dst, n / QK_K); return;
-    case CLEAVE_TYPE_Q4_K: quant_q4_K_row(src, dst, n / QK_K); return;
-    case CLEAVE_TYPE_Q5_K: quant_q5_K_row(src, dst, n / QK_K); return;
-    case CLEAVE_TYPE_Q6_K: quant_q6_K_row(src, dst, n / QK_K); return;
-    case CLEAVE_TYPE_IQ4_NL: quant_iq4_nl_row(src, dst, n / QK4_NL); return;
-    case CLEAVE_TYPE_IQ4_XS: quant_iq4_xs_row(src, dst, n / QK_K); return;
-    default: return;
-    }
 }
