@@ -205,6 +205,11 @@ void cli_memory_report(const cleave_context *ctx, bool peak) {
     }
 }
 
+cli_context_opts cli_context_default(long long n_batch) {
+    return (cli_context_opts){.threads = 0, .n_batch = n_batch, .n_ubatch = 0, .kv_type = CLEAVE_TYPE_F16,
+                              .kv_type_v = CLEAVE_KV_TYPE_AS_K};
+}
+
 int cli_context_flag(const char *flag, const char *v, cli_context_opts *o) {
     if (!strcmp(flag, "-t") || !strcmp(flag, "--threads"))
         return cli_int(flag, v, 0, 1024, &o->threads) ? 1 : -1;

@@ -36,6 +36,8 @@ typedef struct cli_context_opts {
     long long threads, n_batch, n_ubatch;
     cleave_type kv_type, kv_type_v; /* -ctk, -ctv (CLEAVE_KV_TYPE_AS_K: -ctk's) */
 } cli_context_opts;
+/* Every thread, no micro-batches, an f16 cache for K and V, batches of n_batch. */
+cli_context_opts cli_context_default(long long n_batch);
 int cli_context_flag(const char *flag, const char *v, cli_context_opts *o);
 /* The flags the benchmarks and calibrate share: -c/--ctx-size N (when
  * n_ctx is not NULL), cli_context_flag's and cli_placement_flag's. Same

@@ -43,9 +43,7 @@ static bool parse(int argc, char **argv, batched_opts *o) {
     o->ntg[0] = 128, o->n_ntg = 1;
     const int npl[4] = {1, 2, 4, 8};
     memcpy(o->npl, npl, sizeof npl), o->n_npl = 4;
-    o->cx.n_batch = 2048;
-    o->cx.kv_type = CLEAVE_TYPE_F16;
-    o->cx.kv_type_v = CLEAVE_KV_TYPE_AS_K;
+    o->cx = cli_context_default(2048);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

@@ -41,9 +41,7 @@ static bool parse(int argc, char **argv, bench_opts *o) {
     o->tg[0] = 128, o->n_tg = 1;
     o->depth[0] = 0, o->n_depth = 1;
     o->reps = 5;
-    o->cx.n_batch = 512;
-    o->cx.kv_type = CLEAVE_TYPE_F16;
-    o->cx.kv_type_v = CLEAVE_KV_TYPE_AS_K;
+    o->cx = cli_context_default(512);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

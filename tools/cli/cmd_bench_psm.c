@@ -57,9 +57,7 @@ static void usage(FILE *out) {
 
 static bool parse(int argc, char **argv, psm_opts *o) {
     o->n_prompt = 4096, o->n_gen = 128;
-    o->cx.n_batch = 4096;
-    o->cx.kv_type = CLEAVE_TYPE_F16;
-    o->cx.kv_type_v = CLEAVE_KV_TYPE_AS_K;
+    o->cx = cli_context_default(4096);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

@@ -10,8 +10,8 @@
 
 int cmd_logits(int argc, char **argv) {
     const char *model = NULL, *out = NULL, *tokens = NULL;
-    cli_context_opts cx = {.threads = 0, .n_batch = 0, .n_ubatch = 0, .kv_type = CLEAVE_TYPE_F32,
-                          .kv_type_v = CLEAVE_KV_TYPE_AS_K};
+    cli_context_opts cx = cli_context_default(0);
+    cx.kv_type = CLEAVE_TYPE_F32; /* logits for comparisons: an exact cache */
     cli_placement place = cli_placement_default();
     place.fit = 0;
     for (int i = 1; i < argc; i++) {

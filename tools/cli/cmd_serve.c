@@ -47,7 +47,7 @@ static const char *base_name(const char *path) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *port_file = NULL;
     long long n_ctx = 0, port = 8080, np = 1, queue = 64, n_predict = -1, max_body = 16, dwell = 8;
-    cli_context_opts cx = {0, 512, 0, CLEAVE_TYPE_F16, CLEAVE_KV_TYPE_AS_K};
+    cli_context_opts cx = cli_context_default(512);
     cli_placement pl = cli_placement_default();
     serve_opts o = {.host = "127.0.0.1", .max_connections = 256};
     bool has_psm = false, quiet = false;
