@@ -3,7 +3,7 @@
  *
  *   test_backend_ops [--device SPEC[,SPEC...]]... [--filter OP[,OP...]] [--quick]
  *                    [--seed N] [--bench [--hbm-gbs G] [--tflops T]]
- *                    [--tol-scale X] [--gemv-max-n N]
+ *                    [--tol-scale X] [--gemv-max-n N] [--gemvq-max-n N]
  *
  * SPEC: cpu (SIMD kernels where the CPU has them), cpu-c (the C kernels:
  * CLEAVE_NO_SIMD=1 at creation), cpu-fused (a CPU device with the optional
@@ -336,12 +336,17 @@ static double tol_mm(const tdev *td, cleave_type t) {
     else if (t == CLEAVE_TYPE_Q8_0 || is_qtype(t)) tol = 2e-2; /* int8 activations on the CPU, as llama.cpp */
     return tol * opt.tol_scale;
 }
-/* The same for a batch of n: on a GPU the block types' GEMV (n <= 8)
- * quantizes x to int16 per 32 (2^-16 of the group's largest, random
- * rounding: ~1e-5 of max|ref| over thousands of terms), so it must stay
- * far inside the f16 GEMM bound that larger batches get. */
+/* The same for a batch of n: on a GPU the block types' GEMV (n up to
+ * CLEAVE_GEMVQ_MAX_N, default 6) quantizes x to int16 per 32 (2^-16 of
+ * the group's largest, random rounding: ~1e-5 of max|ref| over thousands
+ * of terms), so it must stay far inside the f16 GEMM bound that larger
+ * batches get; the int8 tensor-core GEMM (the rest up to 32) quantizes x
+ * to int8 per 32, as the CPU does, and gets the CPU's bound. */
 static double tol_mm_n(const tdev *td, cleave_type t, size_t n) {
-    if (td->lowp && is_qtype(t) && n <= 8) return 2e-4 * opt.tol_scale;
+    long g = options_get()->gemvq_max_n;
+    size_t gemvq_max = g >= 1 && g <= 8 ? (size_t)g : 6;
+    if (td->lowp && is_qtype(t) && n <= gemvq_max) return 2e-4 * opt.tol_scale;
+    if (td->lowp && is_qtype(t) && n <= 32) return 2e-2 * opt.tol_scale;
     return tol_mm(td, t);
 }
 /* attention. CPU: f32 scores and softmax over exactly dequantized K/V.
@@ -1348,14 +1353,14 @@ static void test_matmul_q_big(void) {
     for (int di = 0; di < n_devs; di++) gpu |= devs[di].lowp;
     if (!gpu) return; /* minutes on a CPU */
     static const size_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {4096, 128256}};
-    static const size_t ns[] = {1, 2, 3, 8, 16, 32, 512};
+    static const size_t ns[] = {1, 2, 3, 4, 6, 8, 16, 32, 512};
     const size_t max_n = 512;
     for (int ti = W_BASE; ti < W_TYPES; ti++)
         for (int si = 0; si < 4; si++) {
             bool vocab = si == 3;
             if (vocab && !opt.bench) continue;
             cleave_type t = w_types[ti];
-            size_t ne0 = shapes[si][0], ne1 = shapes[si][1], nn = vocab ? 2 : 7;
+            size_t ne0 = shapes[si][0], ne1 = shapes[si][1], nn = vocab ? 2 : 9;
             hmat w = hmat_blocks(t, ne1, ne0);
             float *x = xmalloc(max_n * ne0 * 4), *y = xmalloc(max_n * ne1 * 4);
             fill(x, max_n * ne0, 1.0f);
@@ -1499,7 +1504,9 @@ static void test_matmul_q_odd(void) {
         size_t ne0 = 512, ne1 = 21;
         for (int v = 0; v < 2; v++) { /* 0: x + 1 float; 1: rows padded by 1 byte */
             hmat w = hmat_make(t, ne1, ne0, v ? 1 : 0, 1.0f);
-            for (size_t n = 1; n <= 3; n += 2) {
+            static const size_t odd_ns[] = {1, 3, 13}; /* GEMV; int8 GEMM (or f16 where it cannot) */
+            for (size_t ni = 0; ni < 3; ni++) {
+                size_t n = odd_ns[ni];
                 float *x = xmalloc((n * ne0 + 1) * 4), *y = xmalloc(n * ne1 * 4);
                 fill(x, n * ne0 + 1, 1.0f);
                 double *ref = xmalloc(n * ne1 * 8);
@@ -1532,7 +1539,7 @@ static void test_matmul_multi(void) {
     bool any = false;
     for (int di = 0; di < n_devs; di++) any |= BE_HAS(devs[di].d, matmul_multi);
     if (!any) return;
-    static const size_t ns[] = {1, 2, 3, 5, 8, 33};
+    static const size_t ns[] = {1, 2, 3, 5, 8, 19, 33};
     const size_t ne0 = 256, rows[3] = {64, 32, 32};
     for (int ti = 0; ti < W_TYPES; ti++) {
         cleave_type t = w_types[ti];
@@ -1543,7 +1550,7 @@ static void test_matmul_multi(void) {
             bias[i] = xmalloc(rows[i] * 4);
             fill(bias[i], rows[i], 1.0f);
         }
-        for (size_t ni = 0; ni < 6; ni++) {
+        for (size_t ni = 0; ni < 7; ni++) {
             size_t n = ns[ni];
             float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * 64 * 4);
             fill(x, n * ne0, 1.0f);
@@ -1599,13 +1606,13 @@ static void test_ffn(void) {
     for (int di = 0; di < n_devs; di++)
         any |= (w_sw && BE_HAS(devs[di].d, matmul_swiglu)) || (w_ffn && BE_HAS(devs[di].d, ffn));
     if (!any) return;
-    static const size_t ns[] = {1, 2, 3, 8, 33};
+    static const size_t ns[] = {1, 2, 3, 8, 19, 33};
     const size_t ne0 = 256, ff = 512;
     for (int ti = 0; ti < W_TYPES; ti++) {
         cleave_type t = w_types[ti];
         hmat g = hmat_make(t, ff, ne0, 0, 1.0f), u = hmat_make(t, ff, ne0, 0, 1.0f),
              dn = hmat_make(t, ne0, ff, 0, 0.2f);
-        for (size_t ni = 0; ni < 5; ni++) {
+        for (size_t ni = 0; ni < 6; ni++) {
             size_t n = ns[ni];
             float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * ff * 4);
             fill(x, n * ne0, 1.0f);
@@ -2336,6 +2343,7 @@ static unsigned probe_qtypes(const char *spec) {
 static void usage(void) {
     printf("usage: test_backend_ops [--device SPEC[,SPEC]]... [--filter OP[,OP]] [--quick]\n"
            "         [--seed N] [--bench] [--hbm-gbs G] [--tflops T] [--tol-scale X] [--gemv-max-n N]\n"
+           "         [--gemvq-max-n N]\n"
            "  SPEC: cpu, cpu-c (C kernels), cpu-fused (optional ops composed), cuda:N;\n"
            "        default cpu,cpu-c,cpu-fused\n"
            "  OP (filter names): memory (also map_host) get_rows rms_norm add_rms_norm add\n"
@@ -2394,6 +2402,8 @@ int main(int argc, char **argv) {
             opt.tol_scale = atof(v), i++;
         } else if (!strcmp(a, "--gemv-max-n") && v) {
             setenv("CLEAVE_GEMV_MAX_N", v, 1), options_reload(), i++;
+        } else if (!strcmp(a, "--gemvq-max-n") && v) {
+            setenv("CLEAVE_GEMVQ_MAX_N", v, 1), options_reload(), i++;
         } else if (!strcmp(a, "--quick")) {
             opt.quick = true;
         } else if (!strcmp(a, "--bench")) {

@@ -153,6 +153,11 @@ cleave_status cuda_upload_sync(cuda_device *d, void *dst, const void *src, size_
 /* Waits for the chunks' copies and frees them, with the fill threads. */
 void cuda_upload_free(cuda_device *d);
 
+/* An environment switch's count: v where 1 <= v <= max, else def. */
+static inline size_t cuda_option_n(long v, size_t max, size_t def) {
+    return v >= 1 && (size_t)v <= max ? (size_t)v : def;
+}
+
 /* A scratch buffer of at least `bytes`, grown (never shrunk) on demand. */
 cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out);
 
@@ -221,6 +226,19 @@ __device__ __forceinline__ void cuda_rope_sincos(int32_t pos, double freq, float
     theta -= two_pi * rint(theta * (1.0 / two_pi));
     sincosf((float)theta, s, c);
     *s *= mscale, *c *= mscale;
+}
+
+/* cp.async: 16 bytes from global to shared memory (dst a shared-window
+ * address), bypassing L1; commit closes a group of them, wait<K> returns
+ * once at most K of this thread's groups are still in flight. */
+__device__ __forceinline__ void cuda_cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cuda_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int K> __device__ __forceinline__ void cuda_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(K) : "memory");
 }
 
 /* Programmatic dependent launch (sm_90): trigger lets the next kernel in

@@ -306,13 +306,10 @@ __global__ void __launch_bounds__(gv_grid<W>::warps * 32, gv_grid<W>::per_sm) k_
 
 size_t cuda_gemv_max_n(void) {
     static size_t max_n; /* read once; every thread computes the same value */
-    if (!max_n) {
-        long v = options_get()->gemv_max_n;
-        /* 2 by default: batched decode of 8B bf16 on one H200 (8 sequences
-         * at 2k tokens each) ran 4 sequences at 323 tok/s through the GEMV
-         * and 395 through cuBLAS; 2 were even (285 / 284) */
-        max_n = v >= 1 && v <= GEMV_MAX_N ? (size_t)v : 2;
-    }
+    /* 2 by default: batched decode of 8B bf16 on one H200 (8 sequences at
+     * 2k tokens each) ran 4 sequences at 323 tok/s through the GEMV and
+     * 395 through cuBLAS; 2 were even (285 / 284) */
+    if (!max_n) max_n = cuda_option_n(options_get()->gemv_max_n, GEMV_MAX_N, 2);
     return max_n;
 }
 

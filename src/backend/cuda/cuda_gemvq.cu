@@ -2,7 +2,14 @@
  * takes, and its launch through the type's file: the rows of a launch's
  * matrices must share type and width, start 16-byte aligned, and keep the
  * alignment the type's block reads need; x must be 16-byte aligned. */
+#include "base/options.h"
 #include "cuda_gemvq.cuh"
+
+size_t cuda_gemvq_max_n(void) {
+    static size_t max_n; /* read once; every thread computes the same value */
+    if (!max_n) max_n = cuda_option_n(options_get()->gemvq_max_n, CUDA_GEMVQ_MAX_N, 6);
+    return max_n;
+}
 
 static const gq_ops *gq_ops_of(cleave_type t) {
     switch (t) {
@@ -29,7 +36,7 @@ static bool gq_takes(const gq_ops *ops, const be_mat *w, size_t ne0) {
 
 static bool gq_fill(gq_job *j, const gq_ops **ops, const be_mat *const *w, const float *const *bias,
                     float *const *y, int count, const float *x, size_t n, bool dual) {
-    if (count < 1 || count > GEMV_MAX_SEG || n == 0 || n > CUDA_GEMVQ_MAX_N || (uintptr_t)x % 16)
+    if (count < 1 || count > GEMV_MAX_SEG || n == 0 || n > cuda_gemvq_max_n() || (uintptr_t)x % 16)
         return false;
     *ops = gq_ops_of(w[0]->type);
     size_t qk = cuda_qk(w[0]->type), ne0 = w[0]->ne0;

@@ -68,16 +68,6 @@ template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0) {
            (size_t)GQ_WARPS * gq_stages<T, DUAL>() * gq_part_bytes<T>() * (DUAL ? 2 : 1);
 }
 
-__device__ __forceinline__ void gq_cp16(uint32_t dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void gq_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int K> __device__ __forceinline__ void gq_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(K) : "memory");
-}
-
 /* Where a warp is in its stream of rounds: unit (row, or gate/up pair),
  * round r of it, and the unit's row (segment seg, row of it, its bytes). */
 struct gq_cursor {
@@ -136,11 +126,11 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
                 const uint8_t *a = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
                 uint32_t n16 = (uint32_t)((src - a) + nb * F::BLK + 15) >> 4;
                 for (uint32_t v = lane; v < n16; v += 32)
-                    gq_cp16(ring_s + (uint32_t)st * SB + m * PB + 16 * v, a + 16 * v);
+                    cuda_cp16(ring_s + (uint32_t)st * SB + m * PB + 16 * v, a + 16 * v);
             }
             gq_advance<DUAL>(j, p, rounds, stride, units);
         }
-        gq_commit();
+        cuda_cp_commit();
     };
 #pragma unroll
     for (int s = 0; s < S - 1; s++)
@@ -190,7 +180,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
             acc[m][t] = 0.0f;
     const int b = lane / F::LPB, part = lane % F::LPB; /* this lane's block of a round, and part */
     for (int i = 0; c.unit < units; i++) {
-        gq_wait<S - 2>(); /* this lane's copies of round i have landed */
+        cuda_cp_wait<S - 2>(); /* this lane's copies of round i have landed */
         __syncwarp();     /* ... and every lane's, and round i-1 is read */
         issue((i + S - 1) % S);
         const size_t b0 = c.r * F::GB;
@@ -222,7 +212,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
         }
         gq_advance<DUAL>(j, c, rounds, stride, units);
     }
-    gq_wait<0>(); /* nothing left in flight at exit */
+    cuda_cp_wait<0>(); /* nothing left in flight at exit */
 }
 
 /* ---- launch --------------------------------------------------------------- */

@@ -228,14 +228,16 @@ static cleave_status matmul_gemm(cuda_device *d, const be_mat *w, const float *x
 }
 
 /* The block types: the decode GEMV, or where it cannot take the layout the
- * any-alignment one; cuBLAS past CUDA_GEMVQ_MAX_N. */
+ * any-alignment one; past cuda_gemvq_max_n() the int8 tensor-core GEMM, and
+ * cuBLAS on f16 rows past CUDA_MMQ_MAX_N or where it cannot. */
 static cleave_status matmul_q(cuda_device *d, const be_mat *w, const float *x, size_t n,
                               const float *bias, float *y) {
     if (w->ne0 % cuda_qk(w->type))
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: %s rows of %zu", cleave_type_name(w->type),
                        w->ne0);
-    if (n > CUDA_GEMVQ_MAX_N) return matmul_gemm(d, w, x, n, bias, y);
     cleave_status st;
+    if (n > cuda_gemvq_max_n())
+        return cuda_mmq(d, w, x, n, bias, y, &st) ? st : matmul_gemm(d, w, x, n, bias, y);
     if (cuda_gemvq(d, &w, &bias, &y, 1, x, n, &st)) return st;
     return cuda_gemv_any_q(d, w, x, n, bias, y);
 }

@@ -51,14 +51,23 @@ static inline size_t cuda_qk(cleave_type t) {
     }
 }
 
-/* Batches up to this size take a GEMV for weights of type t: up to
- * CUDA_GEMVQ_MAX_N for the block types, whose way to cuBLAS (rows to f16
- * first) moves 4.5 bytes per weight against 0.5-0.8 read by the GEMV, so
- * two launches of 4 tokens beat it; cuda_gemv_max_n() for the others. */
+/* Batches up to this size skip the f16 GEMM path for weights of type t:
+ * for the block types the GEMV takes up to cuda_gemvq_max_n() tokens (at
+ * most CUDA_GEMVQ_MAX_N) and the int8 tensor-core GEMM (cuda_mmq.cuh) the
+ * rest up to CUDA_MMQ_MAX_N, each reading the blocks once, where the way
+ * to cuBLAS (rows to f16 first) moves 4.5 bytes per weight against
+ * 0.5-0.8; cuda_gemv_max_n() for the others. */
 #define CUDA_GEMVQ_MAX_N 8
+#define CUDA_MMQ_MAX_N 32
 static inline size_t cuda_gemv_limit(cleave_type t) {
-    return cuda_qk(t) ? CUDA_GEMVQ_MAX_N : cuda_gemv_max_n();
+    return cuda_qk(t) ? CUDA_MMQ_MAX_N : cuda_gemv_max_n();
 }
+/* The block types' GEMV serves batches of up to this many tokens
+ * (CLEAVE_GEMVQ_MAX_N, default 6): it holds x of at most 4 in shared
+ * memory, so 5..8 take two launches, each reading the weights. On an H200
+ * (8B Q4_K_M, batched decode) 6 sequences ran at 724 tok/s through two
+ * GEMV launches and 657 through the int8 GEMM, 8 at 784 and 824. */
+size_t cuda_gemvq_max_n(void);
 
 /* Runs f.template operator()<T>() for one of these types; false for any
  * other. */
@@ -249,5 +258,10 @@ bool cuda_gemvq(cuda_device *d, const be_mat *const *w, const float *const *bias
                 int count, const float *x, size_t n, cleave_status *st);
 bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x,
                        size_t n, float *y, cleave_status *st);
+/* The batched GEMM (cuda_mmq.cu): y = x . w^T (+ bias) for batches of up
+ * to CUDA_MMQ_MAX_N; false (nothing launched) when w's layout does not fit
+ * it, else true with *st the launch's status. */
+bool cuda_mmq(cuda_device *d, const be_mat *w, const float *x, size_t n, const float *bias, float *y,
+              cleave_status *st);
 
 #endif
