@@ -264,6 +264,14 @@ static void check_u32(const gguf_file *g, const char *key, uint32_t want) {
     CHECK_MSG(v == want, "%s = %u, want %u", key, v, want);
 }
 
+static void check_str(const gguf_file *g, const char *key, const char *want) {
+    const char *v = NULL;
+    size_t n = 0;
+    CHECK_OK(gguf_get_str(g, key, &v, &n));
+    CHECK_MSG(v && n == strlen(want) && memcmp(v, want, n) == 0, "%s = '%.*s', want '%s'", key,
+              (int)n, v ? v : "", want);
+}
+
 static void check_f32(const gguf_file *g, const char *key, float want) {
     float v = 0;
     CHECK_OK(gguf_get_f32(g, key, &v));
@@ -473,6 +481,72 @@ static void spoiled(const char *tag, const ht_spoil *bad, cleave_status want, co
     ht_free(&c);
 }
 
+/* ---- rope scaling: linear and YaRN become rope.scaling.* keys ---- */
+
+/* Converts `small` with rope_scaling type `type` (factor 8, original
+ * context 64, as ht_write_config writes them) and `extra` JSON members
+ * added to the rope_scaling object; returns the status. */
+static cleave_status convert_scaled(const char *tag, const char *type, const char *extra,
+                                    char *gguf, size_t cap) {
+    ht_ckpt c = {0};
+    char dir[1024], path[1100];
+    ht_write_dir(dir, sizeof dir, tag, &small, &(ht_spoil){.rope_type = type}, &c);
+    ht_free(&c);
+    if (extra) { /* "rope_parameters": {... -> {EXTRA, ... (small's config is transformers 5's) */
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        size_t n = 0;
+        unsigned char *text = tu_slurp(path, &n);
+        const char *key = "\"rope_parameters\": {";
+        const char *at = text ? strstr((const char *)text, key) : NULL;
+        CHECK(at != NULL);
+        if (at) {
+            size_t head = (size_t)(at - (const char *)text) + strlen(key);
+            char out[4096];
+            snprintf(out, sizeof out, "%.*s%s, %s", (int)head, (const char *)text, extra,
+                     (const char *)text + head);
+            ht_write_text(dir, "config.json", out);
+        }
+        free(text);
+    }
+    snprintf(gguf, cap, "%s.gguf", dir);
+    unlink(gguf);
+    err_clear();
+    return cleave_convert_hf(dir, CLEAVE_TYPE_F32, gguf, NULL, NULL);
+}
+
+static void rope_scaling_imports(void) {
+    char gguf[1100];
+    cleave_status st = convert_scaled("rope-linear", "linear", NULL, gguf, sizeof gguf);
+    CHECK_MSG(st == CLEAVE_OK, "linear: %s", cleave_last_error());
+    gguf_file *g = NULL;
+    if (!st && !gguf_open(gguf, &g)) {
+        check_str(g, "llama.rope.scaling.type", "linear");
+        check_f32(g, "llama.rope.scaling.factor", 8.0f);
+        CHECK(gguf_find_key(g, "llama.rope.scaling.original_context_length") < 0);
+        gguf_close(g);
+        check_runs(gguf, &small);
+    }
+    st = convert_scaled("rope-yarn", "yarn", "\"beta_fast\": 16.0", gguf, sizeof gguf);
+    CHECK_MSG(st == CLEAVE_OK, "yarn: %s", cleave_last_error());
+    if (!st && !gguf_open(gguf, &g)) {
+        check_str(g, "llama.rope.scaling.type", "yarn");
+        check_f32(g, "llama.rope.scaling.factor", 8.0f);
+        check_u32(g, "llama.rope.scaling.original_context_length", 64);
+        check_f32(g, "llama.rope.scaling.yarn_beta_fast", 16.0f);
+        CHECK(gguf_find_key(g, "llama.rope.scaling.yarn_beta_slow") < 0);
+        gguf_close(g);
+        check_runs(gguf, &small);
+    }
+    /* arithmetic cleave does not apply is refused by name, no file left */
+    st = convert_scaled("rope-yarn-attn", "yarn", "\"attention_factor\": 1.5", gguf, sizeof gguf);
+    CHECK_MSG(st == CLEAVE_ERR_UNSUPPORTED && strstr(cleave_last_error(), "attention_factor"),
+              "yarn attention_factor: %s '%s'", cleave_status_name(st), cleave_last_error());
+    CHECK(access(gguf, F_OK) != 0);
+    st = convert_scaled("rope-linear-bad", "linear", "\"factor\": -2.0", gguf, sizeof gguf);
+    CHECK_MSG(st == CLEAVE_ERR_FORMAT, "linear factor -2: %s '%s'", cleave_status_name(st),
+              cleave_last_error());
+}
+
 /* Rewrites bytes of dir/model.safetensors at off (or truncates it to off when data is NULL). */
 static void patch_file(const char *dir, long off, const void *data, size_t n) {
     char path[1100];
@@ -515,7 +589,7 @@ static void bad_inputs(void) {
     spoiled("bad-extra", &(ht_spoil){.extra = "model.layers.0.self_attn.o_proj.bias"},
             CLEAVE_ERR_UNSUPPORTED, "o_proj.bias");
     spoiled("bad-shape", &(ht_spoil){.ff_delta = 2}, CLEAVE_ERR_FORMAT, "shape");
-    spoiled("bad-rope", &(ht_spoil){.rope_type = "yarn"}, CLEAVE_ERR_UNSUPPORTED, "yarn");
+    spoiled("bad-rope", &(ht_spoil){.rope_type = "longrope"}, CLEAVE_ERR_UNSUPPORTED, "longrope");
 
     ht_write_dir(dir, sizeof dir, "bad-truncated", &small, NULL, &c);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -623,6 +697,7 @@ int main(void) {
     convert_and_check(&specs[4], CLEAVE_TYPE_BF16); /* f16 -> bf16 */
     convert_and_check(&specs[5], CLEAVE_TYPE_F16);
     bad_inputs();
+    rope_scaling_imports();
     alloc_failures();
     return tu_finish("test_convert_hf");
 }

@@ -73,6 +73,7 @@ typedef struct {
     bool tied;
     bool llama3_rope; /* rope scaling "llama3": factor, low/high frequency factors, old context */
     double rs_factor, rs_low, rs_high, rs_orig_ctx;
+    model_rope_scaling scaling; /* "linear" and "yarn": written as rope.scaling.* keys */
 } hf_config;
 
 typedef struct hf_conv hf_conv;
@@ -157,6 +158,49 @@ static const hf_arch *hf_find_arch(const cJSON *root, char *named, size_t named_
     return NULL;
 }
 
+/* Linear and YaRN scaling as the GGUF keys llama.cpp's converter writes
+ * (rope.scaling.type, .factor, .original_context_length; YaRN's betas where
+ * the config gives them). YaRN's attention factor is the default one
+ * (0.1 ln(factor) + 1, what transformers computes when the config names
+ * none); a config that sets it, or another YaRN knob, is refused by name
+ * rather than run with other arithmetic. */
+static cleave_status hf_read_scaling(const char *path, const cJSON *rp, const char *tn,
+                                     hf_config *c) {
+    model_rope_scaling *rs = &c->scaling;
+    bool yarn = strcmp(tn, "yarn") == 0;
+    static const char *const refused[] = {"attention_factor", "mscale", "mscale_all_dim",
+                                          "truncate"};
+    for (size_t i = 0; yarn && i < sizeof refused / sizeof refused[0]; i++)
+        if (hf_item(rp, refused[i]))
+            return err_set(CLEAVE_ERR_UNSUPPORTED,
+                           "%s: YaRN's '%s' is not supported (cleave applies YaRN's default "
+                           "attention factor)",
+                           path, refused[i]);
+    double factor = 0, orig = 0, beta_fast = 32, beta_slow = 1;
+    cleave_status st = hf_num(path, rp, "factor", 0.0, &factor);
+    if (!st && yarn) st = hf_num(path, rp, "original_max_position_embeddings", (double)c->n_ctx, &orig);
+    if (!st && yarn) st = hf_num(path, rp, "beta_fast", 32.0, &beta_fast);
+    if (!st && yarn) st = hf_num(path, rp, "beta_slow", 1.0, &beta_slow);
+    if (st) return st;
+    if (!(factor >= 1.0) || factor > 1024.0 || (yarn && (!(orig >= 1.0) || orig > 1e8)) ||
+        !(beta_fast > 0) || !(beta_slow > 0))
+        return err_set(CLEAVE_ERR_FORMAT,
+                       "%s: %s rope scaling needs factor in [1, 1024]%s (got factor %g, original "
+                       "context %g, betas %g, %g)",
+                       path, tn, yarn ? ", an original context and positive betas" : "", factor,
+                       orig, beta_fast, beta_slow);
+    rs->type = yarn ? ROPE_SCALING_YARN : ROPE_SCALING_LINEAR;
+    rs->factor = (float)factor;
+    rs->keys = ROPE_KEY_TYPE | ROPE_KEY_FACTOR;
+    if (yarn) {
+        rs->n_ctx_orig = (uint32_t)orig;
+        rs->keys |= ROPE_KEY_CTX_ORIG;
+        if (hf_item(rp, "beta_fast")) rs->yarn_beta_fast = (float)beta_fast, rs->keys |= ROPE_KEY_BETA_FAST;
+        if (hf_item(rp, "beta_slow")) rs->yarn_beta_slow = (float)beta_slow, rs->keys |= ROPE_KEY_BETA_SLOW;
+    }
+    return CLEAVE_OK;
+}
+
 /* transformers 5 keeps RoPE settings in rope_parameters (theta included);
  * 4.x in rope_theta plus an optional rope_scaling object. */
 static cleave_status hf_read_rope(const char *path, const cJSON *root, hf_config *c) {
@@ -176,10 +220,11 @@ static cleave_status hf_read_rope(const char *path, const cJSON *root, hf_config
     if (!type && rp) type = hf_item(rp, "type");
     const char *tn = cJSON_IsString(type) ? type->valuestring : "default";
     if (strcmp(tn, "default") == 0) return CLEAVE_OK;
+    if (strcmp(tn, "linear") == 0 || strcmp(tn, "yarn") == 0) return hf_read_scaling(path, rp, tn, c);
     if (strcmp(tn, "llama3") != 0)
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "%s: rope scaling type '%.40s' is not supported (cleave runs plain RoPE and "
-                       "Llama 3 scaling)",
+                       "%s: rope scaling type '%.40s' is not supported (cleave runs plain RoPE, "
+                       "linear, YaRN and Llama 3 scaling)",
                        path, tn);
     c->llama3_rope = true;
     if ((st = hf_num(path, rp, "factor", 8.0, &c->rs_factor)) ||
@@ -460,7 +505,7 @@ static cleave_status hf_set_metadata(hf_conv *cv) {
         .n_vocab = c->n_vocab, .n_embd = c->n_embd, .n_layer = c->n_layer, .n_head = c->n_head,
         .n_head_kv = c->n_head_kv, .head_dim = c->head_dim, .n_ff = c->n_ff,
         .n_ctx_train = c->n_ctx, .n_rot = c->head_dim, .norm_eps = c->norm_eps,
-        .rope_freq_base = c->rope_theta,
+        .rope_freq_base = c->rope_theta, .rope_scaling = c->scaling,
     };
     snprintf(hp.arch_name, sizeof hp.arch_name, "%s", a);
     /* general.file_type follows the embedding's type */
