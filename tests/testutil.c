@@ -57,20 +57,31 @@ const char *tu_tiny_model(const char *arch, cleave_type type) {
     return tu_gen_model("tiny", arch, type, 42);
 }
 
-const char *tu_gen_model(const char *preset, const char *arch, cleave_type type, uint64_t seed) {
+/* type, or the mixture mix where it is not NULL */
+static const char *gen_model(const char *preset, const char *arch, cleave_type type,
+                             const char *mix, uint64_t seed) {
     static char paths[16][4096];
     static int slot;
     char name[96];
-    snprintf(name, sizeof name, "%s-%s-%s.gguf", preset, arch, cleave_type_name(type));
+    snprintf(name, sizeof name, "%s-%s-%s.gguf", preset, arch, mix ? mix : cleave_type_name(type));
     char *p = paths[slot++ % 16];
     snprintf(p, 4096, "%s", tu_tmp(name));
-    cleave_status st = cleave_generate_model(preset, arch, type, seed, p, NULL, NULL);
+    cleave_status st = mix ? cleave_generate_model_mix(preset, arch, mix, seed, p, NULL, NULL)
+                           : cleave_generate_model(preset, arch, type, seed, p, NULL, NULL);
     if (st) {
         fprintf(stderr, "generating %s: %s\n", name, cleave_last_error());
         tu_failures++;
         return NULL;
     }
     return p;
+}
+
+const char *tu_gen_model(const char *preset, const char *arch, cleave_type type, uint64_t seed) {
+    return gen_model(preset, arch, type, NULL, seed);
+}
+
+const char *tu_gen_model_mix(const char *preset, const char *arch, const char *mix, uint64_t seed) {
+    return gen_model(preset, arch, CLEAVE_TYPE_F32, mix, seed);
 }
 
 const char *tu_stories_model(void) {

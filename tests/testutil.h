@@ -53,6 +53,9 @@ void tu_skip(const char *why);
 const char *tu_tiny_model(const char *arch, cleave_type type);
 /* The same for any `cleave gen` preset and seed. */
 const char *tu_gen_model(const char *preset, const char *arch, cleave_type type, uint64_t seed);
+/* The same with per-tensor types as the quantizer picks them for a file
+ * type such as "Q4_K_M" (cleave_generate_model_mix). */
+const char *tu_gen_model_mix(const char *preset, const char *arch, const char *mix, uint64_t seed);
 /* Converts stories260K to GGUF in the temp dir; NULL when the shared model
  * is absent. */
 const char *tu_stories_model(void);

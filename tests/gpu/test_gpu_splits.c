@@ -160,5 +160,14 @@ int main(void) {
         snprintf(label, sizeof label, "small llama %s", cleave_type_name(types[t]));
         if (p) compare(label, p, devs, types[t] == CLEAVE_TYPE_F32 ? 5e-4 : 2e-2);
     }
+    /* block types: tensor-split slices on whole blocks, the switch moving
+     * quantized rows and column ranges byte for byte */
+    static const char *const mixes[] = {"Q4_K_M", "Q6_K", "Q4_0"};
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        char label[64];
+        const char *p = tu_gen_model_mix("small", "llama", mixes[i], 7);
+        snprintf(label, sizeof label, "small llama %s", mixes[i]);
+        if (p) compare(label, p, devs, 2e-2);
+    }
     return tu_finish("test_gpu_splits");
 }

@@ -156,6 +156,18 @@ int main(void) {
         if (types[t] == CLEAVE_TYPE_Q8_0) tol = 1e-1; /* the CPU's int8 activations: 4.2e-2 measured */
         if (p) compare(label, p, CLEAVE_TYPE_F16, tol);
     }
+    /* The block types as downloaded files mix them, on the small preset
+     * (rows of 256, so the K-quants apply): the GPU's decode GEMV rounds x
+     * to int16, its prompt GEMM to f16, the CPU to int8 blocks of 32 as
+     * for q8_0 above, hence q8_0's bound. */
+    static const char *const mixes[] = {"Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K", "Q4_0",
+                                        "Q4_1",   "Q5_0",   "Q5_1", "IQ4_NL", "IQ4_XS"};
+    for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
+        const char *p = tu_gen_model_mix("small", "llama", mixes[i], 7);
+        char label[64];
+        snprintf(label, sizeof label, "small llama %s", mixes[i]);
+        if (p) compare(label, p, CLEAVE_TYPE_F16, 1e-1);
+    }
     /* RoPE scaling: YaRN on the fused rope + cache store, both pairings
      * (the plain rope kernel's scaling is test_backend_ops's rope cases).
      * Not a q8_0 cache here: the two devices round K/V to int8 from
