@@ -1,5 +1,5 @@
 """Quantized 8B-shape files on one NVIDIA H200, cleave beside llama.cpp on
-the same files in the same lease (bench/quant-gpu-2026-12-02.md): decode
+the same files in the same run on the machine (bench/quant-gpu-2026-12-02.md): decode
 (tg128) with the HBM limit (3.8 TB/s over the bytes a token reads: the
 file less the token-embedding table, of which one row is read), prompt
 processing (pp4096) and batched decode of Q4_K_M. Writes bench/quant.png."""
@@ -58,7 +58,7 @@ for s, v in zip(seqs, bd_llama):
 ax.set_xlabel("sequences (512-token prompts, 128 steps)")
 ax.set_title("batched decode, Q4_K_M (S_TG)")
 ax.legend(fontsize=8)
-fig.suptitle("8B-shape files on one NVIDIA H200, both tools on the same files in one lease (2026-12-02)")
+fig.suptitle("8B-shape files on one NVIDIA H200, both tools on the same files in one run on the machine (2026-12-02)")
 fig.tight_layout()
 fig.savefig("bench/quant.png", dpi=110)
 print([round(v) for v in limit])
