@@ -42,43 +42,49 @@ static void pack_high_bits(const uint8_t *q, uint8_t qh[4]) {
     memcpy(qh, &h, 4);
 }
 
+/* Q4_0/Q5_0: 32 weights on 2 half levels about zero (half = 8 or 16), the
+ * largest magnitude on -half; returns the scale. */
+static float symmetric_block(const float *x, int half, uint8_t q[32]) {
+    float d = signed_absmax(x, 32) / (float)-half, id = d ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) q[j] = trunc_clamp(x[j] * id + ((float)half + 0.5f), 2 * half - 1);
+    return d;
+}
+
 void quant_q4_0_row(const float *x, block_q4_0 *b, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += QK4_0) {
-        float d = signed_absmax(x, QK4_0) / -8, id = d ? 1.0f / d : 0.0f;
         uint8_t q[QK4_0];
-        for (int j = 0; j < QK4_0; j++) q[j] = trunc_clamp(x[j] * id + 8.5f, 15);
-        b[i].d = quant_scale_to_f16(d);
+        b[i].d = quant_scale_to_f16(symmetric_block(x, 8, q));
         pack_nibbles(q, b[i].qs);
     }
 }
 
 void quant_q5_0_row(const float *x, block_q5_0 *b, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += QK5_0) {
-        float d = signed_absmax(x, QK5_0) / -16, id = d ? 1.0f / d : 0.0f;
         uint8_t q[QK5_0];
-        for (int j = 0; j < QK5_0; j++) q[j] = trunc_clamp(x[j] * id + 16.5f, 31);
-        b[i].d = quant_scale_to_f16(d);
+        b[i].d = quant_scale_to_f16(symmetric_block(x, 16, q));
         pack_high_bits(q, b[i].qh);
         pack_nibbles(q, b[i].qs);
     }
 }
 
-/* Q4_1/Q5_1: min and max of a block; d spans them in 2^bits - 1 steps. */
-static void min_max(const float *x, int n, float *mn, float *mx) {
-    *mn = *mx = x[0];
-    for (int j = 1; j < n; j++) {
+/* Q4_1/Q5_1: 32 weights from their min to their max in nmax steps (15 or
+ * 31); returns the scale, the min in *mn. */
+static float affine_block(const float *x, int nmax, uint8_t q[32], float *mn) {
+    float mx = x[0];
+    *mn = x[0];
+    for (int j = 1; j < 32; j++) {
         if (x[j] < *mn) *mn = x[j];
-        if (x[j] > *mx) *mx = x[j];
+        if (x[j] > mx) mx = x[j];
     }
+    float d = (mx - *mn) / (float)nmax, id = d ? 1.0f / d : 0.0f;
+    for (int j = 0; j < 32; j++) q[j] = trunc_clamp((x[j] - *mn) * id + 0.5f, nmax);
+    return d;
 }
 
 void quant_q4_1_row(const float *x, block_q4_1 *b, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += QK4_1) {
-        float mn, mx;
-        min_max(x, QK4_1, &mn, &mx);
-        float d = (mx - mn) / 15, id = d ? 1.0f / d : 0.0f;
         uint8_t q[QK4_1];
-        for (int j = 0; j < QK4_1; j++) q[j] = trunc_clamp((x[j] - mn) * id + 0.5f, 15);
+        float mn, d = affine_block(x, 15, q, &mn);
         b[i].d = quant_scale_to_f16(d);
         b[i].m = quant_scale_to_f16(mn);
         pack_nibbles(q, b[i].qs);
@@ -87,11 +93,8 @@ void quant_q4_1_row(const float *x, block_q4_1 *b, size_t nb) {
 
 void quant_q5_1_row(const float *x, block_q5_1 *b, size_t nb) {
     for (size_t i = 0; i < nb; i++, x += QK5_1) {
-        float mn, mx;
-        min_max(x, QK5_1, &mn, &mx);
-        float d = (mx - mn) / 31, id = d ? 1.0f / d : 0.0f;
         uint8_t q[QK5_1];
-        for (int j = 0; j < QK5_1; j++) q[j] = trunc_clamp((x[j] - mn) * id + 0.5f, 31);
+        float mn, d = affine_block(x, 31, q, &mn);
         b[i].d = quant_scale_to_f16(d);
         b[i].m = quant_scale_to_f16(mn);
         pack_high_bits(q, b[i].qh);
