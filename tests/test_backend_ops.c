@@ -337,14 +337,14 @@ static double tol_mm(const tdev *td, cleave_type t) {
     return tol * opt.tol_scale;
 }
 /* The same for a batch of n: on a GPU the block types' GEMV (n up to
- * CLEAVE_GEMVQ_MAX_N, default 6) quantizes x to int16 per 32 (2^-16 of
+ * CLEAVE_GEMVQ_MAX_N, default OPTIONS_GEMVQ_MAX_N) quantizes x to int16 per 32 (2^-16 of
  * the group's largest, random rounding: ~1e-5 of max|ref| over thousands
  * of terms), so it must stay far inside the f16 GEMM bound that larger
  * batches get; the int8 tensor-core GEMM (the rest up to 32) quantizes x
  * to int8 per 32, as the CPU does, and gets the CPU's bound. */
 static double tol_mm_n(const tdev *td, cleave_type t, size_t n) {
     long g = options_get()->gemvq_max_n;
-    size_t gemvq_max = g >= 1 && g <= 8 ? (size_t)g : 6;
+    size_t gemvq_max = g >= 1 && g <= 8 ? (size_t)g : OPTIONS_GEMVQ_MAX_N;
     if (td->lowp && is_qtype(t) && n <= gemvq_max) return 2e-4 * opt.tol_scale;
     if (td->lowp && is_qtype(t) && n <= 32) return 2e-2 * opt.tol_scale;
     return tol_mm(td, t);

@@ -10,7 +10,8 @@
  *   CLEAVE_NO_SIMD=1           no_simd: the CPU backend's plain C kernels instead of AVX2
  *   CLEAVE_NO_P2P=1            no_p2p: GPU to GPU copies staged through pinned host memory
  *   CLEAVE_GEMV_MAX_N=N        gemv_max_n: the CUDA GEMV serves batches of up to N rows (0: default)
- *   CLEAVE_GEMVQ_MAX_N=N       gemvq_max_n: the same for the block types' GEMV, 1..8 (0: default, 6)
+ *   CLEAVE_GEMVQ_MAX_N=N       gemvq_max_n: the same for the block types' GEMV, 1..8 (0: default,
+ *                              OPTIONS_GEMVQ_MAX_N)
  *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
  *   CLEAVE_TIER_NUMA=0         tier_numa: a tiered cache's host part on any NUMA node
  *   CLEAVE_UPLOAD_THREADS=N    upload_threads: host threads preparing weight uploads (0: none; unset: the CPUs)
@@ -25,6 +26,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The block types' GEMV up to this many tokens by default (the CUDA
+ * backend and its tests read it; cuda_quant.cuh says why 6). */
+#define OPTIONS_GEMVQ_MAX_N 6
 
 typedef struct cleave_env_options {
     bool load_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;

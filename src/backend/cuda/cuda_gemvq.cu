@@ -7,7 +7,7 @@
 
 size_t cuda_gemvq_max_n(void) {
     static size_t max_n; /* read once; every thread computes the same value */
-    if (!max_n) max_n = cuda_option_n(options_get()->gemvq_max_n, CUDA_GEMVQ_MAX_N, 6);
+    if (!max_n) max_n = cuda_option_n(options_get()->gemvq_max_n, CUDA_GEMVQ_MAX_N, OPTIONS_GEMVQ_MAX_N);
     return max_n;
 }
 

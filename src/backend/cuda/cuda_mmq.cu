@@ -76,16 +76,16 @@ bool cuda_mmq(cuda_device *d, const be_mat *w, const float *x, size_t n, const f
     j.xq = (const int8_t *)xs;
     j.xm = (const float4 *)((char *)xs + xq_bytes);
     j.n = n, j.n_pad = n_pad;
-    j.blocks = ne0 / 256;
+    j.chunks = ne0 / 256;
     /* about 16 warps per multiprocessor: split a row's chunks when row
      * tiles alone are fewer, down to ranges of MQ_MIN_SPLIT chunks */
     size_t tiles = (rows + 15) / 16, want = (size_t)d->n_sm * MQ_BLOCKS_PER_SM * MQ_WARPS;
-    size_t max_splits = j.blocks / MQ_MIN_SPLIT ? j.blocks / MQ_MIN_SPLIT : 1;
+    size_t max_splits = j.chunks / MQ_MIN_SPLIT ? j.chunks / MQ_MIN_SPLIT : 1;
     size_t splits = (want + tiles - 1) / tiles;
     if (splits > max_splits) splits = max_splits;
     if (splits < 1) splits = 1;
-    j.per_split = (j.blocks + splits - 1) / splits;
-    j.splits = (int)((j.blocks + j.per_split - 1) / j.per_split);
+    j.per_split = (j.chunks + splits - 1) / splits;
+    j.splits = (int)((j.chunks + j.per_split - 1) / j.per_split);
     j.y = y, j.bias = bias;
     if (j.splits > 1) {
         void *ps;

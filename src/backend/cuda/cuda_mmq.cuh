@@ -9,11 +9,11 @@
  * (cuda_mmq_fmt.cuh), the scale and the scale times the group's sum of
  * quants, so a group's offsets and mins cost one multiply-add per output.
  * A warp owns 16 rows and all tokens (up to 4 tiles of 8) over a range of
- * blocks: per group, one mma.m16n8k32 (k16 for the 16-weight groups) per
- * tile of tokens, the int32 result scaled into f32 accumulators. Rows of
- * few blocks split their blocks over several warps (K split), whose
- * partial sums a second kernel adds in a fixed order, so results do not
- * depend on timing.
+ * 256-weight chunks: per group, one mma.m16n8k32 (k16 for the 16-weight
+ * groups) per tile of tokens, the int32 result scaled into f32
+ * accumulators. Rows of few chunks split them over several warps (K
+ * split), whose partial sums a second kernel adds in a fixed order, so
+ * results do not depend on timing.
  *
  * Instantiated per type in cuda_mmq_*.cu; cuda_mmq.cu chooses. */
 #ifndef CLEAVE_CUDA_MMQ_CUH
@@ -31,7 +31,7 @@ struct mq_job {
     const int8_t *xq;  /* [n_pad][ne0] */
     const float4 *xm;  /* [ne0 / G][n_pad / 2]: {d, d X} of two tokens */
     size_t n, n_pad;
-    size_t blocks, per_split; /* chunks (256 weights) a row, chunks a K-split range */
+    size_t chunks, per_split; /* chunks (256 weights) a row, chunks a K-split range */
     int splits;
     float *y;          /* splits == 1: [n][rows] */
     const float *bias; /* splits == 1 */
@@ -82,7 +82,7 @@ __device__ __forceinline__ size_t mq_tiles(const mq_job &j) { return (j.rows + 1
 __device__ __forceinline__ void mq_locate(const mq_job &j, mq_cursor &q) {
     const size_t sp = q.task / mq_tiles(j), lo = sp * j.per_split;
     q.ch = lo;
-    q.hi = lo + j.per_split < j.blocks ? lo + j.per_split : j.blocks;
+    q.hi = lo + j.per_split < j.chunks ? lo + j.per_split : j.chunks;
 }
 /* the row tile's row i, clamped to the last row (its results are dropped) */
 __device__ __forceinline__ const uint8_t *mq_row(const mq_job &j, size_t task, int i, size_t ch,
@@ -95,8 +95,7 @@ __device__ __forceinline__ const uint8_t *mq_row(const mq_job &j, size_t task, i
  * holds rows r and r + 8 of A and token r of B; for k32 its k slots 4c..
  * 4c+3 and 16+4c..+3, which this kernel maps to positions 8c..8c+7 of the
  * group (A and B alike, so the product is the same), for k16 slots and
- * positions 4c..4c+3; its results are tokens 2c, 2c+1 of rows r, r + 8.
- * j.blocks and j.per_split count chunks here. */
+ * positions 4c..4c+3; its results are tokens 2c, 2c+1 of rows r, r + 8. */
 template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(mq_job j) {
     using F = mq<T>;
     using K = mq_chunk<T>;
