@@ -161,13 +161,18 @@ int main(void) {
         if (p) compare(label, p, devs, types[t] == CLEAVE_TYPE_F32 ? 5e-4 : 2e-2);
     }
     /* block types: tensor-split slices on whole blocks, the switch moving
-     * quantized rows and column ranges byte for byte */
+     * quantized rows and column ranges byte for byte. The bound is the
+     * activations' rounding, not the split: a prompt's int8 GEMM takes
+     * rows of whole 256-weight chunks, so a slice of 128 columns (this
+     * model's attention output split in two) goes through the f16 GEMM
+     * instead, and the two roundings of x differ by up to 3.3e-2 in the
+     * logits (Q4_0 on an H200; the layer split, same kernels, 9e-5) */
     static const char *const mixes[] = {"Q4_K_M", "Q6_K", "Q4_0"};
     for (size_t i = 0; i < sizeof mixes / sizeof mixes[0]; i++) {
         char label[64];
         const char *p = tu_gen_model_mix("small", "llama", mixes[i], 7);
         snprintf(label, sizeof label, "small llama %s", mixes[i]);
-        if (p) compare(label, p, devs, 2e-2);
+        if (p) compare(label, p, devs, 5e-2);
     }
     return tu_finish("test_gpu_splits");
 }
