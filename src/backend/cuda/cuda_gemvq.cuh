@@ -8,7 +8,7 @@
  * coalesced and with no registers held for the bytes in flight, and the
  * lanes read their blocks out of the stage (cuda_gemvq_fmt.cuh).
  *
- * A round is 32 units (32 blocks, or 8 super-blocks): one stage. A warp's
+ * A round is 32 U units (U = 2: 64 blocks, or 16 super-blocks): one stage. A warp's
  * rounds run on from one of its rows to the next, so the ring stays full
  * across rows; the first S-1 rounds are requested before the kernel waits
  * for the one before it. Rows off 16-byte alignment are streamed from the
@@ -184,15 +184,18 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
         __syncwarp();     /* ... and every lane's, and round i-1 is read */
         issue((i + S - 1) % S);
         const size_t b0 = c.r * F::GB;
-        if (b0 + b < nblk) {
+#pragma unroll
+        for (int u = 0; u < F::U; u++) {
+            const int bu = b + u * (32 / F::LPB);
+            if (b0 + bu >= nblk) break;
             /* this lane's block in stage i % S, at the row's offset from 16 */
-            uint32_t at = ring + (uint32_t)(i % S) * SB + (uint32_t)b * F::BLK +
+            uint32_t at = ring + (uint32_t)(i % S) * SB + (uint32_t)bu * F::BLK +
                           (uint32_t)((uintptr_t)(c.w + b0 * F::BLK) & 15);
             typename F::row r[M];
 #pragma unroll
             for (int m = 0; m < M; m++)
                 F::load(gq_smem, at + m * PB, part, r[m]);
-            gq_dot<F, N, M>(r, xv, (b0 + b) * F::LPB + part, acc);
+            gq_dot<F, N, M>(r, xv, (b0 + bu) * F::LPB + part, acc);
         }
         if (c.r + 1 == rounds) {
 #pragma unroll

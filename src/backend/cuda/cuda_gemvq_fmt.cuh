@@ -170,8 +170,8 @@ template <int C, int NS> struct gq_rowv {
 
 /* ---- the formats --------------------------------------------------------------
  * Each: QK, BLK; LPB lanes per block; LW x values per unit (QK / LPB), C
- * chunks of 8 of them; GB blocks per round (a warp's 32 lanes: 32 blocks
- * or 8 super-blocks); ALIGN, the alignment its reads need of a block's
+ * chunks of 8 of them; GB blocks per round (a warp's 32 lanes U times:
+ * 32 U blocks or 8 U super-blocks); ALIGN, the alignment its reads need of a block's
  * offset; NS sub-blocks per unit, of GSZ weights; ZERO, the quants' offset;
  * sub_lo/sub_hi(c), the sub-blocks of chunk c's halves; xmap (position i
  * of a block -> unit q, chunk c, slot e); meta_at (GSZ-group k of a block
@@ -180,15 +180,19 @@ template <int C, int NS> struct gq_rowv {
 
 template <int T> struct gq;
 
-template <int T, int LPB_> struct gq_base {
+/* U units a lane per round: a round's fixed costs (the ring's wait and
+ * refill, the cursor) shared by more weights. 2 for the 32-weight types
+ * (a round of 32 units is 576 bytes of Q4_0) and Q4_K/Q5_K; Q6_K's larger
+ * rounds, doubled, would crowd x out of shared memory. */
+template <int T, int LPB_, int U_ = 1> struct gq_base {
     static constexpr int QK = cq_fmt<T>::QK, BLK = cq_fmt<T>::BLK, LPB = LPB_, LW = QK / LPB,
-                         C = LW / 8, GB = 32 / LPB;
+                         C = LW / 8, U = U_, GB = U * 32 / LPB;
 };
 
 /* the 32-weight types: qs byte j holds weights j (low nibble) and j + 16,
  * so word k's low nibbles meet chunk k's slots 0-3, its high nibbles
  * slots 4-7; one sub-block, w = d (q - ZERO) or d q + m */
-template <int T> struct gq_legacy : gq_base<T, 1> {
+template <int T> struct gq_legacy : gq_base<T, 1, 2> {
     static constexpr int ALIGN = 2, NS = 1, GSZ = 32;
     static constexpr bool Q5 = T == CLEAVE_TYPE_Q5_0 || T == CLEAVE_TYPE_Q5_1;
     static constexpr bool MIN = T == CLEAVE_TYPE_Q4_1 || T == CLEAVE_TYPE_Q5_1;
@@ -232,7 +236,7 @@ template <> struct gq<CLEAVE_TYPE_Q5_1> : gq_legacy<CLEAVE_TYPE_Q5_1> {};
 template <> struct gq<CLEAVE_TYPE_IQ4_NL> : gq_legacy<CLEAVE_TYPE_IQ4_NL> {};
 
 /* the formats with two 32-weight sub-blocks a unit: 32-groups 2q, 2q + 1 */
-template <int T> struct gq_two32 : gq_base<T, 4> {
+template <int T, int U = 1> struct gq_two32 : gq_base<T, 4, U> {
     static constexpr int NS = 2, GSZ = 32, ZERO = 0;
     typedef gq_rowv<8, 2> row;
     GQ_HD static void meta_at(int k, int &q, int &slot) { q = k >> 1, slot = k & 1; }
@@ -241,7 +245,7 @@ template <int T> struct gq_two32 : gq_base<T, 4> {
 /* Q4_K, Q5_K: unit q = sub-blocks 2q (low nibbles of qs bytes 32q..+32)
  * and 2q+1 (their high nibbles); blocks are 144 and 176 bytes, so every
  * block of a 16-byte aligned row is 16-byte aligned */
-template <int T> struct gq_k45 : gq_two32<T> {
+template <int T> struct gq_k45 : gq_two32<T, 2> {
     static constexpr int ALIGN = 16;
     typedef gq_rowv<8, 2> row;
     GQ_HD static int sub_lo(int) { return 0; }
