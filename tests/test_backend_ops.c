@@ -138,6 +138,13 @@ static double now_s(void) {
 static const cleave_type all_types[4] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
                                          CLEAVE_TYPE_Q8_0};
 static const char *tname(cleave_type t) { return cleave_type_name(t); }
+/* KV cache types: the four above and the 4- and 5-bit blocks */
+#define KV_TYPES 6
+static const cleave_type kv_types[KV_TYPES] = {CLEAVE_TYPE_F32,  CLEAVE_TYPE_F16,  CLEAVE_TYPE_BF16,
+                                               CLEAVE_TYPE_Q8_0, CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q5_0};
+static bool kv_blocks(cleave_type t) {
+    return t == CLEAVE_TYPE_Q8_0 || t == CLEAVE_TYPE_Q4_0 || t == CLEAVE_TYPE_Q5_0;
+}
 
 /* Weight types: the four above, then the block types of downloaded GGUF
  * files (q_types: from W_BASE on). Their weights are random block bytes
@@ -351,11 +358,12 @@ static double tol_mm_n(const tdev *td, cleave_type t, size_t n) {
 }
 /* attention. CPU: f32 scores and softmax over exactly dequantized K/V.
  * CUDA: __expf; for f16/bf16 caches the tensor-core prefill rounds q and
- * the probabilities to the cache type (f16: 2^-11, bf16: 2^-8). */
+ * the probabilities to the cache type (f16: 2^-11, bf16: 2^-8), and for
+ * the 32-block caches (q8_0, q5_0, q4_0) also K and V to f16. */
 static double tol_attn(const tdev *td, cleave_type t) {
     double tol = 2e-5;
     if (td->lowp)
-        tol = t == CLEAVE_TYPE_BF16 ? 2e-2 : t == CLEAVE_TYPE_F16 ? 4e-3 : 2e-4;
+        tol = t == CLEAVE_TYPE_BF16 ? 2e-2 : t == CLEAVE_TYPE_F16 || kv_blocks(t) ? 4e-3 : 2e-4;
     return tol * opt.tol_scale;
 }
 /* f32 element-wise ops (rms_norm, add_rms_norm, rope, swiglu, add): a few
@@ -364,10 +372,13 @@ static double tol_ew(void) { return 1e-5 * opt.tol_scale; }
 /* cache stores of roped values (rope_store): the stored element may round
  * the other way from the reference's quantization of its reference value,
  * one step of the type: f16 2^-10, bf16 2^-7, q8_0 max|block| / 127,
- * relative to the largest value; f32 only the rope's own error. */
+ * q5_0 / 16, q4_0 / 8, relative to the largest value; f32 only the
+ * rope's own error. */
 static double tol_store(cleave_type t) {
     double step = t == CLEAVE_TYPE_F32 ? 0 : t == CLEAVE_TYPE_F16 ? 0x1p-10 : 0x1p-7;
     if (t == CLEAVE_TYPE_Q8_0) step = 1.0 / 127.0;
+    if (t == CLEAVE_TYPE_Q5_0) step = 1.0 / 16.0; /* d = max / -16 */
+    if (t == CLEAVE_TYPE_Q4_0) step = 1.0 / 8.0;
     return (step * 1.01 + 1e-5) * opt.tol_scale;
 }
 
@@ -1068,10 +1079,10 @@ static void test_kv_store(void) {
     static const size_t widths[] = {64, 128, 1024};
     static const size_t ns[] = {1, 5, 17};
     const size_t cells = 40;
-    for (int ti = 0; ti < 4; ti++)
+    for (int ti = 0; ti < KV_TYPES; ti++)
         for (size_t wi = 0; wi < 3; wi++)
             for (size_t ni = 0; ni < 3; ni++) {
-                cleave_type t = all_types[ti];
+                cleave_type t = kv_types[ti];
                 size_t width = widths[wi], n = ns[ni], rb = quant_row_bytes(t, width);
                 void *cache0 = rand_cache(t, cells, width);
                 float *src = xmalloc(n * width * 4), *got = xmalloc(cells * width * 4);
@@ -1103,10 +1114,10 @@ static void test_kv_store(void) {
                           BE(c.d, kv_store, sd, n, width, cd, t, celld));
                     cx_end(&c);
                     /* f32/f16/bf16: round to nearest even of the same f32,
-                     * exact. q8_0: one step on at most 1% of the elements
+                     * exact. Blocks: one step on at most 1% of the elements
                      * (a tie of the scaled value may round either way). */
-                    double tol = t == CLEAVE_TYPE_Q8_0 ? tol_store(t) : 0;
-                    if (t == CLEAVE_TYPE_Q8_0 && off * 100 > n * width) tol = -1;
+                    double tol = kv_blocks(t) ? tol_store(t) : 0;
+                    if (kv_blocks(t) && off * 100 > n * width) tol = -1;
                     report(&c, "kv_store", shape, tname(t), err_val(&e), tol);
                 }
                 free(raw), free(cache0), free(src), free(got), free(ref);
@@ -1120,13 +1131,13 @@ static void test_rope_store(void) {
     if (!any) return;
     static const size_t ns[] = {1, 3, 17};
     size_t nc = sizeof rope_cfgs / sizeof rope_cfgs[0];
-    for (int ti = 0; ti < 4; ti++)
-        for (size_t ci = 0; ci < nc; ci += opt.quick ? 3 : 1)
+    for (int ti = 0; ti < KV_TYPES; ti++)
+        for (size_t ci = 0; ci < nc; ci += opt.quick || ti >= 4 ? 3 : 1)
             for (size_t ni = 0; ni < 3; ni++) {
-                cleave_type t = all_types[ti];
+                cleave_type t = kv_types[ti];
                 const rope_cfg *rc = &rope_cfgs[ci];
                 size_t n = ns[ni], hd = rc->hd, nh = 4, nkv = 2, qw = nh * hd, kw = nkv * hd;
-                if (t == CLEAVE_TYPE_Q8_0 && kw % 32) continue;
+                if (kv_blocks(t) && kw % 32) continue;
                 size_t cells = 24, rb = quant_row_bytes(t, kw);
                 float *ff = xmalloc(hd / 2 * 4);
                 for (size_t i = 0; i < hd / 2; i++) ff[i] = 1.0f + 0.37f * (float)i;
@@ -1685,7 +1696,11 @@ typedef struct {
     size_t n_kv, live;           /* live 0: no n_kv_live */
     bool win, no_cells_seq;      /* last sequence: tokens but no cells */
     bool big;                    /* bench shape: sampled check */
+    bool mixed;                  /* a V cache of type vt (else t, as K) */
+    cleave_type vt;
 } attn_cfg;
+
+static cleave_type attn_vt(const attn_cfg *a) { return a->mixed ? a->vt : a->t; }
 
 typedef struct {
     size_t n_tokens, n_kv, n_runs;
@@ -1840,13 +1855,16 @@ static void attn_case(const attn_cfg *a) {
     attn_batch b;
     attn_batch_make(a, &b);
     size_t hd = a->hd, kw = a->n_head_kv * hd, qw = a->n_head * hd, nt = b.n_tokens, n_kv = b.n_kv;
-    size_t rb = quant_row_bytes(a->t, kw);
+    cleave_type vt = attn_vt(a);
+    size_t rb = quant_row_bytes(a->t, kw), rbv = quant_row_bytes(vt, kw);
     float scale = 1.0f / sqrtf((float)hd);
     float *q = xmalloc(nt * qw * 4), *kd = xmalloc(n_kv * kw * 4), *vd = xmalloc(n_kv * kw * 4);
     fill(q, nt * qw, 2.5f);
-    void *kc = rand_cache(a->t, n_kv, kw), *vc = rand_cache(a->t, n_kv, kw);
+    void *kc = rand_cache(a->t, n_kv, kw), *vc = rand_cache(vt, n_kv, kw);
     deq_cache(a->t, kc, n_kv, kw, kd);
-    deq_cache(a->t, vc, n_kv, kw, vd);
+    deq_cache(vt, vc, n_kv, kw, vd);
+    char types[32];
+    snprintf(types, sizeof types, a->mixed ? "%s/%s" : "%s", tname(a->t), tname(vt));
     size_t toks_buf[4] = {0, nt / 3, nt / 2, nt - 1}, *toks = NULL, n_chk = nt;
     if (a->big && nt > 4) toks = toks_buf, n_chk = 4;
     double *ref = xmalloc(n_chk * qw * 8);
@@ -1858,15 +1876,15 @@ static void attn_case(const attn_cfg *a) {
     for (int di = 0; di < n_devs; di++) {
         cx c;
         cx_init(&c, &devs[di]);
-        size_t R = rot_copies(&c, 2 * n_kv * rb, 16);
+        size_t R = rot_copies(&c, n_kv * (rb + rbv), 16);
         void *kdv[16], *vdv[16];
-        for (size_t r = 0; r < R; r++) kdv[r] = cx_up(&c, kc, n_kv * rb), vdv[r] = cx_up(&c, vc, n_kv * rb);
+        for (size_t r = 0; r < R; r++) kdv[r] = cx_up(&c, kc, n_kv * rb), vdv[r] = cx_up(&c, vc, n_kv * rbv);
         be_attn at = {
             .q = cx_up(&c, q, nt * qw * 4),
             .k = kdv[0],
             .v = vdv[0],
             .kv_type = a->t,
-            .v_type = a->t,
+            .v_type = vt,
             .n_tokens = nt,
             .n_kv = n_kv,
             .n_kv_live = a->live ? cx_up(&c, &live32, 4) : NULL,
@@ -1894,11 +1912,11 @@ static void attn_case(const attn_cfg *a) {
                 for (size_t k = 0; k < n_kv; k++)
                     vis += b.cell_seq[k] == b.tok_seq[t] && b.cell_pos[k] >= 0 &&
                            b.cell_pos[k] <= b.tok_pos[t] && (!a->live || k < a->live);
-        BENCH(&c, "attention", shape, 2.0 * n_kv * rb + 2.0 * nt * qw * 4, 4.0 * vis * a->n_head * hd, R,
-              R == 1 && 2 * n_kv * rb < ((size_t)40 << 20),
+        BENCH(&c, "attention", shape, (double)n_kv * (rb + rbv) + 2.0 * nt * qw * 4, 4.0 * vis * a->n_head * hd, R,
+              R == 1 && n_kv * (rb + rbv) < ((size_t)40 << 20),
               (at.k = kdv[ri], at.v = vdv[ri], BE(c.d, attention, &at)));
         cx_end(&c);
-        report(&c, "attention", shape, tname(a->t), err_val(&e), tol_attn(&devs[di], a->t));
+        report(&c, "attention", shape, types, err_val(&e), tol_attn(&devs[di], a->t));
     }
     free(q), free(kd), free(vd), free(kc), free(vc), free(ref), free(out);
     attn_batch_free(&b);
@@ -1991,6 +2009,37 @@ static void test_attention(void) {
                 a.cached = lv[li][1] / (a.n_seq + 1);
                 attn_case(&a);
             }
+    /* the 4- and 5-bit caches, and K and V caches of different types
+     * (-ctk, -ctv): the decode kernels (split, grouped, generic head size
+     * 96), a decode graph's live count, batched decode in windows, and
+     * prompts through the query tiles */
+    static const cleave_type kv_pairs[][2] = {
+        {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_0}, {CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q5_0},
+        {CLEAVE_TYPE_Q8_0, CLEAVE_TYPE_Q4_0}, {CLEAVE_TYPE_F16, CLEAVE_TYPE_Q4_0},
+        {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_F16},  {CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q8_0},
+        {CLEAVE_TYPE_BF16, CLEAVE_TYPE_F32}};
+    for (size_t pi = 0; pi < sizeof kv_pairs / sizeof kv_pairs[0]; pi++) {
+        cleave_type kt = kv_pairs[pi][0], vt = kv_pairs[pi][1];
+        bool mixed = kt != vt;
+        attn_cfg cases[] = {
+            {.hd = 128, .n_head = 8, .n_head_kv = 2, .n_seq = 1, .fresh = 1, .cached = 398, .n_kv = 600},
+            {.hd = 64, .n_head = 2, .n_head_kv = 2, .n_seq = 1, .fresh = 1, .cached = 169, .n_kv = 257},
+            {.hd = 96, .n_head = 8, .n_head_kv = 2, .n_seq = 1, .fresh = 1, .cached = 400, .n_kv = 700},
+            {.hd = 128, .n_head = 8, .n_head_kv = 2, .n_seq = 4, .fresh = 1, .cached = 140, .n_kv = 1024,
+             .live = 700},
+            {.hd = 64, .n_head = 8, .n_head_kv = 2, .n_seq = 5, .fresh = 1, .cached = 114, .n_kv = 700,
+             .win = true},
+            {.hd = 128, .n_head = 4, .n_head_kv = 1, .n_seq = 1, .fresh = 16, .cached = 240, .n_kv = 300},
+            {.hd = 64, .n_head = 8, .n_head_kv = 1, .n_seq = 1, .fresh = 33, .cached = 200, .n_kv = 520},
+            {.hd = 128, .n_head = 4, .n_head_kv = 1, .n_seq = 2, .fresh = 20, .cached = 30, .n_kv = 200,
+             .win = true},
+        };
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+            if (opt.quick && (ci + pi) % 2) continue;
+            cases[ci].t = kt, cases[ci].vt = vt, cases[ci].mixed = mixed;
+            attn_case(&cases[ci]);
+        }
+    }
     /* bench shapes: an 8B model's attention (32 q heads, 8 kv heads, 128) */
     if (opt.bench && cuda) {
         static const size_t bs[][3] = {{1, 4095, 4096}, {1, 16383, 16384}, {8, 2047, 16500}, {1, 0, 0}};

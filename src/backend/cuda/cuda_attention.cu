@@ -87,7 +87,7 @@ __device__ __forceinline__ void att_visible_cells(const att_args &a, size_t c0, 
     }
 }
 
-template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
+template <int KT, int VT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
     size_t pair = blockIdx.x, split = blockIdx.y;
     size_t t = pair / a.n_head, h = pair % a.n_head, kvh = h / (a.n_head / a.n_head_kv);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -106,7 +106,7 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
     float m = -INFINITY, l = 0.0f;
     size_t base = kvh * a.hd;
     att_visible_cells(a, c0, c1, warp, lane, tp, ts, [&](size_t c) {
-        const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.row_bytes;
+        const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.v_row_bytes;
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < ATT_J; j++) {
@@ -119,7 +119,7 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
 #pragma unroll
         for (int j = 0; j < ATT_J; j++) {
             size_t dim = lane + 32 * j;
-            if (dim < a.hd) acc[j] = acc[j] * corr + p * cuda_load<KT>(vr, base + dim);
+            if (dim < a.hd) acc[j] = acc[j] * corr + p * cuda_load_v<VT>(a.v_type, vr, base + dim);
         }
         m = m_new;
     });
@@ -140,7 +140,8 @@ template <int KT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_a
  * Partial results land in the same [pair][split] layout k_attn uses. */
 #define GQA_MAX_G 8
 #define ATT_MULTI_CHUNK 256
-template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) {
+template <int KT, int VT, int E>
+__global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) {
     size_t t = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, split = blockIdx.y;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     cuda_pdl_wait();
@@ -163,12 +164,12 @@ template <int KT, int E> __global__ void __launch_bounds__(ATT_WARPS * 32) k_att
     att_cells(a, split, t, &c0, &c1);
     size_t base = kvh * hd + d0;
     att_visible_cells(a, c0, c1, warp, lane, tp, ts, [&](size_t c) {
-        const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.row_bytes;
+        const char *kr = a.k + c * a.row_bytes, *vr = a.v + c * a.v_row_bytes;
         float kk[E], vv[E];
 #pragma unroll
         for (int e = 0; e < E; e++) {
             kk[e] = cuda_load<KT>(kr, base + e);
-            vv[e] = cuda_load<KT>(vr, base + e);
+            vv[e] = cuda_load_v<VT>(a.v_type, vr, base + e);
         }
 #pragma unroll
         for (int g = 0; g < GQA_MAX_G; g++) {
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
 #define TILE_MAX_HD 128
 #define ROWS_PER_WARP (TILE_Q / ATT_WARPS)
 
-template <int KT>
+template <int KT, int VT>
 __global__ void __launch_bounds__(ATT_WARPS * 32, 2) k_attn_tiled(att_args a, size_t group, size_t n_tokens) {
     extern __shared__ float smem[];
     /* rows padded by 4 floats: 16-byte aligned for float4 reads, and lane k's
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 2) k_attn_tiled(att_args a, si
             size_t k = i / hd, dim = i % hd, c = c0 + k;
             bool in = c < a.n_kv;
             ks[k * ld + dim] = in ? cuda_load<KT>(a.k + c * a.row_bytes, base + dim) : 0.0f;
-            vs[k * ld + dim] = in ? cuda_load<KT>(a.v + c * a.row_bytes, base + dim) : 0.0f;
+            vs[k * ld + dim] = in ? cuda_load_v<VT>(a.v_type, a.v + c * a.v_row_bytes, base + dim) : 0.0f;
         }
         __syncthreads();
         int32_t my_pos = cpos[lane], my_seq = cseq[lane];
@@ -387,16 +388,16 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 2) k_attn_tiled(att_args a, si
     }
 }
 
-template <int KT> static cleave_status launch_tiled(cuda_device *d, const att_args &a, size_t group,
+template <int KT, int VT> static cleave_status launch_tiled(cuda_device *d, const att_args &a, size_t group,
                                                     size_t n_tokens) {
     size_t smem = (TILE_Q * a.hd + 2 * TILE_K * (a.hd + 4)) * sizeof(float);
     static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
-    CUDA_TRY(cuda_allow_smem(d, (const void *)k_attn_tiled<KT>,
+    CUDA_TRY(cuda_allow_smem(d, (const void *)k_attn_tiled<KT, VT>,
                              (TILE_Q * TILE_MAX_HD + 2 * TILE_K * (TILE_MAX_HD + 4)) * sizeof(float),
                              raised));
     size_t tok_per_block = TILE_Q / group;
     dim3 grid((unsigned)((n_tokens + tok_per_block - 1) / tok_per_block), (unsigned)a.n_head_kv);
-    k_attn_tiled<KT><<<grid, ATT_WARPS * 32, smem, d->stream>>>(a, group, n_tokens);
+    k_attn_tiled<KT, VT><<<grid, ATT_WARPS * 32, smem, d->stream>>>(a, group, n_tokens);
     CUDA_LAUNCHED();
     return CLEAVE_OK;
 }
@@ -408,36 +409,34 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     if (x->head_dim > ATT_MAX_HD || x->n_head % x->n_head_kv)
         return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: head size %zu (at most %d), heads %zu/%zu",
                        x->head_dim, ATT_MAX_HD, x->n_head, x->n_head_kv);
-    /* the kernels read K and V as one type; -ctk and -ctv of different
-     * types run on the CPU device */
-    if (x->v_type != x->kv_type)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "attention: a %s K cache with a %s V cache (use one type for both)",
-                       cleave_type_name(x->kv_type), cleave_type_name(x->v_type));
     size_t width = x->n_head_kv * x->head_dim;
-    size_t row_bytes = quant_row_bytes(x->kv_type, width);
-    if (!row_bytes) return err_set(CLEAVE_ERR_UNSUPPORTED,
-                                "attention: a %s KV cache runs on the CPU device; the CUDA kernels read f32, f16, bf16 and q8_0 caches",
-                                cleave_type_name(x->kv_type));
+    if (!cuda_kv_type(x->kv_type) || !cuda_kv_type(x->v_type))
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "attention: a %s K / %s V cache; the CUDA kernels read f32, f16, bf16, q8_0, "
+                       "q5_0 and q4_0 caches",
+                       cleave_type_name(x->kv_type), cleave_type_name(x->v_type));
+    size_t row_bytes = quant_row_bytes(x->kv_type, width), v_row_bytes = quant_row_bytes(x->v_type, width);
+    if (!row_bytes || !v_row_bytes)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "attention: %zu kv heads of %zu are no whole %s/%s blocks",
+                       x->n_head_kv, x->head_dim, cleave_type_name(x->kv_type), cleave_type_name(x->v_type));
     att_args a = {x->q, (const char *)x->k, (const char *)x->v, row_bytes, x->n_kv, x->n_head,
                   x->n_head_kv, x->head_dim, x->n_head * x->head_dim, x->tok_pos, x->tok_seq,
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
-                  x->out, NULL, x->tok_win};
+                  x->out, NULL, x->tok_win, v_row_bytes, (int)x->kv_type, (int)x->v_type};
     /* Prefill-sized batches: query tiles share each K/V tile; on tensor
-     * cores when the cache is f16 or bf16. Not a decode step of many
+     * cores for every cache type but f32 (cuda_attn_mma_eligible). Not a decode step of many
      * sequences (16 runs of one token): a tile of tokens of different
      * sequences scans every cell, one block per kv head, where the split
      * kernel below spreads the cells over the GPU (8B bf16 on an H200,
      * 16 sequences of 512 + 128 tokens: decode 914 -> 1590 tok/s) */
     bool tiles_pay = !x->n_seq_runs || x->n_tokens >= 16 * x->n_seq_runs;
-    if (tiles_pay && cuda_attn_mma_eligible(x)) return cuda_attn_mma(d, a, x->n_tokens, x->kv_type);
+    if (tiles_pay && cuda_attn_mma_eligible(x)) return cuda_attn_mma(d, a, x->n_tokens, x->kv_type, x->v_type);
     size_t group = x->n_head / x->n_head_kv;
     if (tiles_pay && x->n_tokens >= 16 && !x->n_kv_live && x->head_dim <= TILE_MAX_HD &&
         x->head_dim % 4 == 0 && group <= TILE_Q && TILE_Q % group == 0) {
         cleave_status st = CLEAVE_OK;
-        bool ok = cuda_dispatch(x->kv_type, [&]<int T>() { st = launch_tiled<T>(d, a, group, x->n_tokens); });
-        if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED,
-                                "attention: a %s KV cache runs on the CPU device; the CUDA kernels read f32, f16, bf16 and q8_0 caches",
-                                cleave_type_name(x->kv_type));
+        cuda_dispatch_kv(x->kv_type, x->v_type,
+                         [&]<int KT, int VT>() { st = launch_tiled<KT, VT>(d, a, group, x->n_tokens); });
         return st;
     }
     size_t hd = x->head_dim;
@@ -470,21 +469,18 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     dim3 grid(gqa ? (unsigned)(x->n_tokens * x->n_head_kv) : (unsigned)pairs, (unsigned)a.n_split);
     cudaError_t e = cudaSuccess;
     unsigned threads = ATT_WARPS * 32;
-    bool ok = cuda_dispatch(x->kv_type, [&]<int T>() {
+    cuda_dispatch_kv(x->kv_type, x->v_type, [&]<int KT, int VT>() {
         if (!gqa)
-            e = cuda_launch(d, k_attn<T>, grid, dim3(threads), 0, a);
+            e = cuda_launch(d, k_attn<KT, VT>, grid, dim3(threads), 0, a);
         else if (hd == 32)
-            e = cuda_launch(d, k_attn_gqa<T, 1>, grid, dim3(threads), 0, a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<KT, VT, 1>, grid, dim3(threads), 0, a, (int)group);
         else if (hd == 64)
-            e = cuda_launch(d, k_attn_gqa<T, 2>, grid, dim3(threads), 0, a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<KT, VT, 2>, grid, dim3(threads), 0, a, (int)group);
         else if (hd == 128)
-            e = cuda_launch(d, k_attn_gqa<T, 4>, grid, dim3(threads), 0, a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<KT, VT, 4>, grid, dim3(threads), 0, a, (int)group);
         else
-            e = cuda_launch(d, k_attn_gqa<T, 8>, grid, dim3(threads), 0, a, (int)group);
+            e = cuda_launch(d, k_attn_gqa<KT, VT, 8>, grid, dim3(threads), 0, a, (int)group);
     });
-    if (!ok) return err_set(CLEAVE_ERR_UNSUPPORTED,
-                                "attention: a %s KV cache runs on the CPU device; the CUDA kernels read f32, f16, bf16 and q8_0 caches",
-                                cleave_type_name(x->kv_type));
     if (e != cudaSuccess) return cuda_fail(e, "attention kernel", __FILE__, __LINE__);
     if (a.n_split > 1)
         CUDA_LAUNCH(d, k_attn_merge, (unsigned)pairs, 128, 0, (const float *)a.part, a.n_split,

@@ -21,12 +21,17 @@ struct att_args {
     float *out;       /* final output when n_split == 1 */
     float *part;      /* [pair][split][hd + 2]: acc..., max, sum */
     const int32_t *tok_win; /* [n_tokens][2] or NULL: be_attn.tok_win */
+    size_t v_row_bytes;     /* one cell of the V cache */
+    int k_type, v_type;     /* the caches' types, for kernels that take them at run time */
 };
 
 
-/* Tensor-core prefill (cuda_attention_mma.cu) for f16 and bf16 caches with
- * head sizes 16, 32, 64 or 128; eligible() says whether a batch can take it. */
+/* Tensor-core prefill (cuda_attention_mma.cu) with head sizes 16, 32, 64
+ * or 128: f16 and bf16 caches, and caches of 32-blocks (q8_0, q5_0, q4_0;
+ * K and V of one such type, or of two among them and f16) dequantized to
+ * f16 as their tiles load; eligible() says whether a batch can take it. */
 bool cuda_attn_mma_eligible(const be_attn *x);
-cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, cleave_type kv);
+cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, cleave_type kt,
+                            cleave_type vt);
 
 #endif

@@ -185,6 +185,114 @@ template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_Q8_0>(const v
     return __half2float(d) * (float)((const signed char *)(b + 2))[i % QK8_0];
 }
 
+/* The 4- and 5-bit cache blocks (llama.cpp's long-context KV types),
+ * element by element as the CPU dequantizes them: weight j < 16 in the low
+ * nibble of byte j, j + 16 in its high nibble; q5_0's fifth bits in the
+ * little-endian word qh. */
+template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_Q4_0>(const void *row, size_t i) {
+    const unsigned char *b = (const unsigned char *)row + (i / 32) * sizeof(block_q4_0);
+    size_t j = i % 32;
+    int q = (b[2 + j % 16] >> (j / 16 * 4)) & 0xF;
+    return (float)(q - 8) * __half2float(*(const __half *)b);
+}
+template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_Q5_0>(const void *row, size_t i) {
+    const unsigned char *b = (const unsigned char *)row + (i / 32) * sizeof(block_q5_0);
+    size_t j = i % 32;
+    int q = (b[6 + j % 16] >> (j / 16 * 4)) & 0xF;
+    q |= ((b[2 + j / 8] >> (j % 8)) & 1) << 4;
+    return (float)(q - 16) * __half2float(*(const __half *)b);
+}
+
+/* A cache element whose type is known only at run time (a V cache of
+ * another type than K: the kernels take K's type as a template argument
+ * and V's through this, a uniform branch per load, rather than compiling
+ * every pair). */
+#define CUDA_KV_ANY (-1)
+__device__ __forceinline__ float cuda_load_kv(int t, const void *row, size_t i) {
+    switch (t) {
+    case CLEAVE_TYPE_F32: return cuda_load<CLEAVE_TYPE_F32>(row, i);
+    case CLEAVE_TYPE_F16: return cuda_load<CLEAVE_TYPE_F16>(row, i);
+    case CLEAVE_TYPE_BF16: return cuda_load<CLEAVE_TYPE_BF16>(row, i);
+    case CLEAVE_TYPE_Q8_0: return cuda_load<CLEAVE_TYPE_Q8_0>(row, i);
+    case CLEAVE_TYPE_Q4_0: return cuda_load<CLEAVE_TYPE_Q4_0>(row, i);
+    default: return cuda_load<CLEAVE_TYPE_Q5_0>(row, i);
+    }
+}
+/* Element i of a V row: of type VT, or of type t where VT is CUDA_KV_ANY. */
+template <int VT> __device__ __forceinline__ float cuda_load_v(int t, const void *row, size_t i) {
+    if constexpr (VT == CUDA_KV_ANY)
+        return cuda_load_kv(t, row, i);
+    else
+        return cuda_load<VT>(row, i);
+}
+
+/* Elements e..e+7 of a row (e a multiple of 8, so one 32-block), each the
+ * product cuda_load gives: the block's scale read once. */
+template <int T> __device__ __forceinline__ void cuda_load8(const void *row, size_t e, float v[8]) {
+    const unsigned char *r = (const unsigned char *)row;
+    const size_t j = e % 32;
+    if constexpr (T == CLEAVE_TYPE_Q8_0) {
+        const unsigned char *b = r + (e / 32) * sizeof(block_q8_0);
+        float d = __half2float(*(const __half *)b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = (float)((const signed char *)(b + 2 + j))[k] * d;
+    } else if constexpr (T == CLEAVE_TYPE_Q4_0 || T == CLEAVE_TYPE_Q5_0) {
+        constexpr bool Q5 = T == CLEAVE_TYPE_Q5_0;
+        const unsigned char *b = r + (e / 32) * (Q5 ? sizeof(block_q5_0) : sizeof(block_q4_0));
+        const unsigned char *qs = b + (Q5 ? 6 : 2) + j % 16;
+        const int sh = (int)(j / 16) * 4, hb = Q5 ? b[2 + j / 8] : 0;
+        float d = __half2float(*(const __half *)b);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int q = (qs[k] >> sh) & 0xF;
+            if (Q5) q |= ((hb >> k) & 1) << 4;
+            v[k] = (float)(q - (Q5 ? 16 : 8)) * d;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = cuda_load<T>(row, e + k);
+    }
+}
+/* The same for a type known at run time: f16, q8_0, q5_0 or q4_0. */
+__device__ __forceinline__ void cuda_load8_kv(int t, const void *row, size_t e, float v[8]) {
+    switch (t) {
+    case CLEAVE_TYPE_Q8_0: cuda_load8<CLEAVE_TYPE_Q8_0>(row, e, v); return;
+    case CLEAVE_TYPE_Q4_0: cuda_load8<CLEAVE_TYPE_Q4_0>(row, e, v); return;
+    case CLEAVE_TYPE_Q5_0: cuda_load8<CLEAVE_TYPE_Q5_0>(row, e, v); return;
+    default: cuda_load8<CLEAVE_TYPE_F16>(row, e, v); return;
+    }
+}
+
+/* The KV cache types the CUDA kernels read and store. */
+static inline bool cuda_kv_type(cleave_type t) {
+    return t == CLEAVE_TYPE_F32 || t == CLEAVE_TYPE_F16 || t == CLEAVE_TYPE_BF16 ||
+           t == CLEAVE_TYPE_Q8_0 || t == CLEAVE_TYPE_Q4_0 || t == CLEAVE_TYPE_Q5_0;
+}
+/* Runs f.template operator()<KT, VT>() for a K cache of type kt and a V
+ * cache of type vt: VT = KT where they are one type, else CUDA_KV_ANY;
+ * false for a type cuda_kv_type refuses. */
+template <typename F> static inline bool cuda_dispatch_kv(cleave_type kt, cleave_type vt, F f) {
+    if (!cuda_kv_type(kt) || !cuda_kv_type(vt)) return false;
+    bool same = kt == vt;
+    switch (kt) {
+#define KV_CASE(T)                                                                                 \
+    case T:                                                                                        \
+        if (same)                                                                                  \
+            f.template operator()<T, T>();                                                         \
+        else                                                                                       \
+            f.template operator()<T, CUDA_KV_ANY>();                                               \
+        return true;
+        KV_CASE(CLEAVE_TYPE_F32)
+        KV_CASE(CLEAVE_TYPE_F16)
+        KV_CASE(CLEAVE_TYPE_BF16)
+        KV_CASE(CLEAVE_TYPE_Q8_0)
+        KV_CASE(CLEAVE_TYPE_Q4_0)
+        KV_CASE(CLEAVE_TYPE_Q5_0)
+#undef KV_CASE
+    default: return false;
+    }
+}
+
 /* Runs f.template operator()<T>() for the runtime type t; false when the
  * type is not one cleave computes with. */
 template <typename F> static inline bool cuda_dispatch(cleave_type t, F f) {

@@ -1,7 +1,7 @@
 /* Row-wise and element-wise ops: embedding lookup (the block types' in
  * cuda_dequant.cu), RMSNorm, RoPE, SwiGLU,
  * residual add, and the KV-cache store (with conversion to the cache type,
- * Q8_0 quantized per 32-element block by one warp). */
+ * Q8_0, Q5_0 and Q4_0 quantized per 32-element block by one warp). */
 #include "cuda_quant.cuh"
 
 /* ---- get_rows ----------------------------------------------------------- */
@@ -182,6 +182,40 @@ __global__ void k_store_q8_0(const float *src, size_t width, block_q8_0 *cache,
     }
 }
 
+/* Q4_0/Q5_0 (HALF = 8 or 16), one warp per block, lane j on weight j, the
+ * bytes of the CPU's quantizer (quantize_legacy.c): d = the block's
+ * signed largest-magnitude value (the first on ties) / -HALF, then
+ * q = trunc(x * (1/d) + HALF + 0.5) clamped to [0, 2 HALF - 1], each
+ * operation rounded on its own as the C code does (no fused multiply-add). */
+template <int HALF, typename B>
+__global__ void k_store_q_sym(const float *src, size_t width, B *cache, const int32_t *cells) {
+    size_t nb = width / 32;
+    unsigned lane = threadIdx.x & 31;
+    const float *s = src + (size_t)blockIdx.x * width;
+    B *dst = cache + (size_t)cells[blockIdx.x] * nb;
+    for (size_t b = threadIdx.x >> 5; b < nb; b += blockDim.x >> 5) {
+        float v = s[b * 32 + lane], amax = cuda_warp_max(fabsf(v));
+        unsigned first = __ffs(__ballot_sync(0xffffffffu, fabsf(v) == amax)) - 1;
+        float mx = __shfl_sync(0xffffffffu, v, (int)first);
+        if (!(amax > 0.0f)) mx = 0.0f; /* as the C loop's initial 0: d = -0 */
+        float d = __fdiv_rn(mx, (float)-HALF), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        float t = __fadd_rn(__fmul_rn(v, id), (float)HALF + 0.5f);
+        unsigned q = !(t >= 0.0f) ? 0u : t >= (float)(2 * HALF - 1) ? (unsigned)(2 * HALF - 1) : (unsigned)t;
+        unsigned hi = __shfl_down_sync(0xffffffffu, q, 16); /* weight j + 16 beside weight j */
+        if (lane < 16) dst[b].qs[lane] = (uint8_t)((q & 0xF) | (hi & 0xF) << 4);
+        if constexpr (HALF == 16) {
+            unsigned qh = __ballot_sync(0xffffffffu, (q >> 4) & 1);
+            if (lane < 4) dst[b].qh[lane] = (uint8_t)(qh >> (8 * lane));
+        }
+        if (lane == 0) {
+            /* quant_scale_to_f16: NaN to 0, saturated to the f16 range */
+            d = d != d ? 0.0f : fminf(fmaxf(d, -65504.0f), 65504.0f);
+            __half h = __float2half_rn(d);
+            dst[b].d = *(uint16_t *)&h;
+        }
+    }
+}
+
 cleave_status cuda_op_kv_store(be_device *dev, const float *src, size_t n, size_t width,
                                void *cache, cleave_type kv_type, const int32_t *cells) {
     if (!n) return CLEAVE_OK;
@@ -196,9 +230,18 @@ cleave_status cuda_op_kv_store(be_device *dev, const float *src, size_t n, size_
         if (width % QK8_0) return err_set(CLEAVE_ERR_INVALID_ARG, "kv_store: q8_0 rows of %zu", width);
         k_store_q8_0<<<(unsigned)n, 256, 0, s>>>(src, width, (block_q8_0 *)cache, cells);
         break;
+    case CLEAVE_TYPE_Q4_0:
+    case CLEAVE_TYPE_Q5_0:
+        if (width % 32)
+            return err_set(CLEAVE_ERR_INVALID_ARG, "kv_store: %s rows of %zu", cleave_type_name(kv_type), width);
+        if (kv_type == CLEAVE_TYPE_Q4_0)
+            k_store_q_sym<8><<<(unsigned)n, 256, 0, s>>>(src, width, (block_q4_0 *)cache, cells);
+        else
+            k_store_q_sym<16><<<(unsigned)n, 256, 0, s>>>(src, width, (block_q5_0 *)cache, cells);
+        break;
     default:
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "kv_store: a %s KV cache runs on the CPU device; the CUDA kernels store f32, f16, bf16 and q8_0",
+                       "kv_store: a %s KV cache; the CUDA kernels store f32, f16, bf16, q8_0, q5_0 and q4_0",
                        cleave_type_name(kv_type));
     }
     CUDA_LAUNCHED();

@@ -114,8 +114,9 @@ cleave_status cuda_op_rope_store(be_device *dev, float *q, const float *k, const
     case CLEAVE_TYPE_F16: LAUNCH(__half); break;
     case CLEAVE_TYPE_BF16: LAUNCH(__nv_bfloat16); break;
     default: {
-        /* q8_0 quantizes whole 32-blocks: rotate k in place (a copy the
-         * engine no longer needs), then store with the block quantizer */
+        /* q8_0, q5_0 and q4_0 quantize whole 32-blocks: rotate k in place
+         * (a copy the engine no longer needs), then store with the block
+         * quantizer */
         cleave_status st = cuda_op_rope(dev, q, n, n_head * hd, n_head, hd, pos, p);
         if (!st) st = cuda_op_rope(dev, (float *)k, n, kw, n_head_kv, hd, pos, p);
         if (!st) st = cuda_op_kv_store(dev, k, n, kw, k_cache, kv_type, cells);
