@@ -1,16 +1,18 @@
 """Quantized 8B-shape files on one NVIDIA H200, cleave beside llama.cpp on
-the same files in the same run on the machine (bench/quant-gpu-2026-12-02.md): decode
-(tg128) with the HBM limit (3.8 TB/s over the bytes a token reads: the
-file less the token-embedding table, of which one row is read), prompt
-processing (pp4096) and batched decode of Q4_K_M. Writes bench/quant.png."""
+the same files, each panel from one run on the machine: decode (tg128)
+with the HBM limit (3.8 TB/s over the bytes a token reads: the file less
+the token-embedding table, of which one row is read) and the KV cache
+types at depth 8192 (bench/kv-gpu-2026-12-02.md), prompt processing
+(pp4096) and batched decode of Q4_K_M (bench/quant-gpu-2026-12-02.md).
+Writes bench/quant.png."""
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 types = ["Q4_K_M", "Q6_K", "Q4_0"]
-tg_cleave = [355.73, 334.18, 361.43]
-tg_llama = [273.78, 205.84, 338.40]
+tg_cleave = [379.17, 330.66, 394.38]
+tg_llama = [275.19, 209.38, 346.93]
 file_bytes = [4915656000, 6590928192, 4520695104]
 embd_bytes = [128256 * 4096 * 144 / 256, 128256 * 4096 * 210 / 256, 128256 * 4096 * 18 / 32]
 limit = [3.8e12 / (f - e) for f, e in zip(file_bytes, embd_bytes)]
@@ -20,7 +22,13 @@ seqs = [1, 8, 16, 32]
 bd_cleave = [340.57, 797.85, 1289.92, 1550.01]
 bd_llama = [265.91, 954.54, 1975.39, 3058.49]
 
-fig, axs = plt.subplots(1, 3, figsize=(14, 4.2))
+kv_types = ["f16", "q8_0", "q4_0", "K q8_0\nV q4_0"]
+kv_pp_cleave = [15038.76, 8046.28, 8202.48, 7946.06]
+kv_pp_llama = [7678.13, 7492.18, 7436.81, 7432.37]
+kv_tg_cleave = [266.39, 193.78, 230.23, 198.99]
+kv_tg_llama = [243.21, 200.78, 199.40, 185.71]
+
+fig, axs = plt.subplots(1, 4, figsize=(19, 4.2))
 x = range(len(types))
 w = 0.27
 ax = axs[0]
@@ -58,7 +66,19 @@ for s, v in zip(seqs, bd_llama):
 ax.set_xlabel("sequences (512-token prompts, 128 steps)")
 ax.set_title("batched decode, Q4_K_M (S_TG)")
 ax.legend(fontsize=8)
-fig.suptitle("8B-shape files on one NVIDIA H200, both tools on the same files in one run on the machine (2026-12-02)")
+ax = axs[3]
+xk = range(len(kv_types))
+ax.bar([i - w / 2 for i in xk], kv_tg_cleave, w, label="cleave tg128")
+ax.bar([i + w / 2 for i in xk], kv_tg_llama, w, label="llama.cpp tg128")
+for i in xk:
+    ax.text(i - w / 2, kv_tg_cleave[i] + 4, f"{kv_tg_cleave[i]:.0f}", ha="center", fontsize=8)
+    ax.text(i + w / 2, kv_tg_llama[i] + 4, f"{kv_tg_llama[i]:.0f}", ha="center", fontsize=8)
+    ax.text(i, 12, f"pp512\n{kv_pp_cleave[i] / 1000:.1f}k\n{kv_pp_llama[i] / 1000:.1f}k", ha="center",
+            fontsize=7, color="white")
+ax.set_xticks(list(xk), kv_types)
+ax.set_title("KV types at depth 8192, Q4_K_M\n(in the bars: pp512, cleave over llama.cpp)", fontsize=10)
+ax.legend(fontsize=8, loc="upper right")
+fig.suptitle("8B-shape files on one NVIDIA H200, both tools on the same files, each panel from one run on the machine (2026-12-02)")
 fig.tight_layout()
 fig.savefig("bench/quant.png", dpi=110)
 print([round(v) for v in limit])
