@@ -226,32 +226,36 @@ template <int VT> __device__ __forceinline__ float cuda_load_v(int t, const void
         return cuda_load<VT>(row, i);
 }
 
-/* Elements e..e+7 of a row (e a multiple of 8, so one 32-block), each the
- * product cuda_load gives: the block's scale read once. */
-template <int T> __device__ __forceinline__ void cuda_load8(const void *row, size_t e, float v[8]) {
+/* Elements e..e+N-1 of a row (N dividing 32 and e a multiple of N, so one
+ * 32-block), each the product cuda_load gives: the block's scale read
+ * once. */
+template <int T, int N> __device__ __forceinline__ void cuda_loadn(const void *row, size_t e, float v[N]) {
     const unsigned char *r = (const unsigned char *)row;
     const size_t j = e % 32;
     if constexpr (T == CLEAVE_TYPE_Q8_0) {
         const unsigned char *b = r + (e / 32) * sizeof(block_q8_0);
         float d = __half2float(*(const __half *)b);
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = (float)((const signed char *)(b + 2 + j))[k] * d;
+        for (int k = 0; k < N; k++) v[k] = (float)((const signed char *)(b + 2 + j))[k] * d;
     } else if constexpr (T == CLEAVE_TYPE_Q4_0 || T == CLEAVE_TYPE_Q5_0) {
         constexpr bool Q5 = T == CLEAVE_TYPE_Q5_0;
         const unsigned char *b = r + (e / 32) * (Q5 ? sizeof(block_q5_0) : sizeof(block_q4_0));
         const unsigned char *qs = b + (Q5 ? 6 : 2) + j % 16;
-        const int sh = (int)(j / 16) * 4, hb = Q5 ? b[2 + j / 8] : 0;
+        const int sh = (int)(j / 16) * 4;
         float d = __half2float(*(const __half *)b);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < N; k++) {
             int q = (qs[k] >> sh) & 0xF;
-            if (Q5) q |= ((hb >> k) & 1) << 4;
+            if (Q5) q |= ((b[2 + (j + k) / 8] >> ((j + k) % 8)) & 1) << 4;
             v[k] = (float)(q - (Q5 ? 16 : 8)) * d;
         }
     } else {
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = cuda_load<T>(row, e + k);
+        for (int k = 0; k < N; k++) v[k] = cuda_load<T>(row, e + k);
     }
+}
+template <int T> __device__ __forceinline__ void cuda_load8(const void *row, size_t e, float v[8]) {
+    cuda_loadn<T, 8>(row, e, v);
 }
 /* The same for a type known at run time: f16, q8_0, q5_0 or q4_0. */
 __device__ __forceinline__ void cuda_load8_kv(int t, const void *row, size_t e, float v[8]) {
