@@ -94,7 +94,7 @@ template <int T> __device__ __forceinline__ uint4 fa_load8(int t, const char *ro
     if constexpr (T == CUDA_KV_ANY)
         cuda_load8_kv(t, row, e, v);
     else
-        cuda_load8<T>(row, e, v);
+        cuda_loadn<T, 8>(row, e, v);
     uint4 r;
     r.x = fa_elem<CLEAVE_TYPE_F16>::pack(v[0], v[1]), r.y = fa_elem<CLEAVE_TYPE_F16>::pack(v[2], v[3]);
     r.z = fa_elem<CLEAVE_TYPE_F16>::pack(v[4], v[5]), r.w = fa_elem<CLEAVE_TYPE_F16>::pack(v[6], v[7]);

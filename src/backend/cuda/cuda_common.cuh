@@ -168,7 +168,7 @@ static inline unsigned cuda_blocks(size_t n, unsigned threads) {
 
 /* ---- element access for every type cleave stores on the GPU ---------- */
 
-/* Element i of a row of type t (Q8_0: 34-byte blocks, f16 scale first). */
+/* Element i of a row of type t (the 32-block types: cuda_loadn below). */
 template <int T> __device__ __forceinline__ float cuda_load(const void *row, size_t i);
 template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_F32>(const void *row, size_t i) {
     return ((const float *)row)[i];
@@ -179,56 +179,12 @@ template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_F16>(const vo
 template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_BF16>(const void *row, size_t i) {
     return __bfloat162float(((const __nv_bfloat16 *)row)[i]);
 }
-template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_Q8_0>(const void *row, size_t i) {
-    const unsigned char *b = (const unsigned char *)row + (i / QK8_0) * sizeof(block_q8_0);
-    __half d = *(const __half *)b;
-    return __half2float(d) * (float)((const signed char *)(b + 2))[i % QK8_0];
-}
-
-/* The 4- and 5-bit cache blocks (llama.cpp's long-context KV types),
- * element by element as the CPU dequantizes them: weight j < 16 in the low
- * nibble of byte j, j + 16 in its high nibble; q5_0's fifth bits in the
- * little-endian word qh. */
-template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_Q4_0>(const void *row, size_t i) {
-    const unsigned char *b = (const unsigned char *)row + (i / 32) * sizeof(block_q4_0);
-    size_t j = i % 32;
-    int q = (b[2 + j % 16] >> (j / 16 * 4)) & 0xF;
-    return (float)(q - 8) * __half2float(*(const __half *)b);
-}
-template <> __device__ __forceinline__ float cuda_load<CLEAVE_TYPE_Q5_0>(const void *row, size_t i) {
-    const unsigned char *b = (const unsigned char *)row + (i / 32) * sizeof(block_q5_0);
-    size_t j = i % 32;
-    int q = (b[6 + j % 16] >> (j / 16 * 4)) & 0xF;
-    q |= ((b[2 + j / 8] >> (j % 8)) & 1) << 4;
-    return (float)(q - 16) * __half2float(*(const __half *)b);
-}
-
-/* A cache element whose type is known only at run time (a V cache of
- * another type than K: the kernels take K's type as a template argument
- * and V's through this, a uniform branch per load, rather than compiling
- * every pair). */
-#define CUDA_KV_ANY (-1)
-__device__ __forceinline__ float cuda_load_kv(int t, const void *row, size_t i) {
-    switch (t) {
-    case CLEAVE_TYPE_F32: return cuda_load<CLEAVE_TYPE_F32>(row, i);
-    case CLEAVE_TYPE_F16: return cuda_load<CLEAVE_TYPE_F16>(row, i);
-    case CLEAVE_TYPE_BF16: return cuda_load<CLEAVE_TYPE_BF16>(row, i);
-    case CLEAVE_TYPE_Q8_0: return cuda_load<CLEAVE_TYPE_Q8_0>(row, i);
-    case CLEAVE_TYPE_Q4_0: return cuda_load<CLEAVE_TYPE_Q4_0>(row, i);
-    default: return cuda_load<CLEAVE_TYPE_Q5_0>(row, i);
-    }
-}
-/* Element i of a V row: of type VT, or of type t where VT is CUDA_KV_ANY. */
-template <int VT> __device__ __forceinline__ float cuda_load_v(int t, const void *row, size_t i) {
-    if constexpr (VT == CUDA_KV_ANY)
-        return cuda_load_kv(t, row, i);
-    else
-        return cuda_load<VT>(row, i);
-}
-
 /* Elements e..e+N-1 of a row (N dividing 32 and e a multiple of N, so one
- * 32-block), each the product cuda_load gives: the block's scale read
- * once. */
+ * 32-block of the block types), each as the CPU dequantizes it, the
+ * block's scale read once. Q8_0: 34-byte blocks, f16 scale first; Q4_0 and
+ * Q5_0 (llama.cpp's long-context KV types): weight j < 16 in the low
+ * nibble of byte j, j + 16 in its high nibble, q5_0's fifth bits in the
+ * little-endian word qh. */
 template <int T, int N> __device__ __forceinline__ void cuda_loadn(const void *row, size_t e, float v[N]) {
     const unsigned char *r = (const unsigned char *)row;
     const size_t j = e % 32;
@@ -254,16 +210,47 @@ template <int T, int N> __device__ __forceinline__ void cuda_loadn(const void *r
         for (int k = 0; k < N; k++) v[k] = cuda_load<T>(row, e + k);
     }
 }
-template <int T> __device__ __forceinline__ void cuda_load8(const void *row, size_t e, float v[8]) {
-    cuda_loadn<T, 8>(row, e, v);
+#define CUDA_LOAD_BLOCK(T)                                                                         \
+    template <> __device__ __forceinline__ float cuda_load<T>(const void *row, size_t i) {         \
+        float v;                                                                                   \
+        cuda_loadn<T, 1>(row, i, &v);                                                              \
+        return v;                                                                                  \
+    }
+CUDA_LOAD_BLOCK(CLEAVE_TYPE_Q8_0)
+CUDA_LOAD_BLOCK(CLEAVE_TYPE_Q4_0)
+CUDA_LOAD_BLOCK(CLEAVE_TYPE_Q5_0)
+#undef CUDA_LOAD_BLOCK
+
+/* A cache element whose type is known only at run time (a V cache of
+ * another type than K: the kernels take K's type as a template argument
+ * and V's through this, a uniform branch per load, rather than compiling
+ * every pair). */
+#define CUDA_KV_ANY (-1)
+__device__ __forceinline__ float cuda_load_kv(int t, const void *row, size_t i) {
+    switch (t) {
+    case CLEAVE_TYPE_F32: return cuda_load<CLEAVE_TYPE_F32>(row, i);
+    case CLEAVE_TYPE_F16: return cuda_load<CLEAVE_TYPE_F16>(row, i);
+    case CLEAVE_TYPE_BF16: return cuda_load<CLEAVE_TYPE_BF16>(row, i);
+    case CLEAVE_TYPE_Q8_0: return cuda_load<CLEAVE_TYPE_Q8_0>(row, i);
+    case CLEAVE_TYPE_Q4_0: return cuda_load<CLEAVE_TYPE_Q4_0>(row, i);
+    default: return cuda_load<CLEAVE_TYPE_Q5_0>(row, i);
+    }
 }
+/* Element i of a V row: of type VT, or of type t where VT is CUDA_KV_ANY. */
+template <int VT> __device__ __forceinline__ float cuda_load_v(int t, const void *row, size_t i) {
+    if constexpr (VT == CUDA_KV_ANY)
+        return cuda_load_kv(t, row, i);
+    else
+        return cuda_load<VT>(row, i);
+}
+
 /* The same for a type known at run time: f16, q8_0, q5_0 or q4_0. */
 __device__ __forceinline__ void cuda_load8_kv(int t, const void *row, size_t e, float v[8]) {
     switch (t) {
-    case CLEAVE_TYPE_Q8_0: cuda_load8<CLEAVE_TYPE_Q8_0>(row, e, v); return;
-    case CLEAVE_TYPE_Q4_0: cuda_load8<CLEAVE_TYPE_Q4_0>(row, e, v); return;
-    case CLEAVE_TYPE_Q5_0: cuda_load8<CLEAVE_TYPE_Q5_0>(row, e, v); return;
-    default: cuda_load8<CLEAVE_TYPE_F16>(row, e, v); return;
+    case CLEAVE_TYPE_Q8_0: cuda_loadn<CLEAVE_TYPE_Q8_0, 8>(row, e, v); return;
+    case CLEAVE_TYPE_Q4_0: cuda_loadn<CLEAVE_TYPE_Q4_0, 8>(row, e, v); return;
+    case CLEAVE_TYPE_Q5_0: cuda_loadn<CLEAVE_TYPE_Q5_0, 8>(row, e, v); return;
+    default: cuda_loadn<CLEAVE_TYPE_F16, 8>(row, e, v); return;
     }
 }
 
