@@ -220,6 +220,9 @@ cleave_status cuda_op_kv_store(be_device *dev, const float *src, size_t n, size_
                                void *cache, cleave_type kv_type, const int32_t *cells) {
     if (!n) return CLEAVE_OK;
     cudaStream_t s = cuda_dev(dev)->stream;
+    bool blocks = kv_type == CLEAVE_TYPE_Q8_0 || kv_type == CLEAVE_TYPE_Q4_0 || kv_type == CLEAVE_TYPE_Q5_0;
+    if (blocks && width % 32)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "kv_store: %s rows of %zu", cleave_type_name(kv_type), width);
     switch (kv_type) {
     case CLEAVE_TYPE_F32: k_store_f32<<<(unsigned)n, 256, 0, s>>>(src, width, (float *)cache, cells); break;
     case CLEAVE_TYPE_F16: k_store_f16<<<(unsigned)n, 256, 0, s>>>(src, width, (__half *)cache, cells); break;
@@ -227,17 +230,13 @@ cleave_status cuda_op_kv_store(be_device *dev, const float *src, size_t n, size_
         k_store_bf16<<<(unsigned)n, 256, 0, s>>>(src, width, (__nv_bfloat16 *)cache, cells);
         break;
     case CLEAVE_TYPE_Q8_0:
-        if (width % QK8_0) return err_set(CLEAVE_ERR_INVALID_ARG, "kv_store: q8_0 rows of %zu", width);
         k_store_q8_0<<<(unsigned)n, 256, 0, s>>>(src, width, (block_q8_0 *)cache, cells);
         break;
     case CLEAVE_TYPE_Q4_0:
+        k_store_q_sym<8><<<(unsigned)n, 256, 0, s>>>(src, width, (block_q4_0 *)cache, cells);
+        break;
     case CLEAVE_TYPE_Q5_0:
-        if (width % 32)
-            return err_set(CLEAVE_ERR_INVALID_ARG, "kv_store: %s rows of %zu", cleave_type_name(kv_type), width);
-        if (kv_type == CLEAVE_TYPE_Q4_0)
-            k_store_q_sym<8><<<(unsigned)n, 256, 0, s>>>(src, width, (block_q4_0 *)cache, cells);
-        else
-            k_store_q_sym<16><<<(unsigned)n, 256, 0, s>>>(src, width, (block_q5_0 *)cache, cells);
+        k_store_q_sym<16><<<(unsigned)n, 256, 0, s>>>(src, width, (block_q5_0 *)cache, cells);
         break;
     default:
         return err_set(CLEAVE_ERR_UNSUPPORTED,
