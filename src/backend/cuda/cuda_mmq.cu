@@ -79,7 +79,7 @@ bool cuda_mmq(cuda_device *d, const be_mat *w, const float *x, size_t n, const f
     j.chunks = ne0 / 256;
     /* about 16 warps per multiprocessor: split a row's chunks when row
      * tiles alone are fewer, down to ranges of MQ_MIN_SPLIT chunks */
-    size_t tiles = (rows + MQ_TASK_ROWS - 1) / MQ_TASK_ROWS, want = (size_t)d->n_sm * MQ_BLOCKS_PER_SM * MQ_WARPS;
+    size_t tiles = mq_row_tiles(rows), want = (size_t)d->n_sm * MQ_BLOCKS_PER_SM * MQ_WARPS;
     size_t max_splits = j.chunks / MQ_MIN_SPLIT ? j.chunks / MQ_MIN_SPLIT : 1;
     size_t splits = (want + tiles - 1) / tiles;
     if (splits > max_splits) splits = max_splits;

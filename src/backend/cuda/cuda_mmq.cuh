@@ -12,9 +12,9 @@
  * of 8) over a range of 256-weight chunks: per group, one mma.m16n8k32
  * (k16 for the 16-weight groups) per tile of rows and tile of tokens, the
  * int32 result scaled into f32 accumulators; x's fragments, loaded from
- * global memory, serve both row tiles. Rows of few chunks split them over several warps (K
- * split), whose partial sums a second kernel adds in a fixed order, so
- * results do not depend on timing.
+ * global memory, serve both row tiles. Rows of few chunks split them over
+ * several warps (K split), whose partial sums a second kernel adds in a
+ * fixed order, so results do not depend on timing.
  *
  * Instantiated per type in cuda_mmq_*.cu; cuda_mmq.cu chooses. */
 #ifndef CLEAVE_CUDA_MMQ_CUH
@@ -31,6 +31,10 @@
  * (whose larger stages leave fewer warps per multiprocessor). */
 #define MQ_RT 2
 #define MQ_TASK_ROWS (16 * MQ_RT)
+/* Row tiles of a matrix: the tasks of one K range. */
+__host__ __device__ __forceinline__ size_t mq_row_tiles(size_t rows) {
+    return (rows + MQ_TASK_ROWS - 1) / MQ_TASK_ROWS;
+}
 
 struct mq_job {
     const uint8_t *w;
@@ -62,23 +66,22 @@ __device__ __forceinline__ void mq_mma16(int (&c)[4], uint32_t a0, uint32_t a1, 
 /* A chunk is 256 weights of a row (one super-block, or eight 32-weight
  * blocks); a warp's stage holds one chunk of its MQ_TASK_ROWS rows, each
  * row's bytes streamed from the 16-byte aligned address at or below them
- * (so the blocks keep their alignment) through a ring of stages with
- * cp.async (MQ_STAGES of one row tile's chunks, 2 of two: about the same
- * bytes in flight, and the shared memory of 16 warps a multiprocessor), as the decode GEMV streams its rows: the loads of the next
- * chunks are in flight while the tensor cores work on this one. A span
+ * (so the blocks keep their alignment) through a ring of MQ_STAGES
+ * stages with cp.async, as the decode GEMV streams its rows: the loads of
+ * the next chunk are in flight while the tensor cores work on this one
+ * (two stages of two row tiles hold the bytes four of one held, and
+ * leave the shared memory of 16 warps a multiprocessor). A span
  * ends at the 16-byte boundary after its chunk, so the last row's may
  * reach up to 15 bytes past a tensor's end: inside cudaMalloc's 256-byte
  * granule, never into another page. */
-#define MQ_STAGES 4
+#define MQ_STAGES 2
 template <int T> struct mq_chunk {
-    static constexpr int RT = MQ_RT;
     static constexpr int BPC = 256 / mq<T>::QK, CB = BPC * mq<T>::BLK;
     static constexpr int SP = ((CB + 15) & ~15) + 16; /* a row's span in a stage */
-    static constexpr int STAGE = 16 * RT * SP;
-    static constexpr int S = RT == 1 ? MQ_STAGES : 2;
+    static constexpr int STAGE = MQ_TASK_ROWS * SP;
 };
 template <int T> static size_t mq_smem_bytes() {
-    return (size_t)MQ_WARPS * mq_chunk<T>::S * mq_chunk<T>::STAGE;
+    return (size_t)MQ_WARPS * MQ_STAGES * mq_chunk<T>::STAGE;
 }
 
 /* Where a warp is in its stream of chunks: task (row tile and K-split
@@ -88,18 +91,15 @@ struct mq_cursor {
 };
 /* Tasks run split-major (task = split x tiles + tile), so the warps that
  * run at once work on the same K range and read the same x from L1. */
-__device__ __forceinline__ size_t mq_tiles(const mq_job &j) {
-    return (j.rows + MQ_TASK_ROWS - 1) / MQ_TASK_ROWS;
-}
 __device__ __forceinline__ void mq_locate(const mq_job &j, mq_cursor &q) {
-    const size_t sp = q.task / mq_tiles(j), lo = sp * j.per_split;
+    const size_t sp = q.task / mq_row_tiles(j.rows), lo = sp * j.per_split;
     q.ch = lo;
     q.hi = lo + j.per_split < j.chunks ? lo + j.per_split : j.chunks;
 }
 /* the row tile's row i, clamped to the last row (its results are dropped) */
 __device__ __forceinline__ const uint8_t *mq_row(const mq_job &j, size_t task, int i, size_t ch,
                                                  int cb) {
-    size_t row = task % mq_tiles(j) * MQ_TASK_ROWS + (size_t)i;
+    size_t row = task % mq_row_tiles(j.rows) * MQ_TASK_ROWS + (size_t)i;
     return j.w + (row < j.rows ? row : j.rows - 1) * j.nb1 + ch * (size_t)cb;
 }
 
@@ -111,11 +111,11 @@ __device__ __forceinline__ const uint8_t *mq_row(const mq_job &j, size_t task, i
 template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(mq_job j) {
     using F = mq<T>;
     using K = mq_chunk<T>;
-    constexpr int RT = K::RT;
-    constexpr int G = F::G, NG = F::NG, Z = F::ZERO, S = K::S;
+    constexpr int RT = MQ_RT;
+    constexpr int G = F::G, NG = F::NG, Z = F::ZERO, S = MQ_STAGES;
     extern __shared__ __align__(16) uint8_t mq_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
-    const size_t tasks = mq_tiles(j) * (size_t)j.splits, stride = (size_t)gridDim.x * MQ_WARPS;
+    const size_t tasks = mq_row_tiles(j.rows) * (size_t)j.splits, stride = (size_t)gridDim.x * MQ_WARPS;
     const size_t xm_ld = j.n_pad / 2;
     uint8_t *ring = mq_smem + (size_t)warp * S * K::STAGE;
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
@@ -217,7 +217,7 @@ template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(
             }
         }
         if (q.ch + 1 == q.hi) { /* the task's last chunk: its results */
-            const size_t tile = q.task % mq_tiles(j), sp = q.task / mq_tiles(j);
+            const size_t tile = q.task % mq_row_tiles(j.rows), sp = q.task / mq_row_tiles(j.rows);
 #pragma unroll
             for (int rt = 0; rt < RT; rt++)
 #pragma unroll
@@ -251,7 +251,7 @@ template <int T, int NT> static cudaError_t mq_launch_nt(cuda_device *d, const m
     size_t smem = mq_smem_bytes<T>();
     cudaError_t e = cuda_allow_smem(d, (const void *)k_mmq<T, NT>, smem, raised);
     if (e != cudaSuccess) return e;
-    size_t tasks = (j.rows + MQ_TASK_ROWS - 1) / MQ_TASK_ROWS * (size_t)j.splits;
+    size_t tasks = mq_row_tiles(j.rows) * (size_t)j.splits;
     size_t blocks = (tasks + MQ_WARPS - 1) / MQ_WARPS, cap = (size_t)d->n_sm * MQ_BLOCKS_PER_SM;
     k_mmq<T, NT><<<(unsigned)(blocks < cap ? blocks : cap), MQ_WARPS * 32, smem, d->stream>>>(j);
     return cudaGetLastError();
