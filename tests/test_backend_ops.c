@@ -2012,7 +2012,7 @@ static void test_attention(void) {
     /* the 4- and 5-bit caches, and K and V caches of different types
      * (-ctk, -ctv): the decode kernels (split, grouped, generic head size
      * 96), a decode graph's live count, batched decode in windows, and
-     * prompts through the query tiles */
+     * prompts (the tensor-core tiles; bf16/f32 the query tiles) */
     static const cleave_type kv_pairs[][2] = {
         {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_0}, {CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q5_0},
         {CLEAVE_TYPE_Q8_0, CLEAVE_TYPE_Q4_0}, {CLEAVE_TYPE_F16, CLEAVE_TYPE_Q4_0},

@@ -133,8 +133,6 @@ int main(void) {
     /* the prompt's tensor-core attention reads the 32-block caches as f16
      * tiles (2^-11), like the f16 cache's (mma) case below: 2.1e-3 measured */
     if (*q3) compare("tiny qwen3 f32", q3, CLEAVE_TYPE_Q8_0, 1e-2);
-    /* f16 cache, head size 32: the prompt takes the tensor-core attention
-     * (f16 queries and probabilities) */
     /* the 4- and 5-bit caches, and K and V of different types. The
      * prompt's tensor-core attention (f16 tiles, f16 probabilities) moves
      * each layer's output by ~1e-3, so the next layer's K/V cross some
@@ -151,6 +149,8 @@ int main(void) {
     v_cache_type = CLEAVE_TYPE_Q8_0;
     if (*q3) compare("tiny qwen3 f32 (V q8_0)", q3, CLEAVE_TYPE_F16, 1e-2);
     v_cache_type = CLEAVE_KV_TYPE_AS_K;
+    /* f16 cache, head size 32: the prompt takes the tensor-core attention
+     * (f16 queries and probabilities) */
     if (*q3) compare("tiny qwen3 f32 (mma)", q3, CLEAVE_TYPE_F16, 1e-2);
     if (*q3) compare("tiny qwen3 f32 (mma, bf16 cache)", q3, CLEAVE_TYPE_BF16, 2e-2);
     const char *archs[] = {"llama", "qwen2", "qwen3"};

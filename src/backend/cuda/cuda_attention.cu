@@ -433,8 +433,9 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
                   x->out, NULL, x->tok_win, v_row_bytes, (int)x->kv_type, (int)x->v_type};
     /* Prefill-sized batches: query tiles share each K/V tile; on tensor
-     * cores for every cache type but f32 (cuda_attn_mma_eligible). Not a decode step of many
-     * sequences (16 runs of one token): a tile of tokens of different
+     * cores where cuda_attn_mma_eligible says so (f16, bf16 and the
+     * 32-block caches). Not a decode step of many sequences (16 runs of
+     * one token): a tile of tokens of different
      * sequences scans every cell, one block per kv head, where the split
      * kernel below spreads the cells over the GPU (8B bf16 on an H200,
      * 16 sequences of 512 + 128 tokens: decode 914 -> 1590 tok/s) */

@@ -8,8 +8,8 @@
  * coalesced and with no registers held for the bytes in flight, and the
  * lanes read their blocks out of the stage (cuda_gemvq_fmt.cuh).
  *
- * A round is 32 U units (U = 2: 64 blocks, or 16 super-blocks): one stage. A warp's
- * rounds run on from one of its rows to the next, so the ring stays full
+ * A round is 32 U units (U per type, cuda_gemvq_fmt.cuh: at U = 2, 64
+ * blocks or 16 super-blocks): one stage. A warp's rounds run on from one of its rows to the next, so the ring stays full
  * across rows; the first S-1 rounds are requested before the kernel waits
  * for the one before it. Rows off 16-byte alignment are streamed from the
  * aligned address below them and read at that offset in the stage.

@@ -171,8 +171,8 @@ template <int C, int NS> struct gq_rowv {
 /* ---- the formats --------------------------------------------------------------
  * Each: QK, BLK; LPB lanes per block; LW x values per unit (QK / LPB), C
  * chunks of 8 of them; GB blocks per round (a warp's 32 lanes U times:
- * 32 U blocks or 8 U super-blocks); ALIGN, the alignment its reads need of a block's
- * offset; NS sub-blocks per unit, of GSZ weights; ZERO, the quants' offset;
+ * 32 U blocks or 8 U super-blocks); ALIGN, the alignment its reads need
+ * of a block's offset; NS sub-blocks per unit, of GSZ weights; ZERO, the quants' offset;
  * sub_lo/sub_hi(c), the sub-blocks of chunk c's halves; xmap (position i
  * of a block -> unit q, chunk c, slot e); meta_at (GSZ-group k of a block
  * -> unit q, sub-block slot); load (the part q of the block at byte off of
