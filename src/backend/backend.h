@@ -193,6 +193,10 @@ typedef struct be_graph_ops {
     cleave_status (*end)(be_device *d, void **graph);
     cleave_status (*launch)(be_device *d, void *graph);
     void (*free)(be_device *d, void *graph);
+    /* A count that changes whenever memory recorded graphs point at moves
+     * (a recording outgrew its scratch): a graph recorded at another count
+     * must not be launched again, nor one whose own recording changed it. */
+    uint64_t (*epoch)(be_device *d);
 } be_graph_ops;
 
 /* Optional table (NULL: activations move between devices through host

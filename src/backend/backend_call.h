@@ -144,6 +144,9 @@ static inline cleave_status be_graph_launch(be_device *d, void *graph) {
 static inline void be_graph_free(be_device *d, void *graph) {
     if (d->ops->graph) d->ops->graph->free(d, graph);
 }
+static inline uint64_t be_graph_epoch(be_device *d) {
+    return d->ops->graph ? d->ops->graph->epoch(d) : 0;
+}
 
 /* ---- copies between devices (optional) ------------------------------- */
 

@@ -92,12 +92,16 @@ cleave_status engine_pipeline_forward(placement *pl, size_t n, size_t first_out)
 cleave_status engine_tensor_body(placement *pl, size_t n, size_t first_out, bool graph);
 cleave_status engine_tensor_logits(placement *pl, size_t rows, float *logits_host);
 
-/* ---- graphs.c: recorded one-token steps ---- */
-/* The step of one token whose inputs are uploaded, from its recorded
- * graphs (recorded now if its bucket has none). */
-cleave_status engine_forward_graph(placement *pl);
-/* Frees every device's decode graph of slot b. */
-void engine_drop_graphs(placement *pl, size_t b);
+/* ---- graphs.c: recorded decode steps ---- */
+/* Whether a step of n tokens (logits from row first_out) replays from
+ * recorded graphs: a decode step of one token, or of one token for each
+ * of up to ENGINE_GRAPH_MAX_N sequences, where the placement records. */
+bool engine_graph_takes(const placement *pl, size_t n, size_t first_out);
+/* The step of n tokens whose inputs are uploaded, from its recorded
+ * graphs (recorded now if its shape has none, or only stale ones). */
+cleave_status engine_forward_graph(placement *pl, size_t n);
+/* Frees every recorded step (addresses about to change, or the end). */
+void engine_drop_graphs(placement *pl);
 
 /* ---- forward.c ---- */
 /* One forward pass of n <= n_batch tokens whose cells are reserved in

@@ -64,8 +64,8 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
     bool tensor = pl->plan.mode == CLEAVE_SPLIT_TENSOR;
     if (pl->plan.mode == CLEAVE_SPLIT_LAYER && pl->bounce && pl->n_ubatch && n > pl->n_ubatch) {
         TRY(engine_pipeline_forward(pl, n, first_out));
-    } else if (n == 1 && first_out == 0 && !pl->graphs_off) {
-        cleave_status st = engine_forward_graph(pl);
+    } else if (engine_graph_takes(pl, n, first_out)) {
+        cleave_status st = engine_forward_graph(pl, n);
         if (st) {
             /* Recording failed: say so once, then run op by op for good. */
             fprintf(stderr, "cleave: decode graph unavailable (%s); running op by op\n",

@@ -288,7 +288,7 @@ fail:
 
 void placement_free(placement *pl) {
     if (!pl) return;
-    for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++) engine_drop_graphs(pl, b);
+    engine_drop_graphs(pl);
     kv_store_free(&pl->store);
     engine_free_owned(pl);
     plan_free(&pl->plan);

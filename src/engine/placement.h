@@ -23,11 +23,13 @@ typedef struct engine_layer {
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *next_norm;
 } engine_layer;
 
-/* Decode graphs are recorded per bucket of cache cells: the attention
- * of bucket b is sized for ENGINE_GRAPH_MIN_CELLS << b cells (the whole
- * context in the last one), so a step over a short cache does not launch
- * attention blocks for the whole context. 2^24 cells of context at most
- * in distinct buckets; larger contexts share the last. */
+/* Decode steps are recorded as graphs (one per active device) and
+ * replayed, per number of tokens (one per sequence, up to
+ * ENGINE_GRAPH_MAX_N: batched decode) and per bucket of cache cells: the
+ * attention of bucket b is sized for ENGINE_GRAPH_MIN_CELLS << b cells
+ * (the whole context in the last one), so a step over a short cache does
+ * not launch attention blocks for the whole context. 2^24 cells of
+ * context at most in distinct buckets; larger contexts share the last. */
 #define ENGINE_GRAPH_MIN_CELLS 256u
 #define ENGINE_GRAPH_BUCKETS 17
 /* Once a step reads a tiered cache's host part, its graph stages the
@@ -37,7 +39,21 @@ typedef struct engine_layer {
  * so a step copies at most that many rows more than it reads. */
 #define ENGINE_GRAPH_TIER ENGINE_GRAPH_BUCKETS
 #define ENGINE_GRAPH_TIER_STEP 128u
-#define ENGINE_GRAPH_SLOTS (ENGINE_GRAPH_BUCKETS + 1)
+/* Batched decode steps of up to this many tokens are recorded (a
+ * server's slots; past it a step's kernels run long enough that their
+ * launches are hidden), and at most ENGINE_GRAPH_CACHE step shapes are
+ * kept, the least recently replayed given up first. */
+#define ENGINE_GRAPH_MAX_N 32u
+#define ENGINE_GRAPH_CACHE 64
+
+/* One recorded step shape: n tokens, cell slot (bucket or TIER); each
+ * device's graph and the backend's graph epoch it was recorded at. */
+typedef struct engine_graph {
+    uint32_t n, slot; /* n = 0: an empty entry */
+    uint64_t used;    /* the placement's graph clock at its last replay */
+    void *exec[CLEAVE_MAX_DEVICES];
+    uint64_t epoch[CLEAVE_MAX_DEVICES];
+} engine_graph;
 
 /* Activation scratch for one batch of up to n_batch tokens; its buffers
  * and their sizes are plan_scratch's table (plan.h), so the plan charges
@@ -66,9 +82,6 @@ typedef struct engine_device {
      * rows (no transfer before the first block, and graphs per device) */
     be_mat tok_embd;
     int32_t *ids_host; /* its token ids, -1 for tokens outside the slice */
-    /* the recorded one-token steps of this device, one per bucket of
-     * live cells (see graphs_off) */
-    void *graphs[ENGINE_GRAPH_SLOTS];
 } engine_device;
 
 /* A device allocation to free with the placement. */
@@ -96,12 +109,14 @@ typedef struct placement {
     engine_alloc *owned;
     size_t n_owned, cap_owned;
     size_t scratch_bytes[CLEAVE_MAX_DEVICES]; /* activation scratch allocated per device */
-    /* One-token decode step recorded once per device and cell bucket
-     * (engine_device.graphs) and replayed, where every active device
-     * records graphs and nothing in the step needs the host: one device,
-     * or a tensor split whose all-reduce runs on the devices. graphs_off
-     * where not, after a failed recording, or when the options say so. */
+    /* Decode steps recorded once per device and shape (graphs, graphs.c)
+     * and replayed, where every active device records graphs and nothing
+     * in the step needs the host: one device, or a tensor split whose
+     * all-reduce runs on the devices. graphs_off where not, after a
+     * failed recording, or when the options say so. */
     bool graphs_off;
+    engine_graph graphs[ENGINE_GRAPH_CACHE];
+    uint64_t graph_clock;
     uint32_t graph_cells;  /* the cells the step being recorded is sized for */
     size_t batch_seq_runs; /* the batch in flight: runs of one sequence's tokens (be_attn.n_seq_runs) */
     int32_t *win_host;     /* its tokens' cell windows, uploaded to each device's scratch win */

@@ -208,7 +208,7 @@ static cleave_status move_in_place(cleave_context *c, placement *next, cleave_sw
         cleave_status back = CLEAVE_OK;
         for (size_t k = 0; k < done && !back; k++) back = place_step(cur, next, order[k], hi, &ignored);
         if (!back) back = engine_place_finish(cur, cur);
-        for (size_t b = 0; b < ENGINE_GRAPH_SLOTS; b++) engine_drop_graphs(cur, b); /* recorded with the old addresses */
+        engine_drop_graphs(cur); /* recorded with the old addresses */
         st = back ? err_set(back, "%s; putting the old placement back failed too: %s", why, cleave_last_error())
                   : err_set(st, "%s", why);
     }

@@ -466,13 +466,11 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
         a.n_split = split < max_split ? split : max_split;
         a.chunk = (x->n_kv + a.n_split - 1) / a.n_split;
         /* recorded steps: room for the most splits any cache size takes,
-         * so graphs recorded for longer caches never regrow (and move) the
-         * partials that earlier graphs point at */
+         * so graphs recorded for longer caches seldom regrow (and move,
+         * making stale) the partials that earlier graphs point at */
         size_t room = x->n_kv_live && split > a.n_split ? split : a.n_split;
         void *part;
-        cleave_status st =
-            cuda_scratch(d, x->n_kv_live ? CUDA_SCRATCH_ATTN_GRAPH : CUDA_SCRATCH_ATTN,
-                         pairs * room * (x->head_dim + 2) * 4, &part);
+        cleave_status st = cuda_scratch(d, CUDA_SCRATCH_ATTN, pairs * room * (x->head_dim + 2) * 4, &part);
         if (st) return st;
         a.part = (float *)part;
     }

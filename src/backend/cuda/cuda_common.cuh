@@ -25,6 +25,22 @@
 
 struct threadpool;
 
+/* The scratch slots ops ask for. While a graph is being recorded, each
+ * maps to a twin of its own (cuda_scratch), so nothing outside the
+ * recordings grows (and moves) what the recorded graphs point at. */
+enum {
+    CUDA_SCRATCH_X,
+    CUDA_SCRATCH_W,
+    CUDA_SCRATCH_ATTN,
+    CUDA_SCRATCH_FFN, /* unfused gate/up fallback */
+    CUDA_SCRATCH_OPS, /* the count of the above, and the first twin */
+    CUDA_SCRATCH_COUNT = 2 * CUDA_SCRATCH_OPS
+};
+/* Twins outgrown during a recording: graphs recorded before still point
+ * at them, so they are freed only at the next recording's start (stream
+ * synchronized), by which time the engine has dropped those graphs. */
+#define CUDA_RETIRED_MAX 16
+
 struct cuda_device {
     be_device base;
     int ordinal;
@@ -36,9 +52,16 @@ struct cuda_device {
     pthread_mutex_t lock; /* guards sizes, tier_staging and the tier stream's creation */
     be_size_table sizes;  /* every pointer cuda_alloc returned, with its size */
     /* Grow-only scratch for GEMM operands (converted activations and
-     * dequantized weight chunks) and attention partials. */
-    void *scratch[6];
-    size_t scratch_bytes[6];
+     * dequantized weight chunks) and attention partials, and the twins
+     * recordings use. recording: a graph is being recorded on the stream;
+     * graph_epoch: bumped whenever a twin moves (be_graph_ops.epoch). */
+    void *scratch[CUDA_SCRATCH_COUNT];
+    size_t scratch_bytes[CUDA_SCRATCH_COUNT];
+    bool recording;
+    uint64_t graph_epoch;
+    void *retired[CUDA_RETIRED_MAX];
+    size_t retired_bytes[CUDA_RETIRED_MAX];
+    int n_retired;
     /* Pinned staging for small host-to-device writes, so they can be
      * asynchronous: filled front to back, reset whenever the stream is
      * synchronized (everything staged before then has been consumed). */
@@ -86,17 +109,7 @@ void cuda_tier_destroy(cuda_device *d); /* at the device's end */
 bool cuda_peer_access(cuda_device *a, cuda_device *b);
 void cuda_peer_free(cuda_device *d);
 
-/* ATTN_GRAPH serves recorded graphs only: its pointer is baked into them,
- * so nothing else may grow (and move) it. */
-enum {
-    CUDA_SCRATCH_X,
-    CUDA_SCRATCH_W,
-    CUDA_SCRATCH_ATTN,
-    CUDA_SCRATCH_ATTN_GRAPH,
-    CUDA_SCRATCH_FFN,       /* unfused gate/up fallback, batches */
-    CUDA_SCRATCH_FFN_SMALL, /* the same for decode-sized batches: fixed size, graph-safe */
-    CUDA_SCRATCH_COUNT
-};
+
 
 /* The device behind the tables, made current for the calling thread: with
  * several devices (layer and tensor splits) one thread drives them all, and
@@ -158,8 +171,12 @@ static inline size_t cuda_option_n(long v, size_t max, size_t def) {
     return v >= 1 && (size_t)v <= max ? (size_t)v : def;
 }
 
-/* A scratch buffer of at least `bytes`, grown (never shrunk) on demand. */
+/* A scratch buffer of at least `bytes`, grown (never shrunk) on demand;
+ * while recording, the slot's twin. */
 cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out);
+/* Frees the twins set aside (CUDA_RETIRED_MAX) after synchronizing the
+ * stream; not while recording. */
+cleave_status cuda_free_retired(cuda_device *d);
 
 static inline unsigned cuda_blocks(size_t n, unsigned threads) {
     size_t b = (n + threads - 1) / threads;

@@ -115,6 +115,7 @@ static void cuda_destroy(be_device *dev) {
     if (d->stream) cudaStreamSynchronize(d->stream);
     for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
         if (d->scratch[i]) cudaFree(d->scratch[i]);
+    for (int i = 0; i < d->n_retired; i++) cudaFree(d->retired[i]);
     if (d->blas) cublasDestroy(d->blas);
     if (d->staging) cudaFreeHost(d->staging);
     cuda_upload_free(d);
@@ -130,22 +131,31 @@ static void cuda_destroy(be_device *dev) {
 }
 
 static cleave_status cuda_graph_begin(be_device *dev) {
-    /* relaxed: the first recording may allocate its attention scratch */
-    CUDA_TRY(cudaStreamBeginCapture(cuda_dev(dev)->stream, cudaStreamCaptureModeRelaxed));
+    cuda_device *d = cuda_dev(dev);
+    /* the graphs that pointed at retired twins are gone by now */
+    cleave_status st = cuda_free_retired(d);
+    if (st) return st;
+    /* relaxed: a recording may allocate (grow) its scratch twins */
+    CUDA_TRY(cudaStreamBeginCapture(d->stream, cudaStreamCaptureModeRelaxed));
+    d->recording = true;
     return CLEAVE_OK;
 }
 
 static cleave_status cuda_graph_end(be_device *dev, void **out) {
+    cuda_device *d = cuda_dev(dev);
     cudaGraph_t g = NULL;
     cudaGraphExec_t exec = NULL;
     *out = NULL;
-    CUDA_TRY(cudaStreamEndCapture(cuda_dev(dev)->stream, &g));
+    d->recording = false;
+    CUDA_TRY(cudaStreamEndCapture(d->stream, &g));
     cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) return cuda_fail(e, "cudaGraphInstantiate", __FILE__, __LINE__);
     *out = exec;
     return CLEAVE_OK;
 }
+
+static uint64_t cuda_graph_epoch(be_device *dev) { return cuda_dev(dev)->graph_epoch; }
 
 static cleave_status cuda_graph_launch(be_device *dev, void *graph) {
     CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)graph, cuda_dev(dev)->stream));
@@ -192,6 +202,7 @@ static const be_graph_ops cuda_graph_ops = {
     .end = cuda_graph_end,
     .launch = cuda_graph_launch,
     .free = cuda_graph_free,
+    .epoch = cuda_graph_epoch,
 };
 
 static const be_peer_ops cuda_peer_ops = {

@@ -183,12 +183,9 @@ cleave_status cuda_op_ffn(be_device *dev, const be_mat *gate, const be_mat *up, 
     if (!cuda_gemv2_swiglu(d, gate, up, x, n, tmp, &st) &&
         !cuda_gemvq_swiglu(d, gate, up, x, n, tmp, &st)) {
         /* layouts the dual GEMV does not take: gate into tmp, up into
-         * scratch, then SwiGLU; decode-sized batches may be recorded in a
-         * graph, so their buffer has a fixed size and never moves */
+         * scratch, then SwiGLU */
         void *us;
-        st = n <= GEMV_MAX_N
-                 ? cuda_scratch(d, CUDA_SCRATCH_FFN_SMALL, GEMV_MAX_N * ff * sizeof(float), &us)
-                 : cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us);
+        st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us);
         if (!st) st = cuda_op_matmul(dev, gate, x, n, NULL, tmp);
         if (!st) st = cuda_op_matmul(dev, up, x, n, NULL, (float *)us);
         if (!st) st = cuda_op_swiglu(dev, tmp, (const float *)us, tmp, n * ff);

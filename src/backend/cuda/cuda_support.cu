@@ -21,17 +21,29 @@ cleave_status cublas_fail(cublasStatus_t s, const char *call, const char *file, 
 }
 
 cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out) {
+    if (d->recording) slot += CUDA_SCRATCH_OPS;
     if (d->scratch_bytes[slot] < bytes) {
-        if (d->scratch[slot]) {
+        if (d->scratch[slot] && d->recording) {
+            /* no synchronizing inside a recording: set it aside, and tell
+             * the engine that graphs holding it are stale */
+            if (d->n_retired == CUDA_RETIRED_MAX)
+                return err_set(CLEAVE_ERR_DEVICE, "%s: recorded steps outgrew their scratch %d times",
+                               d->name, CUDA_RETIRED_MAX);
+            d->retired[d->n_retired] = d->scratch[slot];
+            d->retired_bytes[d->n_retired++] = d->scratch_bytes[slot];
+            d->graph_epoch++;
+        } else if (d->scratch[slot]) {
             CUDA_TRY(cudaStreamSynchronize(d->stream));
             CUDA_TRY(cudaFree(d->scratch[slot]));
             be_budget_release(&d->mem, d->scratch_bytes[slot]);
-            d->scratch[slot] = NULL;
-            d->scratch_bytes[slot] = 0;
         }
+        d->scratch[slot] = NULL;
+        d->scratch_bytes[slot] = 0;
         size_t want = bytes + bytes / 4; /* headroom: fewer regrowths */
+        /* (cudaMalloc is allowed in a relaxed-mode recording) */
         if (cudaMalloc(&d->scratch[slot], want) != cudaSuccess) {
             cudaGetLastError();
+            d->scratch[slot] = NULL;
             return err_set(CLEAVE_ERR_OOM, "out of memory on %s: %zu bytes of scratch", d->name,
                            want);
         }
@@ -41,5 +53,16 @@ cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out) {
         be_budget_take(&d->mem, want);
     }
     *out = d->scratch[slot];
+    return CLEAVE_OK;
+}
+
+cleave_status cuda_free_retired(cuda_device *d) {
+    if (!d->n_retired) return CLEAVE_OK;
+    CUDA_TRY(cudaStreamSynchronize(d->stream));
+    for (int i = 0; i < d->n_retired; i++) {
+        cudaFree(d->retired[i]);
+        be_budget_release(&d->mem, d->retired_bytes[i]);
+    }
+    d->n_retired = 0;
     return CLEAVE_OK;
 }
