@@ -8,13 +8,18 @@
  * path and llama.cpp's q8_1 do), with, per group of the weight type
  * (cuda_mmq_fmt.cuh), the scale and the scale times the group's sum of
  * quants, so a group's offsets and mins cost one multiply-add per output.
- * A warp owns 32 rows (two tiles of 16) and all tokens (up to 4 tiles
- * of 8) over a range of 256-weight chunks: per group, one mma.m16n8k32
- * (k16 for the 16-weight groups) per tile of rows and tile of tokens, the
- * int32 result scaled into f32 accumulators; x's fragments, loaded from
- * global memory, serve both row tiles. Rows of few chunks split them over
- * several warps (K split), whose partial sums a second kernel adds in a
- * fixed order, so results do not depend on timing.
+ * A block of MQ_WARPS warps owns MQ_TASK_ROWS rows over a range of
+ * 256-weight chunks, each warp 32 of them (two tiles of 16) and all
+ * tokens (up to 4 tiles of 8): per group, one mma.m16n8k32 (k16 for the
+ * 16-weight groups) per tile of rows and tile of tokens, the int32 result
+ * scaled into f32 accumulators. Each chunk's x is copied into shared
+ * memory once for the block beside the weights, and x's fragments, read
+ * from there, serve both of a warp's row tiles: read by each warp from
+ * global memory, x cost more L2 traffic than the weights (a 32-row tile
+ * read 24 KB of x per 4.6 KB of Q4_K) and bounded the kernel at ~0.6 TB/s.
+ * Rows of few chunks split them over several blocks (K split), whose
+ * partial sums a second kernel adds in a fixed order, so results do not
+ * depend on timing.
  *
  * Instantiated per type in cuda_mmq_*.cu; cuda_mmq.cu chooses. */
 #ifndef CLEAVE_CUDA_MMQ_CUH
@@ -22,31 +27,44 @@
 
 #include "cuda_mmq_fmt.cuh"
 
-#define MQ_WARPS 4     /* per block */
-#define MQ_TILE_N 8    /* tokens per mma tile */
-#define MQ_MIN_SPLIT 2 /* chunks of 256 weights per K-split range, at least */
-/* Row tiles of 16 a warp's task holds. Two halve the x fragments loaded
- * per weight; measured on an H200 (8B Q4_K_M, batched decode of 32
- * sequences) 1460-1486 tok/s with one, 1774 with two, 1411 with four
- * (whose larger stages leave fewer warps per multiprocessor). */
+#define MQ_WARPS 4  /* per block */
+#define MQ_TILE_N 8 /* tokens per mma tile */
+/* Row tiles of 16 a warp holds. Two halve the x fragments read per
+ * weight; measured on an H200 (8B Q4_K_M, batched decode of 32
+ * sequences, x then read from global memory) 1460-1486 tok/s with one,
+ * 1774 with two, 1411 with four (whose larger stages left fewer warps per
+ * multiprocessor). */
 #define MQ_RT 2
-#define MQ_TASK_ROWS (16 * MQ_RT)
-/* Row tiles of a matrix: the tasks of one K range. */
+#define MQ_WARP_ROWS (16 * MQ_RT)
+#define MQ_TASK_ROWS (MQ_WARPS * MQ_WARP_ROWS) /* a block's rows */
+/* Blocks a multiprocessor runs at once (registers and shared memory
+ * allow three; two for Q6_K's larger stages), which the K split aims to
+ * fill. */
+#define MQ_BLOCKS_PER_SM 3
+/* Row tiles (of a block) of a matrix: the tasks of one K range. */
 __host__ __device__ __forceinline__ size_t mq_row_tiles(size_t rows) {
     return (rows + MQ_TASK_ROWS - 1) / MQ_TASK_ROWS;
 }
 
+/* Up to MQ_MAX_SEG matrices of one type and width in one launch (q, k and
+ * v: x quantized once, one grid for all their rows); segment s's row
+ * tiles follow segment s - 1's. */
+#define MQ_MAX_SEG 3
 struct mq_job {
-    const uint8_t *w;
-    size_t nb1, rows, ne0;
-    const int8_t *xq;  /* [n_pad][ne0] */
-    const float4 *xm;  /* [ne0 / G][n_pad / 2]: {d, d X} of two tokens */
+    const uint8_t *w[MQ_MAX_SEG];
+    size_t rows[MQ_MAX_SEG];
+    float *y[MQ_MAX_SEG];          /* splits == 1: [n][rows[s]] */
+    const float *bias[MQ_MAX_SEG]; /* splits == 1 */
+    size_t tile0[MQ_MAX_SEG + 1];  /* segment s's first row tile; [n_seg]: all tiles */
+    size_t row0[MQ_MAX_SEG + 1];   /* its first row of all; [n_seg]: all rows */
+    int n_seg;
+    size_t nb1, ne0;
+    const int8_t *xq; /* [n_pad][ne0] */
+    const float4 *xm; /* [ne0 / G][n_pad / 2]: {d, d X} of two tokens */
     size_t n, n_pad;
     size_t chunks, per_split; /* chunks (256 weights) a row, chunks a K-split range */
     int splits;
-    float *y;          /* splits == 1: [n][rows] */
-    const float *bias; /* splits == 1 */
-    float *part;       /* splits > 1: [splits][n][rows] */
+    float *part; /* splits > 1: [splits][n][all rows] */
 };
 
 __device__ __forceinline__ void mq_mma32(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -64,43 +82,58 @@ __device__ __forceinline__ void mq_mma16(int (&c)[4], uint32_t a0, uint32_t a1, 
 }
 
 /* A chunk is 256 weights of a row (one super-block, or eight 32-weight
- * blocks); a warp's stage holds one chunk of its MQ_TASK_ROWS rows, each
- * row's bytes streamed from the 16-byte aligned address at or below them
- * (so the blocks keep their alignment) through a ring of MQ_STAGES
- * stages with cp.async, as the decode GEMV streams its rows: the loads of
- * the next chunk are in flight while the tensor cores work on this one
- * (two stages of two row tiles hold the bytes four of one held, and
- * leave the shared memory of 16 warps a multiprocessor). A span
- * ends at the 16-byte boundary after its chunk, so the last row's may
- * reach up to 15 bytes past a tensor's end: inside cudaMalloc's 256-byte
- * granule, never into another page. */
+ * blocks). A stage holds one chunk of the block's MQ_TASK_ROWS rows, each
+ * warp copying its own rows, each row's bytes streamed from the 16-byte
+ * aligned address at or below them (so the blocks keep their alignment),
+ * and the chunk's x: its NP tokens' 256 int8 (rows MQ_XROW apart, so the
+ * 8 tokens of a fragment read hit distinct banks), then its groups'
+ * {d, d X}. The stages form a ring of MQ_STAGES filled with cp.async, as
+ * the decode GEMV streams its rows: the next chunk's bytes are in flight
+ * while the tensor cores work on this one. A span ends at the 16-byte
+ * boundary after its chunk, so the last row's may reach up to 15 bytes
+ * past a tensor's end: inside cudaMalloc's 256-byte granule, never into
+ * another page. */
 #define MQ_STAGES 2
+#define MQ_XROW (256 + 32)
 template <int T> struct mq_chunk {
     static constexpr int BPC = 256 / mq<T>::QK, CB = BPC * mq<T>::BLK;
     static constexpr int SP = ((CB + 15) & ~15) + 16; /* a row's span in a stage */
-    static constexpr int STAGE = MQ_TASK_ROWS * SP;
+    static constexpr int WSTAGE = MQ_WARP_ROWS * SP;  /* a warp's rows in a stage */
+    static constexpr int XM = 256 / mq<T>::G;         /* groups a chunk */
 };
-template <int T> static size_t mq_smem_bytes() {
-    return (size_t)MQ_WARPS * MQ_STAGES * mq_chunk<T>::STAGE;
+/* A stage's bytes for NP tokens: the warps' rows, x, then {d, d X}. */
+template <int T> __host__ __device__ constexpr uint32_t mq_stage_bytes(int np) {
+    return (uint32_t)(MQ_WARPS * mq_chunk<T>::WSTAGE + np * MQ_XROW + mq_chunk<T>::XM * np * 8);
 }
+template <int T> static size_t mq_smem_bytes(int np) { return (size_t)MQ_STAGES * mq_stage_bytes<T>(np); }
 
-/* Where a warp is in its stream of chunks: task (row tile and K-split
- * range), chunk ch of the range [ch, hi). */
+/* Where a block is in its stream of chunks: task (row tile and K-split
+ * range), chunk ch of the range [ch, hi); the tile's segment, first row
+ * and K range, kept so the loops need no division (a 64-bit division per
+ * row and chunk cost more instructions than the products). */
 struct mq_cursor {
-    size_t task, ch, hi;
+    size_t task, ch, hi, row0, sp;
+    int seg;
 };
-/* Tasks run split-major (task = split x tiles + tile), so the warps that
- * run at once work on the same K range and read the same x from L1. */
+/* Tasks run split-major (task = split x tiles + tile): the blocks that run
+ * at once read the same K range of x, from L2. */
 __device__ __forceinline__ void mq_locate(const mq_job &j, mq_cursor &q) {
-    const size_t sp = q.task / mq_row_tiles(j.rows), lo = sp * j.per_split;
-    q.ch = lo;
-    q.hi = lo + j.per_split < j.chunks ? lo + j.per_split : j.chunks;
+    const size_t tiles = j.tile0[j.n_seg];
+    q.sp = q.task / tiles;
+    size_t tile = q.task - q.sp * tiles;
+    int s = 0;
+#pragma unroll
+    for (int k = 1; k < MQ_MAX_SEG; k++)
+        if (k < j.n_seg && tile >= j.tile0[k]) s = k;
+    q.seg = s;
+    q.row0 = (tile - j.tile0[s]) * MQ_TASK_ROWS;
+    q.ch = q.sp * j.per_split;
+    q.hi = q.ch + j.per_split < j.chunks ? q.ch + j.per_split : j.chunks;
 }
-/* the row tile's row i, clamped to the last row (its results are dropped) */
-__device__ __forceinline__ const uint8_t *mq_row(const mq_job &j, size_t task, int i, size_t ch,
-                                                 int cb) {
-    size_t row = task % mq_row_tiles(j.rows) * MQ_TASK_ROWS + (size_t)i;
-    return j.w + (row < j.rows ? row : j.rows - 1) * j.nb1 + ch * (size_t)cb;
+/* the tile's row i, clamped to its segment's last row (its results are dropped) */
+__device__ __forceinline__ const uint8_t *mq_row(const mq_job &j, const mq_cursor &q, int i, int cb) {
+    const size_t row = q.row0 + (size_t)i, rows = j.rows[q.seg];
+    return j.w[q.seg] + (row < rows ? row : rows - 1) * j.nb1 + q.ch * (size_t)cb;
 }
 
 /* Fragments (PTX's m16n8k32 / m16n8k16 int8 layouts): lane = 4 r + c
@@ -108,31 +141,44 @@ __device__ __forceinline__ const uint8_t *mq_row(const mq_job &j, size_t task, i
  * 4c+3 and 16+4c..+3, which this kernel maps to positions 8c..8c+7 of the
  * group (A and B alike, so the product is the same), for k16 slots and
  * positions 4c..4c+3; its results are tokens 2c, 2c+1 of rows r, r + 8. */
-template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(mq_job j) {
+template <int T, int NT>
+__global__ void __launch_bounds__(MQ_WARPS * 32, MQ_BLOCKS_PER_SM) k_mmq(mq_job j) {
     using F = mq<T>;
     using K = mq_chunk<T>;
-    constexpr int RT = MQ_RT;
+    constexpr int RT = MQ_RT, NP = MQ_TILE_N * NT, XLD = NP / 2; /* tokens held; float4 a group */
     constexpr int G = F::G, NG = F::NG, Z = F::ZERO, S = MQ_STAGES;
+    constexpr uint32_t SB = mq_stage_bytes<T>(NP);
+    constexpr uint32_t XOFF = MQ_WARPS * K::WSTAGE, XMOFF = XOFF + NP * MQ_XROW;
     extern __shared__ __align__(16) uint8_t mq_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
-    const size_t tasks = mq_row_tiles(j.rows) * (size_t)j.splits, stride = (size_t)gridDim.x * MQ_WARPS;
-    const size_t xm_ld = j.n_pad / 2;
-    uint8_t *ring = mq_smem + (size_t)warp * S * K::STAGE;
-    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    const size_t tasks = j.tile0[j.n_seg] * (size_t)j.splits, stride = gridDim.x;
+    const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(mq_smem);
 
-    mq_cursor p = {(size_t)blockIdx.x * MQ_WARPS + warp, 0, 0};
+    cuda_pdl_trigger();
+    cuda_pdl_wait(); /* x is the previous kernel's output */
+    mq_cursor p = {blockIdx.x, 0, 0, 0, 0, 0};
     if (p.task < tasks) mq_locate(j, p);
     mq_cursor q = p; /* consume */
     auto issue = [&](int st) {
         if (p.task < tasks) {
-            /* 16 RT rows' spans: lane v copies 16-byte pieces v, v + 32, ... */
-            for (int v = lane; v < 16 * RT * (K::SP / 16); v += 32) {
+            const uint32_t base = smem_s + (uint32_t)st * SB;
+            /* this warp's rows: lane v copies 16-byte pieces v, v + 32, ... */
+            for (int v = lane; v < MQ_WARP_ROWS * (K::SP / 16); v += 32) {
                 const int i = v / (K::SP / 16), k = v % (K::SP / 16);
-                const uint8_t *src = mq_row(j, p.task, i, p.ch, K::CB);
+                const uint8_t *src = mq_row(j, p, warp * MQ_WARP_ROWS + i, K::CB);
                 const uint8_t *a = (const uint8_t *)((uintptr_t)src & ~(uintptr_t)15);
                 if (16 * k < (int)(src - a) + K::CB)
-                    cuda_cp16(ring_s + (uint32_t)(st * K::STAGE + i * K::SP + 16 * k), a + 16 * k);
+                    cuda_cp16(base + (uint32_t)(warp * K::WSTAGE + i * K::SP + 16 * k), a + 16 * k);
             }
+            /* the chunk's x, 16 pieces a token, and its groups' {d, d X}
+             * (contiguous), by the whole block */
+            const size_t k0 = p.ch * 256;
+            for (int v = threadIdx.x; v < NP * 16; v += MQ_WARPS * 32)
+                cuda_cp16(base + XOFF + (uint32_t)((v >> 4) * MQ_XROW + 16 * (v & 15)),
+                          j.xq + (size_t)(v >> 4) * j.ne0 + k0 + 16 * (v & 15));
+            const uint8_t *m0 = (const uint8_t *)(j.xm + k0 / G * XLD);
+            for (int v = threadIdx.x; v < K::XM * NP / 2; v += MQ_WARPS * 32)
+                cuda_cp16(base + XMOFF + 16 * (uint32_t)v, m0 + 16 * v);
             if (++p.ch == p.hi) {
                 p.task += stride;
                 if (p.task < tasks) mq_locate(j, p);
@@ -153,16 +199,19 @@ template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(
             for (int i = 0; i < 4; i++)
                 acc[rt][t][i] = 0.0f;
     for (int it = 0; q.task < tasks; it++) {
-        cuda_cp_wait<S - 2>(); /* this lane's copies of chunk it have landed */
-        __syncwarp();     /* ... and every lane's, and chunk it - 1 is read */
+        cuda_cp_wait<S - 2>(); /* this thread's copies of chunk it have landed */
+        __syncthreads();       /* ... and every thread's, and chunk it - 1 is read */
         issue((it + S - 1) % S);
-        const uint8_t *stage = ring + (size_t)(it % S) * K::STAGE;
+        const uint8_t *stage = mq_smem + (size_t)(it % S) * SB;
+        const int8_t *xs = (const int8_t *)(stage + XOFF);
+        const float4 *xms = (const float4 *)(stage + XMOFF);
         const uint8_t *s0[RT], *s1[RT]; /* rows r and r + 8 of each row tile */
 #pragma unroll
         for (int rt = 0; rt < RT; rt++) {
             const int i0 = 16 * rt + r, i1 = i0 + 8;
-            s0[rt] = stage + i0 * K::SP + ((uintptr_t)mq_row(j, q.task, i0, q.ch, K::CB) & 15);
-            s1[rt] = stage + i1 * K::SP + ((uintptr_t)mq_row(j, q.task, i1, q.ch, K::CB) & 15);
+            const uint8_t *ws = stage + warp * K::WSTAGE;
+            s0[rt] = ws + i0 * K::SP + ((uintptr_t)mq_row(j, q, warp * MQ_WARP_ROWS + i0, K::CB) & 15);
+            s1[rt] = ws + i1 * K::SP + ((uintptr_t)mq_row(j, q, warp * MQ_WARP_ROWS + i1, K::CB) & 15);
         }
 #pragma unroll
         for (int b = 0; b < K::BPC; b++) {
@@ -175,14 +224,13 @@ template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(
 #pragma unroll
             for (int g = 0; g < NG; g++) {
                 const int at = g * G + (G == 32 ? 8 : 4) * c; /* this lane's positions */
-                const size_t kpos = q.ch * 256 + (size_t)(b * F::QK + at);
-                const size_t grp = (q.ch * 256 + (size_t)(b * F::QK + g * G)) / G;
-                /* x of the token tiles: loaded once for every row tile */
+                const int kc = b * F::QK + at, gc = (b * F::QK + g * G) / G; /* in the chunk */
+                /* x of the token tiles: read once for every row tile */
                 uint32_t bx0[NT], bx1[NT];
                 float4 m[NT];
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    const int8_t *xb = j.xq + (size_t)(MQ_TILE_N * t + r) * j.ne0 + kpos;
+                    const int8_t *xb = xs + (MQ_TILE_N * t + r) * MQ_XROW + kc;
                     if (G == 32) {
                         const uint2 bx = *(const uint2 *)xb;
                         bx0[t] = bx.x, bx1[t] = bx.y;
@@ -190,7 +238,7 @@ template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(
                         bx0[t] = *(const uint32_t *)xb, bx1[t] = 0;
                     }
                     /* tokens 2c, 2c + 1 of the tile: {d, d X} each */
-                    m[t] = j.xm[grp * xm_ld + (size_t)(MQ_TILE_N / 2 * t + c)];
+                    m[t] = xms[gc * XLD + MQ_TILE_N / 2 * t + c];
                 }
 #pragma unroll
                 for (int rt = 0; rt < RT; rt++) {
@@ -217,7 +265,6 @@ template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(
             }
         }
         if (q.ch + 1 == q.hi) { /* the task's last chunk: its results */
-            const size_t tile = q.task % mq_row_tiles(j.rows), sp = q.task / mq_row_tiles(j.rows);
 #pragma unroll
             for (int rt = 0; rt < RT; rt++)
 #pragma unroll
@@ -225,14 +272,17 @@ template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const size_t tok = (size_t)(MQ_TILE_N * t + 2 * c + (i & 1));
-                        const size_t row = tile * 16 * RT + 16 * (size_t)rt + (size_t)r + (i < 2 ? 0 : 8);
+                        const size_t row = q.row0 + (size_t)(warp * MQ_WARP_ROWS + 16 * rt + r + (i < 2 ? 0 : 8));
+                        const size_t rows = j.rows[q.seg];
                         const float v = acc[rt][t][i];
                         acc[rt][t][i] = 0.0f;
-                        if (tok >= j.n || row >= j.rows) continue;
-                        if (j.splits == 1)
-                            j.y[tok * j.rows + row] = v + (j.bias ? j.bias[row] : 0.0f);
-                        else
-                            j.part[(sp * j.n + tok) * j.rows + row] = v;
+                        if (tok >= j.n || row >= rows) continue;
+                        if (j.splits == 1) {
+                            const float *bias = j.bias[q.seg];
+                            j.y[q.seg][tok * rows + row] = v + (bias ? bias[row] : 0.0f);
+                        } else {
+                            j.part[(q.sp * j.n + tok) * j.row0[j.n_seg] + j.row0[q.seg] + row] = v;
+                        }
                     }
         }
         if (++q.ch == q.hi) {
@@ -243,18 +293,23 @@ template <int T, int NT> __global__ void __launch_bounds__(MQ_WARPS * 32) k_mmq(
     cuda_cp_wait<0>(); /* nothing left in flight at exit */
 }
 
-/* blocks of MQ_WARPS warps per multiprocessor: 16 warps (registers allow
- * about that many at 4 token tiles) */
-#define MQ_BLOCKS_PER_SM 4
+/* One block a task, as many at once as fit (occupancy, asked once per
+ * instantiation and GPU). */
 template <int T, int NT> static cudaError_t mq_launch_nt(cuda_device *d, const mq_job &j) {
     static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
-    size_t smem = mq_smem_bytes<T>();
+    static int per_sm[CUDA_MAX_ORDINALS];
+    size_t smem = mq_smem_bytes<T>(MQ_TILE_N * NT);
     cudaError_t e = cuda_allow_smem(d, (const void *)k_mmq<T, NT>, smem, raised);
     if (e != cudaSuccess) return e;
-    size_t tasks = mq_row_tiles(j.rows) * (size_t)j.splits;
-    size_t blocks = (tasks + MQ_WARPS - 1) / MQ_WARPS, cap = (size_t)d->n_sm * MQ_BLOCKS_PER_SM;
-    k_mmq<T, NT><<<(unsigned)(blocks < cap ? blocks : cap), MQ_WARPS * 32, smem, d->stream>>>(j);
-    return cudaGetLastError();
+    if (!per_sm[d->ordinal]) {
+        int b = 0;
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, k_mmq<T, NT>, MQ_WARPS * 32, smem);
+        if (e != cudaSuccess) return e;
+        per_sm[d->ordinal] = b > 0 ? b : 1;
+    }
+    size_t tasks = j.tile0[j.n_seg] * (size_t)j.splits, cap = (size_t)d->n_sm * (size_t)per_sm[d->ordinal];
+    return cuda_launch(d, k_mmq<T, NT>, dim3((unsigned)(tasks < cap ? tasks : cap)), dim3(MQ_WARPS * 32),
+                       smem, j);
 }
 
 /* What cuda_mmq.cu asks of a type's file. */

@@ -258,10 +258,11 @@ bool cuda_gemvq(cuda_device *d, const be_mat *const *w, const float *const *bias
                 int count, const float *x, size_t n, cleave_status *st);
 bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x,
                        size_t n, float *y, cleave_status *st);
-/* The batched GEMM (cuda_mmq.cu): y = x . w^T (+ bias) for batches of up
- * to CUDA_MMQ_MAX_N; false (nothing launched) when w's layout does not fit
- * it, else true with *st the launch's status. */
-bool cuda_mmq(cuda_device *d, const be_mat *w, const float *x, size_t n, const float *bias, float *y,
-              cleave_status *st);
+/* The batched GEMM (cuda_mmq.cu): y[s] = x . w[s]^T (+ bias[s]) for
+ * `count` (at most 3) matrices of one type and width, in one launch, for
+ * batches of up to CUDA_MMQ_MAX_N; false (nothing launched) when their
+ * layouts do not fit it, else true with *st the launches' status. */
+bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
+              int count, const float *x, size_t n, cleave_status *st);
 
 #endif
