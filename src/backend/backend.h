@@ -125,6 +125,12 @@ typedef struct be_memory_ops {
      * device computes fastest with (out->scales may be set); the engine
      * frees out->data and out->scales with free(). */
     cleave_status (*upload_mat)(be_device *d, const be_mat *host, be_mat *out, const char *what);
+    /* Optional (NULL = reads go to host memory as it is): page-locks host
+     * memory the caller reads results into often (the logits), so read
+     * copies straight into it at the link's full rate; for every device
+     * of the process. unregister before freeing it. */
+    cleave_status (*host_register)(be_device *d, void *p, size_t bytes);
+    void (*host_unregister)(be_device *d, void *p);
 } be_memory_ops;
 
 /* The ops the forward pass is made of; every member is required. */

@@ -127,6 +127,14 @@ static inline cleave_status be_ffn(be_device *d, const be_mat *gate, const be_ma
     return f->ffn(d, gate, up, down, x, n, tmp, y);
 }
 
+/* Page-locks p (false: the device does not, or it failed; reads still work). */
+static inline bool be_host_register(be_device *d, void *p, size_t bytes) {
+    return d->ops->memory->host_register && d->ops->memory->host_register(d, p, bytes) == CLEAVE_OK;
+}
+static inline void be_host_unregister(be_device *d, void *p) {
+    if (d->ops->memory->host_unregister) d->ops->memory->host_unregister(d, p);
+}
+
 /* ---- graphs (optional) ----------------------------------------------- */
 
 static inline cleave_status be_graph_begin(be_device *d) {

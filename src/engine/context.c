@@ -198,6 +198,7 @@ void cleave_context_free(cleave_context *c) {
     placement_free(c->pl);
     comm_free(c->comm); /* before the devices it lives on */
     kv_cells_free(&c->cells);
+    engine_unpin_logits(c); /* while its device lives */
     for (size_t d = 0; d < c->n_dev; d++) be_destroy(c->devs[d]);
     free(c->logits);
     free(c->row_of);

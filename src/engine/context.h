@@ -19,6 +19,7 @@ struct cleave_context {
     /* logits of the last decode, host side */
     float *logits;
     size_t logits_rows, logits_cap_rows;
+    be_device *logits_pinned_by; /* the device that page-locked them, or NULL */
     bool logits_all;
     int32_t last_n;
     /* after a batch: the logits row of each token, or -1 */
@@ -42,7 +43,9 @@ void engine_saved_params(const struct cleave_context *c, cleave_context_params *
 /* The environment a placement of c is built in (params: c's saved ones,
  * or the caller's). */
 placement_env engine_env(struct cleave_context *c, const cleave_context_params *params);
-/* Room for rows x n_vocab host logits. */
+/* Undoes the logits' page-locking (before they are freed). */
+void engine_unpin_logits(struct cleave_context *c);
+/* Room for rows x n_vocab host logits, page-locked where a device can. */
 cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
 /* The logits of the last decode become this one row (a restored state's). */
 cleave_status engine_keep_logits_row(struct cleave_context *c, const float *row);

@@ -17,12 +17,24 @@
 #include "base/error.h"
 #include "base/mem.h"
 
+void engine_unpin_logits(struct cleave_context *c) {
+    if (c->logits_pinned_by) be_host_unregister(c->logits_pinned_by, c->logits);
+    c->logits_pinned_by = NULL;
+}
+
 cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows) {
     if (rows <= c->logits_cap_rows) return CLEAVE_OK;
-    float *p = mem_realloc(c->logits, rows * c->model->hp.n_vocab * sizeof(float), "logits");
+    size_t bytes = rows * c->model->hp.n_vocab * sizeof(float);
+    engine_unpin_logits(c);
+    float *p = mem_realloc(c->logits, bytes, "logits");
     if (!p) return CLEAVE_ERR_OOM;
     c->logits = p;
     c->logits_cap_rows = rows;
+    /* page-locked, so each step's logits come back at the link's rate (a
+     * batch of 32 sequences reads 16 MB of them for a 128k vocabulary);
+     * where no device can, they stay pageable */
+    for (size_t d = 0; d < c->n_dev && !c->logits_pinned_by; d++)
+        if (be_host_register(c->devs[d], c->logits, bytes)) c->logits_pinned_by = c->devs[d];
     return CLEAVE_OK;
 }
 

@@ -96,6 +96,18 @@ static cleave_status cuda_read(be_device *dev, void *dst, const void *src, size_
     return CLEAVE_OK;
 }
 
+/* Portable: page-locked for every GPU of the process, whichever reads. */
+static cleave_status cuda_host_register(be_device *dev, void *p, size_t bytes) {
+    cudaSetDevice(cuda_dev(dev)->ordinal);
+    CUDA_TRY(cudaHostRegister(p, bytes, cudaHostRegisterPortable));
+    return CLEAVE_OK;
+}
+
+static void cuda_host_unregister(be_device *dev, void *p) {
+    cudaSetDevice(cuda_dev(dev)->ordinal);
+    if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 static cleave_status cuda_copy(be_device *dev, void *dst, const void *src, size_t n) {
     CUDA_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cuda_dev(dev)->stream));
     return CLEAVE_OK;
@@ -176,6 +188,8 @@ static const be_memory_ops cuda_memory_ops = {
     .sync = cuda_sync,
     .map_host = NULL, /* weights are copied to the card */
     .upload_mat = cuda_upload_mat,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
 };
 
 static const be_compute_ops cuda_compute_ops = {
