@@ -16,7 +16,8 @@
  * memory once for the block beside the weights, and x's fragments, read
  * from there, serve both of a warp's row tiles: read by each warp from
  * global memory, x cost more L2 traffic than the weights (a 32-row tile
- * read 24 KB of x per 4.6 KB of Q4_K) and bounded the kernel at ~0.6 TB/s.
+ * read 24 KB of x per 4.6 KB of Q4_K; on an H200, 14336 x 4096 Q4_K at 32
+ * tokens took 53 us that way, 45 us this way).
  * Rows of few chunks split them over several blocks (K split), whose
  * partial sums a second kernel adds in a fixed order, so results do not
  * depend on timing.
