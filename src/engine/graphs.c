@@ -2,8 +2,7 @@
  * device, and replayed: the inputs live at fixed device addresses, so only
  * they change between steps. A server's batched steps (one token for each
  * of up to ENGINE_GRAPH_MAX_N sequences) are recorded like the one-token
- * step: launched op by op, a step of 32 sequences spent about as long
- * launching its ~900 kernels as running them. */
+ * step (8B Q4_K_M on an H200, 32 sequences: 1733 -> 1853 tok/s). */
 #include <string.h>
 
 #include "engine_internal.h"
@@ -106,9 +105,9 @@ cleave_status engine_forward_graph(placement *pl, size_t n) {
     for (size_t d = 0; d < pl->n_dev; d++)
         if (pl->devs[d].active) TRY(be_write(pl->devs[d].dev, pl->devs[d].s.n_kv_live, &live, sizeof live));
     engine_graph *g = find(pl, (uint32_t)n, slot);
-    if (g && stale(pl, g)) drop(pl, g), g = NULL;
-    /* A recording that outgrew its scratch points partly at what it
-     * retired (stale at once); the second finds the scratch grown. */
+    /* Recorded now if missing or stale. A recording that outgrew its
+     * scratch points partly at what it retired (stale at once); the
+     * second finds the scratch grown. */
     for (int attempt = 0; !g || stale(pl, g); attempt++) {
         if (g) drop(pl, g);
         if (attempt == 2) return err_set(CLEAVE_ERR_DEVICE, "a recorded decode step kept outgrowing its scratch");

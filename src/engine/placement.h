@@ -40,9 +40,9 @@ typedef struct engine_layer {
 #define ENGINE_GRAPH_TIER ENGINE_GRAPH_BUCKETS
 #define ENGINE_GRAPH_TIER_STEP 128u
 /* Batched decode steps of up to this many tokens are recorded (a
- * server's slots; past it a step's kernels run long enough that their
- * launches are hidden), and at most ENGINE_GRAPH_CACHE step shapes are
- * kept, the least recently replayed given up first. */
+ * server's slots; the batched GEMM of the block types takes up to 32
+ * tokens), and at most ENGINE_GRAPH_CACHE step shapes are kept, the least
+ * recently replayed given up first. */
 #define ENGINE_GRAPH_MAX_N 32u
 #define ENGINE_GRAPH_CACHE 64
 

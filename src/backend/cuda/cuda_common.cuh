@@ -109,8 +109,6 @@ void cuda_tier_destroy(cuda_device *d); /* at the device's end */
 bool cuda_peer_access(cuda_device *a, cuda_device *b);
 void cuda_peer_free(cuda_device *d);
 
-
-
 /* The device behind the tables, made current for the calling thread: with
  * several devices (layer and tensor splits) one thread drives them all, and
  * kernels, copies and cuBLAS calls go to the current device. Every op

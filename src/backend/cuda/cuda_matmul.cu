@@ -280,8 +280,7 @@ cleave_status cuda_op_matmul_multi(be_device *dev, const be_mat *const *w, const
     if (!n) return CLEAVE_OK;
     if (cuda_gemv(d, w, bias, y, (int)count, x, n, &st)) return st;
     if (cuda_gemvq(d, w, bias, y, (int)count, x, n, &st)) return st;
-    if (cuda_qk(w[0]->type) && n > cuda_gemvq_max_n() && cuda_mmq(d, w, bias, y, (int)count, x, n, &st))
-        return st;
+    if (n > cuda_gemvq_max_n() && cuda_mmq(d, w, bias, y, (int)count, x, n, &st)) return st;
     /* batches: x converted once for every matrix of one operand type */
     bool shared = n > cuda_gemv_limit(w[0]->type) && w[0]->type != CLEAVE_TYPE_F32;
     for (size_t i = 1; i < count; i++)
