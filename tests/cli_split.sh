@@ -5,7 +5,7 @@
 # mode and generation under another (-psm, and --psm-policy auto from
 # `cleave calibrate`'s rates); bad split flags exit 2 and plans
 # that cannot fit exit 1, each with a message; --mem-report and
-# batched-bench print what they promise.
+# batched-bench print what they promise, and so does the step trace.
 set -u
 cli=$1 shared=$2 tmp=$3
 mkdir -p "$tmp"
@@ -123,6 +123,14 @@ fi
 out=$("$cli" batched-bench -m "$m" -npp 16 -ntg 4 -npl 1,2 -t 1 --devices cpu:2 -sm tensor 2>"$tmp/err")
 rows=$(printf '%s\n' "$out" | grep -cE '^\| +16 \| +4 \| +[12] \|')
 if [ "$rows" -ne 2 ]; then echo "FAIL: batched-bench rows"; printf '%s\n' "$out"; cat "$tmp/err"; fail=1; fi
+
+# CLEAVE_STEP_TRACE: the passes of each batch size counted (the warm-up's
+# two one-token steps and the test's four; four steps of two sequences)
+CLEAVE_STEP_TRACE=1 "$cli" batched-bench -m "$m" -npp 16 -ntg 4 -npl 1,2 -t 1 >/dev/null 2>"$tmp/err"
+if ! grep -q "^cleave step trace (cpu)" "$tmp/err" || ! grep -qE "^  1  6 \(0\)( +[0-9.]+){4}$" "$tmp/err" ||
+   ! grep -qE "^  2  4 \(0\)( +[0-9.]+){4}$" "$tmp/err"; then
+  echo "FAIL: CLEAVE_STEP_TRACE table"; cat "$tmp/err"; fail=1
+fi
 
 [ $fail -eq 0 ] && echo "cli_split: all checks passed"
 exit $fail

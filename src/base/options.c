@@ -24,6 +24,7 @@ static long number(const char *name, long fallback) {
 
 void options_reload(void) {
     opts.load_trace = flag("CLEAVE_LOAD_TRACE");
+    opts.step_trace = flag("CLEAVE_STEP_TRACE");
     opts.no_graph = flag("CLEAVE_NO_GRAPH");
     opts.host_handoff = flag("CLEAVE_HOST_HANDOFF");
     opts.no_simd = flag("CLEAVE_NO_SIMD");

@@ -4,6 +4,7 @@
  * rounding (host_budget_mib changes what fits).
  *
  *   CLEAVE_LOAD_TRACE=1        load_trace: the seconds of each step of making a placement, on stderr
+ *   CLEAVE_STEP_TRACE=1        step_trace: where each forward pass's time goes, per batch size, on stderr
  *   CLEAVE_NO_GRAPH=1          no_graph: decode steps run op by op, never as recorded graphs
  *   CLEAVE_HOST_HANDOFF=1      host_handoff: activations move between devices through host memory
  *   CLEAVE_HOST_BUDGET_MIB=N   host_budget_mib: pinned host memory a tiered KV cache may take
@@ -32,7 +33,7 @@ extern "C" {
 #define OPTIONS_GEMVQ_MAX_N 6
 
 typedef struct cleave_env_options {
-    bool load_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
+    bool load_trace, step_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
     size_t host_budget_mib;
     long gemv_max_n, gemvq_max_n, upload_threads, nccl_min_kb;
 } cleave_env_options;

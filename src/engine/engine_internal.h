@@ -2,7 +2,8 @@
  * Who calls whom (no circles): context.c and switch.c build placements
  * (placement.c, from place.c, place_copy.c and alloc.c); decode.c runs
  * batches through forward.c, which picks graphs.c, pipeline.c, tensor.c
- * or layer_body.c, all over the block math in block.c. */
+ * or layer_body.c, all over the block math in block.c; step_trace.c
+ * times forward.c's phases when the options ask. */
 #ifndef CLEAVE_ENGINE_INTERNAL_H
 #define CLEAVE_ENGINE_INTERNAL_H
 

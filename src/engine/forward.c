@@ -46,6 +46,8 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
                              const int32_t *seq, const int32_t *cells, size_t n, size_t first_out,
                              float *logits_host) {
     const model_hparams *hp = &pl->model->hp;
+    step_trace *tr = pl->trace.on ? &pl->trace : NULL;
+    if (tr) step_trace_begin(tr, n);
     TRY(upload_ids(pl, tokens, n));
     pl->batch_seq_runs = n > 0;
     for (size_t i = 1; i < n; i++) pl->batch_seq_runs += seq[i] != seq[i - 1];
@@ -60,12 +62,17 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
         if (kv_cells_regions(pl->cells)) TRY(be_write(d, s->win, pl->win_host, 2 * n * sizeof(int32_t)));
     }
     TRY(kv_store_sync_cells(&pl->store, pl->cells));
+    if (tr) {
+        TRY(engine_sync_all(pl));
+        step_trace_phase(tr, STEP_INPUTS);
+    }
 
-    bool tensor = pl->plan.mode == CLEAVE_SPLIT_TENSOR;
+    bool tensor = pl->plan.mode == CLEAVE_SPLIT_TENSOR, replayed = false;
     if (pl->plan.mode == CLEAVE_SPLIT_LAYER && pl->bounce && pl->n_ubatch && n > pl->n_ubatch) {
         TRY(engine_pipeline_forward(pl, n, first_out));
     } else if (engine_graph_takes(pl, n, first_out)) {
         cleave_status st = engine_forward_graph(pl, n);
+        replayed = !st;
         if (st) {
             /* Recording failed: say so once, then run op by op for good. */
             fprintf(stderr, "cleave: decode graph unavailable (%s); running op by op\n",
@@ -78,13 +85,21 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
     } else {
         TRY(tensor ? engine_tensor_body(pl, n, first_out, false) : engine_layer_body(pl, n, first_out, false));
     }
+    if (tr) {
+        TRY(engine_sync_all(pl));
+        step_trace_phase(tr, STEP_BODY);
+    }
     if (tensor) {
         TRY(engine_tensor_logits(pl, n - first_out, logits_host));
-        return engine_sync_all(pl);
+    } else {
+        engine_device *H = &pl->devs[pl->plan.head_device];
+        TRY(be_read(H->dev, logits_host, H->s.logits, (n - first_out) * hp->n_vocab * sizeof(float)));
     }
-    engine_device *H = &pl->devs[pl->plan.head_device];
-    TRY(be_read(H->dev, logits_host, H->s.logits,
-                          (n - first_out) * hp->n_vocab * sizeof(float)));
-    return engine_sync_all(pl);
+    TRY(engine_sync_all(pl));
+    if (tr) {
+        step_trace_phase(tr, STEP_LOGITS);
+        step_trace_end(tr, replayed);
+    }
+    return CLEAVE_OK;
 }
 

@@ -271,6 +271,7 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
     for (size_t d = 0; d < pl->n_dev; d++)
         if (pl->devs[d].active && !be_has(pl->devs[d].dev, BE_CAP_GRAPH)) graphs = false;
     pl->graphs_off = !graphs || opt->no_graph;
+    pl->trace.on = opt->step_trace;
     set_name(pl);
     load_mark(&lt, "the rest");
     if (lt.on) {
@@ -288,6 +289,7 @@ fail:
 
 void placement_free(placement *pl) {
     if (!pl) return;
+    if (pl->trace.on) step_trace_print(&pl->trace, pl->name);
     engine_drop_graphs(pl);
     kv_store_free(&pl->store);
     engine_free_owned(pl);

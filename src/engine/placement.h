@@ -13,6 +13,7 @@
 #include "kv/store.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "step_trace.h"
 
 /* A block's weights on its device. Vectors (norms, biases) are f32.
  * next_norm is the norm the block's last residual add is fused with (the
@@ -122,6 +123,7 @@ typedef struct placement {
     int32_t *win_host;     /* its tokens' cell windows, uploaded to each device's scratch win */
     size_t win_cap;
     uint32_t tier_graph_cells; /* the cells the ENGINE_GRAPH_TIER graphs are sized for */
+    step_trace trace;          /* options: step_trace */
     /* weight placement progress (a callback returning false cancels) */
     cleave_progress_fn progress;
     void *progress_user;
