@@ -265,6 +265,10 @@ typedef struct be_tier_ops {
 typedef struct be_ops {
     const char *(*name)(be_device *d);
     void (*destroy)(be_device *d);
+    /* Optional: a forward pass of n_tokens begins on d (before its ops
+     * are issued or recorded), so a backend may choose launch policies by
+     * batch size. */
+    void (*pass_begin)(be_device *d, size_t n_tokens);
     const be_memory_ops *memory;   /* required */
     const be_compute_ops *compute; /* required */
     const be_fused_ops *fused;     /* optional, as is each member */

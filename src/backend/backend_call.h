@@ -137,6 +137,9 @@ static inline void be_host_unregister(be_device *d, void *p) {
 
 /* ---- graphs (optional) ----------------------------------------------- */
 
+static inline void be_pass_begin(be_device *d, size_t n_tokens) {
+    if (d->ops->pass_begin) d->ops->pass_begin(d, n_tokens);
+}
 static inline cleave_status be_graph_begin(be_device *d) {
     if (!d->ops->graph) return be_unsupported(d, "graphs");
     return d->ops->graph->begin(d);

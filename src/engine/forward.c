@@ -62,6 +62,8 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
         if (kv_cells_regions(pl->cells)) TRY(be_write(d, s->win, pl->win_host, 2 * n * sizeof(int32_t)));
     }
     TRY(kv_store_sync_cells(&pl->store, pl->cells));
+    for (size_t i = 0; i < pl->n_dev; i++)
+        if (pl->devs[i].active) be_pass_begin(pl->devs[i].dev, n);
     if (tr) {
         TRY(engine_sync_all(pl));
         step_trace_phase(tr, STEP_INPUTS);

@@ -59,6 +59,7 @@ struct cuda_device {
     size_t scratch_bytes[CUDA_SCRATCH_COUNT];
     bool recording;
     uint64_t graph_epoch;
+    bool pdl_off; /* the pass under way launches without PDL (cuda_pass_begin) */
     void *retired[CUDA_RETIRED_MAX];
     size_t retired_bytes[CUDA_RETIRED_MAX];
     int n_retired;
@@ -370,7 +371,7 @@ __device__ __forceinline__ void cuda_pdl_wait() { asm volatile("griddepcontrol.w
 size_t cuda_gemv_max_n(void);
 
 /* Whether kernels are launched as programmatic dependents (CLEAVE_NO_PDL=1
- * turns it off, for comparison). */
+ * turns it off, for comparison; cuda_pass_begin, per pass). */
 bool cuda_pdl_enabled(void);
 
 /* Launches kernel k on the device's stream as a programmatic dependent of
@@ -387,7 +388,7 @@ static inline cudaError_t cuda_launch(cuda_device *d, void (*k)(P...), dim3 grid
     cfg.stream = d->stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = cuda_pdl_enabled() ? 1 : 0;
+    attr[0].val.programmaticStreamSerializationAllowed = cuda_pdl_enabled() && !d->pdl_off ? 1 : 0;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, k, args...);
