@@ -43,6 +43,7 @@ cleave_status cuda_scratch(cuda_device *d, int slot, size_t bytes, void **out) {
         /* (cudaMalloc is allowed in a relaxed-mode recording) */
         if (cudaMalloc(&d->scratch[slot], want) != cudaSuccess) {
             cudaGetLastError();
+            d->scratch[slot] = NULL; /* not left to a failed call: destroy frees what is here */
             return err_set(CLEAVE_ERR_OOM, "out of memory on %s: %zu bytes of scratch", d->name,
                            want);
         }
