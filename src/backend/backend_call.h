@@ -135,11 +135,14 @@ static inline void be_host_unregister(be_device *d, void *p) {
     if (d->ops->memory->host_unregister) d->ops->memory->host_unregister(d, p);
 }
 
-/* ---- graphs (optional) ----------------------------------------------- */
+/* ---- a pass's start (optional) ------------------------------------------ */
 
 static inline void be_pass_begin(be_device *d, size_t n_tokens) {
     if (d->ops->pass_begin) d->ops->pass_begin(d, n_tokens);
 }
+
+/* ---- graphs (optional) ----------------------------------------------- */
+
 static inline cleave_status be_graph_begin(be_device *d) {
     if (!d->ops->graph) return be_unsupported(d, "graphs");
     return d->ops->graph->begin(d);
