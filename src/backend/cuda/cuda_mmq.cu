@@ -5,7 +5,6 @@
 #define MQ_TASKS_PER_SLOT 4
 #define MQ_MIN_SPLIT 2 /* chunks of 256 weights per K-split range, at least */
 
-
 static const mq_ops *mq_ops_of(cleave_type t) {
     switch (t) {
     case CLEAVE_TYPE_Q4_0: return &mq_ops_q4_0;
@@ -109,8 +108,11 @@ bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, 
      * launching as a programmatic dependent); but each split writes and
      * re-reads a partial result, and in batched decode of 32 sequences the
      * one-wave build ran 1.175x the previous build (2045 tok/s) where this
-     * rule runs 1.077x (1924), in separate runs. Not yet settled side by
-     * side; this is the rule the published figures ran with. */
+     * rule runs 1.077x (1924), in separate runs. Side by side in one run
+     * later (a build that also ran gate and up in one launch), 32
+     * sequences: this rule 1881 and 1886, one wave 1908 and 1904, one wave
+     * rounded up 1917 and 1917, no split 916 tok/s: within 2%, so the rule
+     * the published figures ran with stays. */
     size_t tiles = j.tile0[count], want = (size_t)d->n_sm * MQ_BLOCKS_PER_SM * MQ_TASKS_PER_SLOT;
     size_t max_splits = j.chunks / MQ_MIN_SPLIT ? j.chunks / MQ_MIN_SPLIT : 1;
     size_t splits = (want + tiles - 1) / tiles;
