@@ -22,11 +22,31 @@ int tu_finish(const char *test_name) {
     return 0;
 }
 
+/* The build's paths, unless the environment names others: test binaries
+ * run on another machine (a GPU host) find their files there. */
+static const char *env_or(const char *name, const char *fallback) {
+    const char *v = getenv(name);
+    return v && *v ? v : fallback;
+}
+
+/* mkdir -p: the temp folder's parents may not exist where a test runs */
+static void mkdir_parents(const char *path) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            mkdir(p, 0755);
+            *s = '/';
+        }
+    mkdir(p, 0755);
+}
+
 const char *tu_shared(const char *rel) {
     static char buf[8][4096];
     static int slot;
     char *p = buf[slot++ % 8];
-    snprintf(p, 4096, "%s/%s", CLEAVE_SHARED_DIR, rel);
+    snprintf(p, 4096, "%s/%s", env_or("CLEAVE_SHARED_DIR", CLEAVE_SHARED_DIR), rel);
     if (access(p, R_OK) != 0) {
         fprintf(stderr, "note: shared test file %s is absent\n", p);
         return NULL;
@@ -38,11 +58,10 @@ const char *tu_tmp(const char *name) {
     static char buf[8][4096];
     static int slot;
     char dir[1024];
-    if (snprintf(dir, sizeof dir, "%s/%s", CLEAVE_TEST_TMP, program_invocation_short_name) >=
-        (int)sizeof dir)
+    if (snprintf(dir, sizeof dir, "%s/%s", env_or("CLEAVE_TEST_TMP", CLEAVE_TEST_TMP),
+                 program_invocation_short_name) >= (int)sizeof dir)
         tu_skip("temp path too long");
-    mkdir(CLEAVE_TEST_TMP, 0755);
-    mkdir(dir, 0755);
+    mkdir_parents(dir);
     char *p = buf[slot++ % 8];
     if (snprintf(p, 4096, "%s/%s", dir, name) >= 4096) tu_skip("temp path too long");
     return p;

@@ -27,11 +27,62 @@ __global__ void k_add_rms_norm(float *x, const float *r, const float *w, float *
     for (size_t i = threadIdx.x; i < width; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
 }
 
+/* The same for rows of width4 float4s, at most V a thread, held in
+ * registers between the sum and the scaling; the norm's weights are
+ * loaded before waiting on the kernel before (they are not its output). */
+template <int V>
+__global__ void k_add_rms_norm4(float4 *x, const float4 *r, const float4 *w, float4 *y, size_t width4,
+                                float eps) {
+    x += (size_t)blockIdx.x * width4, r += (size_t)blockIdx.x * width4, y += (size_t)blockIdx.x * width4;
+    float4 wv[V], xv[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        size_t i = threadIdx.x + (size_t)k * blockDim.x;
+        if (i < width4) wv[k] = w[i];
+    }
+    cuda_pdl_wait();
+    cuda_pdl_trigger(); /* a GEMV follows: let it start loading weights */
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        size_t i = threadIdx.x + (size_t)k * blockDim.x;
+        if (i >= width4) continue;
+        float4 a = x[i], b = r[i];
+        float4 v = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+        x[i] = v;
+        xv[k] = v;
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    /* the barriers order every read of r before any write of y (y may be r) */
+    float inv = rsqrtf(cuda_block_sum(ss) / (float)(4 * width4) + eps);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        size_t i = threadIdx.x + (size_t)k * blockDim.x;
+        if (i < width4)
+            y[i] = make_float4(xv[k].x * inv * wv[k].x, xv[k].y * inv * wv[k].y, xv[k].z * inv * wv[k].z,
+                               xv[k].w * inv * wv[k].w);
+    }
+}
+
 cleave_status cuda_op_add_rms_norm(be_device *dev, float *x, const float *r, const float *w,
                                    float *y, size_t rows, size_t width, float eps) {
     if (!rows) return CLEAVE_OK;
+    cuda_device *d = cuda_dev(dev);
+    const size_t w4 = width / 4;
+    bool vec = width % 4 == 0 && w4 <= 4 * 1024 && (uintptr_t)x % 16 == 0 && (uintptr_t)r % 16 == 0 &&
+               (uintptr_t)w % 16 == 0 && (uintptr_t)y % 16 == 0;
+    if (vec) {
+        unsigned t = (unsigned)(w4 < 1024 ? (w4 + 31) / 32 * 32 : 1024);
+        size_t v = (w4 + t - 1) / t;
+        float4 *x4 = (float4 *)x, *y4 = (float4 *)y;
+        const float4 *r4 = (const float4 *)r, *wv = (const float4 *)w;
+        if (v == 1) CUDA_LAUNCH(d, k_add_rms_norm4<1>, (unsigned)rows, t, 0, x4, r4, wv, y4, w4, eps);
+        else if (v == 2) CUDA_LAUNCH(d, k_add_rms_norm4<2>, (unsigned)rows, t, 0, x4, r4, wv, y4, w4, eps);
+        else CUDA_LAUNCH(d, k_add_rms_norm4<4>, (unsigned)rows, t, 0, x4, r4, wv, y4, w4, eps);
+        return CLEAVE_OK;
+    }
     unsigned threads = width >= 1024 ? 1024 : width >= 256 ? 256 : 32;
-    CUDA_LAUNCH(cuda_dev(dev), k_add_rms_norm, (unsigned)rows, threads, 0, x, r, w, y, width, eps);
+    CUDA_LAUNCH(d, k_add_rms_norm, (unsigned)rows, threads, 0, x, r, w, y, width, eps);
     return CLEAVE_OK;
 }
 
