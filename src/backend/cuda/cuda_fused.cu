@@ -29,7 +29,10 @@ __global__ void k_add_rms_norm(float *x, const float *r, const float *w, float *
 
 /* The same for rows of width4 float4s, at most V a thread, held in
  * registers between the sum and the scaling; the norm's weights are
- * loaded before waiting on the kernel before (they are not its output). */
+ * loaded before waiting on the kernel before (they are not its output).
+ * Two of these run per layer of a one-token step, where each was 5.9 us
+ * (ncu) of a 2.94 ms step: H200, 8B Q4_K_M tg128 384 -> 404 tok/s, one run,
+ * two rounds each. */
 template <int V>
 __global__ void k_add_rms_norm4(float4 *x, const float4 *r, const float4 *w, float4 *y, size_t width4,
                                 float eps) {
