@@ -62,17 +62,17 @@ __device__ void att_merge_warps(const att_args &a, const float *sm, const float 
     if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
 }
 
-/* Calls body(c) for the cells of [c0, c1) that a token at position tp of
- * sequence ts sees, those of warp `warp` (c = c0 + warp + k * ATT_WARPS)
- * in increasing order; where two visible cells follow one another it calls
- * pair(c, c2) instead. The lanes read 32 cells' positions and sequences
- * at once and the warp walks only the visible ones: in a batch of several
- * sequences most cells belong to others, and testing them one dependent
- * load at a time made a step of 8 sequences ~6x slower than one. */
-template <typename F, typename F2>
-__device__ __forceinline__ void att_visible_pairs(const att_args &a, size_t c0, size_t c1, int warp,
-                                                  int lane, int32_t tp, int32_t ts, F &&body,
-                                                  F2 &&pair) {
+/* Calls run(cs, k) for the cells of [c0, c1) that a token at position tp
+ * of sequence ts sees, those of warp `warp` (c = c0 + warp + k * ATT_WARPS)
+ * in increasing order, up to N at a time: cs[0..k) are the next k visible
+ * cells (k == N unless fewer remain in the warp's 32-cell window). The
+ * lanes read 32 cells' positions and sequences at once and the warp walks
+ * only the visible ones: in a batch of several sequences most cells belong
+ * to others, and testing them one dependent load at a time made a step of
+ * 8 sequences ~6x slower than one. */
+template <int N, typename F>
+__device__ __forceinline__ void att_visible_runs(const att_args &a, size_t c0, size_t c1, int warp,
+                                                 int lane, int32_t tp, int32_t ts, F &&run) {
     for (size_t base = c0 + warp; base < c1; base += (size_t)ATT_WARPS * 32) {
         size_t c = base + (size_t)lane * ATT_WARPS;
         bool vis = false;
@@ -82,27 +82,25 @@ __device__ __forceinline__ void att_visible_pairs(const att_args &a, size_t c0, 
         }
         unsigned mask = __ballot_sync(0xffffffffu, vis);
         while (mask) {
-            int j = __ffs(mask) - 1;
-            mask &= mask - 1;
-            if (!mask) {
-                body(base + (size_t)j * ATT_WARPS);
-                break;
+            size_t cs[N];
+            int k = 0;
+#pragma unroll
+            for (int i = 0; i < N; i++) { /* cs[i], not cs[k]: registers, not a local array */
+                cs[i] = base + (size_t)(__ffs(mask) - 1) * ATT_WARPS;
+                if (mask) k = i + 1;
+                mask &= mask - 1;
             }
-            int j2 = __ffs(mask) - 1;
-            mask &= mask - 1;
-            pair(base + (size_t)j * ATT_WARPS, base + (size_t)j2 * ATT_WARPS);
+            run(cs, k);
         }
     }
 }
 
-/* The same, one cell at a time. */
+/* The same, one cell at a time: body(c). */
 template <typename F>
 __device__ __forceinline__ void att_visible_cells(const att_args &a, size_t c0, size_t c1, int warp,
                                                   int lane, int32_t tp, int32_t ts, F &&body) {
-    att_visible_pairs(a, c0, c1, warp, lane, tp, ts, body, [&](size_t c, size_t c2) {
-        body(c);
-        body(c2);
-    });
+    att_visible_runs<1>(a, c0, c1, warp, lane, tp, ts,
+                        [&](const size_t (&cs)[1], int) { body(cs[0]); });
 }
 
 template <int KT, int VT> __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn(att_args a) {
@@ -198,7 +196,7 @@ __device__ __forceinline__ void gqa_fold(int G, const float (&qv)[GQA_MAX_G][E],
     }
 }
 
-template <int KT, int VT, int E>
+template <int KT, int VT, int E, int NC = 2>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) {
     size_t t = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, split = blockIdx.y;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -238,26 +236,30 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) 
             cuda_loadn<VT, E>(vr, base, vv);
         }
     };
-    /* Two cells at a time where there are two: both rows are loaded before
-     * either is used, so a warp has twice the bytes in flight (H200, 8B
-     * Q4_K_M, batched decode of 32 sequences at ~600 cells: 2471-2488 ->
-     * 2723-2743 tok/s, 8 sequences 1275-1285 -> 1364-1365, one run). With
-     * element loads (VT == CUDA_KV_ANY) the pair spilled registers, so
-     * those take one cell at a time. */
+    /* NC cells at a time where there are NC: their rows are loaded before
+     * any is used, so a warp has NC times the bytes in flight. H200, 8B
+     * Q4_K_M, batched decode of 32 sequences at ~600 cells: one cell
+     * 2471-2488 tok/s, two 2723-2743 (8 sequences 1275-1285 -> 1364-1365),
+     * one run. Four, in a later run against two: 32 sequences 2932-2934
+     * against 2870-2876, but 8 sequences 1425-1428 against 1435-1440 and one
+     * sequence at depth 8192 274 against 317 tok/s (its registers, 154
+     * against 127, leave fewer blocks a multiprocessor): two. With element
+     * loads (VT == CUDA_KV_ANY) two spilled registers, so those take one
+     * cell at a time. */
     auto one = [&](size_t c) {
         float kv[1][2][E];
         load(c, kv[0][0], kv[0][1]);
         gqa_fold<E, 1>(G, qv, kv, acc, m, l);
     };
-    att_visible_pairs(a, c0, c1, warp, lane, tp, ts, one, [&](size_t c, size_t c2) {
-        if constexpr (VT == CUDA_KV_ANY) {
-            one(c);
-            one(c2);
+    constexpr int W = VT == CUDA_KV_ANY ? 1 : NC;
+    att_visible_runs<W>(a, c0, c1, warp, lane, tp, ts, [&](const size_t (&cs)[W], int k) {
+        if (k == W) {
+            float kv[W][2][E];
+#pragma unroll
+            for (int i = 0; i < W; i++) load(cs[i], kv[i][0], kv[i][1]);
+            gqa_fold<E, W>(G, qv, kv, acc, m, l);
         } else {
-            float kv[2][2][E];
-            load(c, kv[0][0], kv[0][1]);
-            load(c2, kv[1][0], kv[1][1]);
-            gqa_fold<E, 2>(G, qv, kv, acc, m, l);
+            for (int i = 0; i < k; i++) one(cs[i]);
         }
     });
     /* merge the warps, one query head at a time */
