@@ -4,7 +4,7 @@ with the HBM limit (3.8 TB/s over the bytes a token reads: the file less
 the token-embedding table, of which one row is read) and the KV cache
 types at depth 8192 (bench/kv-gpu-2026-12-02.md), prompt processing
 (pp4096, bench/quant-gpu-2026-12-02.md) and batched decode of Q4_K_M
-(bench/batched-attn-gpu-2026-12-02.md, the last run).
+(bench/batched-norm-attn-gpu-2026-12-02.md, the last run).
 Writes bench/quant.png."""
 import matplotlib
 
@@ -20,8 +20,8 @@ limit = [3.8e12 / (f - e) for f, e in zip(file_bytes, embd_bytes)]
 pp_cleave = [19902.00, 19290.46, 19615.55]
 pp_llama = [9720.49, 8532.86, 11383.94]
 seqs = [1, 8, 16, 32]
-bd_cleave = [366.63, 1265.36, 1812.90, 2339.59]
-bd_llama = [264.06, 951.93, 2006.88, 3128.09]
+bd_cleave = [395.00, 1417.15, 2185.56, 2848.17]
+bd_llama = [266.12, 941.68, 1965.65, 3046.67]
 
 kv_types = ["f16", "q8_0", "q4_0", "K q8_0\nV q4_0"]
 kv_pp_cleave = [15038.76, 8046.28, 8202.48, 7946.06]
