@@ -343,6 +343,11 @@ static double tol_mm(const tdev *td, cleave_type t) {
     else if (t == CLEAVE_TYPE_Q8_0 || is_qtype(t)) tol = 2e-2; /* int8 activations on the CPU, as llama.cpp */
     return tol * opt.tol_scale;
 }
+/* the most tokens the GPU's GEMV of the block types takes (options) */
+static size_t gemvq_max_n(void) {
+    long g = options_get()->gemvq_max_n;
+    return g >= 1 && g <= 8 ? (size_t)g : OPTIONS_GEMVQ_MAX_N;
+}
 /* The same for a batch of n: on a GPU the block types' GEMV (n up to
  * CLEAVE_GEMVQ_MAX_N, default OPTIONS_GEMVQ_MAX_N) quantizes x to int16 per 32 (2^-16 of
  * the group's largest, random rounding: ~1e-5 of max|ref| over thousands
@@ -350,11 +355,21 @@ static double tol_mm(const tdev *td, cleave_type t) {
  * batches get; the int8 tensor-core GEMM (the rest up to 32) quantizes x
  * to int8 per 32, as the CPU does, and gets the CPU's bound. */
 static double tol_mm_n(const tdev *td, cleave_type t, size_t n) {
-    long g = options_get()->gemvq_max_n;
-    size_t gemvq_max = g >= 1 && g <= 8 ? (size_t)g : OPTIONS_GEMVQ_MAX_N;
+    size_t gemvq_max = gemvq_max_n();
     if (td->lowp && is_qtype(t) && n <= gemvq_max) return 2e-4 * opt.tol_scale;
     if (td->lowp && is_qtype(t) && n <= 32) return 2e-2 * opt.tol_scale;
     return tol_mm(td, t);
+}
+/* ffn: two chained products, twice the matmul bound; where the GPU's
+ * batched GEMM takes int8 activations (gemvq_max < n <= 32) the second
+ * product's input is SwiGLU's output, whose heavy tails (a block's largest
+ * value sets the int8 step of its other 31) make the maximum error
+ * uneven: at the 8B shapes with n = 32, 21 of 22 type-and-seed pairs
+ * measured 7.8e-4 to 9.7e-3 and one (q4_K) 5.8e-2. A wrong sum or SwiGLU
+ * errs by about 1. */
+static double tol_ffn_n(const tdev *td, cleave_type t, size_t n) {
+    if (td->lowp && is_qtype(t) && n > gemvq_max_n() && n <= 32) return 1e-1 * opt.tol_scale;
+    return 2 * tol_mm_n(td, t, n);
 }
 /* attention. CPU: f32 scores and softmax over exactly dequantized K/V.
  * CUDA: __expf; for f16/bf16 caches the tensor-core prefill rounds q and
@@ -1417,10 +1432,11 @@ static void test_matmul_q_big(void) {
         }
 }
 
-/* The decode step's two fused launches on the block types at 8B shapes,
- * n = 1 and 2: q/k/v (4096, 1024, 1024 rows) as one matmul_multi, and the
- * FFN (gate/up 14336 x 4096 with SwiGLU, down 4096 x 14336) as ffn; the
- * outputs are checked whole. Bytes: the weights. */
+/* The decode step's two fused launches on the block types at 8B shapes:
+ * q/k/v (4096, 1024, 1024 rows) as one matmul_multi, and the FFN
+ * (gate/up 14336 x 4096 with SwiGLU, down 4096 x 14336) as ffn, for n = 1,
+ * 2 and 32 (batched decode: the int8 GEMM with its K split); the first and
+ * last tokens' outputs are checked whole. Bytes: the weights. */
 static void test_fused_q_big(void) {
     bool w_multi = want("matmul_multi") || want("fused_q"), w_ffn = want("ffn") || want("fused_q");
     bool gpu = false;
@@ -1432,21 +1448,23 @@ static void test_fused_q_big(void) {
         hmat w[3], g, u, dn;
         for (int i = 0; i < 3; i++) w[i] = hmat_blocks(t, qkv[i], ne0);
         g = hmat_blocks(t, ff, ne0), u = hmat_blocks(t, ff, ne0), dn = hmat_blocks(t, ne0, ff);
-        for (size_t n = 1; n <= 2; n++) {
+        static const size_t ns[] = {1, 2, 32};
+        for (size_t ni = 0; ni < 3; ni++) {
+            /* the first and last tokens are checked (the reference's cost) */
+            const size_t n = ns[ni], nt = n < 2 ? n : 2, tok[2] = {0, n - 1}, tok_h[2] = {0, 1};
             float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * ff * 4);
             fill(x, n * ne0, 1.0f);
-            size_t tok[2] = {0, 1};
-            double *rq[3], *rg = xmalloc(n * ff * 8), *ru = xmalloc(n * ff * 8);
-            double *ry = xmalloc(n * ne0 * 8);
+            double *rq[3], *rg = xmalloc(nt * ff * 8), *ru = xmalloc(nt * ff * 8);
+            double *ry = xmalloc(nt * ne0 * 8);
             for (int i = 0; i < 3; i++) {
-                rq[i] = xmalloc(n * qkv[i] * 8);
-                ref_rows_sampled(&w[i], x, tok, n, 1, rq[i]);
+                rq[i] = xmalloc(nt * qkv[i] * 8);
+                ref_rows_sampled(&w[i], x, tok, nt, 1, rq[i]);
             }
-            ref_rows_sampled(&g, x, tok, n, 1, rg);
-            ref_rows_sampled(&u, x, tok, n, 1, ru);
-            float *h = xmalloc(n * ff * 4); /* silu(gate) * up, the down projection's input */
-            for (size_t i = 0; i < n * ff; i++) h[i] = (float)(silu(rg[i]) * ru[i]);
-            ref_rows_sampled(&dn, h, tok, n, 1, ry);
+            ref_rows_sampled(&g, x, tok, nt, 1, rg);
+            ref_rows_sampled(&u, x, tok, nt, 1, ru);
+            float *h = xmalloc(nt * ff * 4); /* silu(gate) * up, the down projection's input */
+            for (size_t i = 0; i < nt * ff; i++) h[i] = (float)(silu(rg[i]) * ru[i]);
+            ref_rows_sampled(&dn, h, tok_h, nt, 1, ry);
             for (int di = 0; di < n_devs; di++) {
                 const tdev *td = &devs[di];
                 if (!td->lowp) continue;
@@ -1468,7 +1486,8 @@ static void test_fused_q_big(void) {
                     erracc e = {0};
                     for (int i = 0; i < 3 && !c.bad; i++) {
                         cx_get(&c, y, yd[i], n * qkv[i] * 4);
-                        if (!c.bad) err_add(&e, y, rq[i], n * qkv[i]);
+                        for (size_t k = 0; k < nt && !c.bad; k++)
+                            err_add(&e, y + tok[k] * qkv[i], rq[i] + k * qkv[i], qkv[i]);
                     }
                     char shape[96];
                     snprintf(shape, sizeof shape, "n=%zu q,k,v 4096,1024,1024 x4096 (8B shape)", n);
@@ -1487,14 +1506,14 @@ static void test_fused_q_big(void) {
                     RUN(&c, BE(c.d, ffn, &mg, &mu, &md, xd, n, tmp, yd));
                     cx_get(&c, y, yd, n * ne0 * 4);
                     erracc e = {0};
-                    if (!c.bad) err_add(&e, y, ry, n * ne0);
+                    for (size_t k = 0; k < nt && !c.bad; k++) err_add(&e, y + tok[k] * ne0, ry + k * ne0, ne0);
                     char shape[96];
                     snprintf(shape, sizeof shape, "n=%zu 4096->14336->4096 (8B shape)", n);
                     double wbytes = (double)ff * (g.m.nb1 + u.m.nb1) + (double)ne0 * dn.m.nb1;
                     BENCH(&c, "ffn", shape, wbytes, 0, 1, false,
                           BE(c.d, ffn, &mg, &mu, &md, xd, n, tmp, yd));
                     cx_end(&c);
-                    report(&c, "ffn", shape, tname(t), err_val(&e), 2 * tol_mm_n(td, t, n));
+                    report(&c, "ffn", shape, tname(t), err_val(&e), tol_ffn_n(td, t, n));
                 }
             }
             for (int i = 0; i < 3; i++) free(rq[i]);
@@ -1669,8 +1688,7 @@ static void test_ffn(void) {
                         snprintf(shape, sizeof shape, "n=%zu %zu->%zu->%zu%s%s", n, ne0, ff, ne0,
                                  inplace ? " y=x" : "", up ? " upload_mat" : "");
                         cx_end(&c);
-                        /* two chained products: twice the matmul bound */
-                        report(&c, "ffn", shape, tname(t), err_val(&e), 2 * tol_mm_n(td, t, n));
+                        report(&c, "ffn", shape, tname(t), err_val(&e), tol_ffn_n(td, t, n));
                     }
             }
             free(x), free(y), free(rg), free(ru), free(ry);

@@ -70,14 +70,36 @@ __global__ void k_mmq_sum(mq_job j) {
     }
 }
 
-bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
-              int count, const float *x, size_t n, cleave_status *st) {
+/* y = silu(gate) * up of the K split's partial sums (segments 0 and 1,
+ * of equal rows), added in split order as k_mmq_sum does, the same SwiGLU
+ * as k_swiglu: the FFN's intermediate is written once. */
+__global__ void k_mmq_sum_swiglu(mq_job j, float *y) {
+    cuda_pdl_trigger();
+    cuda_pdl_wait();
+    const size_t all = j.row0[j.n_seg], ff = j.rows[0], count = j.n * ff;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t tok = i / ff, r = i - tok * ff;
+        float g = 0.0f, u = 0.0f;
+        for (int s = 0; s < j.splits; s++) {
+            const float *p = j.part + ((size_t)s * j.n + tok) * all + r;
+            g += p[0];
+            u += p[ff];
+        }
+        y[i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+/* The job for `count` matrices (layouts checked, scratch taken, K split
+ * chosen): false where cuda_mmq does not take them. */
+static bool mq_plan(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
+                    int count, size_t n, mq_job &j, const mq_ops *&ops, cleave_status *st) {
     if (count < 1 || count > MQ_MAX_SEG || !n || n > CUDA_MMQ_MAX_N) return false;
-    const mq_ops *ops = mq_ops_of(w[0]->type);
+    ops = mq_ops_of(w[0]->type);
     size_t ne0 = w[0]->ne0, nb1 = w[0]->nb1;
     if (!ops || !ne0 || ne0 % 256 || nb1 % (size_t)ops->align || nb1 < quant_row_bytes(w[0]->type, ne0))
         return false;
-    mq_job j = {};
+    j = mq_job{};
     j.n_seg = count;
     for (int s = 0; s < count; s++) {
         if (w[s]->type != w[0]->type || w[s]->ne0 != ne0 || w[s]->nb1 != nb1 || w[s]->scales ||
@@ -126,17 +148,51 @@ bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, 
             return true;
         j.part = (float *)ps;
     }
+    return true;
+}
 
-    size_t xwarps = n_pad * (ne0 / 32);
+/* x's int8 quantization for the job, then the GEMM */
+static cudaError_t mq_run_job(cuda_device *d, const mq_ops *ops, const mq_job &j, const float *x) {
+    size_t xwarps = j.n_pad * (j.ne0 / 32);
     unsigned xblocks = (unsigned)((xwarps + 7) / 8);
+    int8_t *xq = (int8_t *)j.xq;
+    float2 *xm = (float2 *)j.xm;
     cudaError_t e = ops->group == 16
-                        ? cuda_launch(d, k_mmq_x<16>, dim3(xblocks), dim3(256), 0, x, n, n_pad, ne0,
-                                      (int8_t *)xs, (float2 *)j.xm)
-                        : cuda_launch(d, k_mmq_x<32>, dim3(xblocks), dim3(256), 0, x, n, n_pad, ne0,
-                                      (int8_t *)xs, (float2 *)j.xm);
-    if (e == cudaSuccess) e = ops->launch(d, j);
+                        ? cuda_launch(d, k_mmq_x<16>, dim3(xblocks), dim3(256), 0, x, j.n, j.n_pad, j.ne0, xq, xm)
+                        : cuda_launch(d, k_mmq_x<32>, dim3(xblocks), dim3(256), 0, x, j.n, j.n_pad, j.ne0, xq, xm);
+    return e == cudaSuccess ? ops->launch(d, j) : e;
+}
+
+bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
+              int count, const float *x, size_t n, cleave_status *st) {
+    mq_job j;
+    const mq_ops *ops;
+    if (!mq_plan(d, w, bias, y, count, n, j, ops, st)) return false;
+    if (*st) return true;
+    cudaError_t e = mq_run_job(d, ops, j, x);
     if (e == cudaSuccess && j.splits > 1)
         e = cuda_launch(d, k_mmq_sum, dim3(cuda_blocks(n * j.row0[count], 256)), dim3(256), 0, j);
     *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_mmq", __FILE__, __LINE__);
+    return true;
+}
+
+bool cuda_mmq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x, size_t n,
+                     float *y, cleave_status *st) {
+    if (gate->ne1 != up->ne1) return false;
+    void *us; /* up's rows where the K split is not taken */
+    const size_t ff = gate->ne1;
+    if (n <= CUDA_MMQ_MAX_N && (*st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us)))
+        return true;
+    const be_mat *w[2] = {gate, up};
+    float *ys[2] = {y, (float *)us};
+    mq_job j;
+    const mq_ops *ops;
+    if (!mq_plan(d, w, NULL, ys, 2, n, j, ops, st)) return false;
+    if (*st) return true;
+    cudaError_t e = mq_run_job(d, ops, j, x);
+    if (e == cudaSuccess && j.splits > 1)
+        e = cuda_launch(d, k_mmq_sum_swiglu, dim3(cuda_blocks(n * ff, 256)), dim3(256), 0, j, y);
+    *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_mmq", __FILE__, __LINE__);
+    if (!*st && j.splits == 1) *st = cuda_op_swiglu(&d->base, y, (const float *)us, y, n * ff);
     return true;
 }

@@ -264,5 +264,10 @@ bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, con
  * layouts do not fit it, else true with *st the launches' status. */
 bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
               int count, const float *x, size_t n, cleave_status *st);
+/* The same for the FFN's gate and up matrices (one type and shape) with
+ * SwiGLU: y = silu(x . gate^T) * (x . up^T), [n][rows]; both in one
+ * launch on x quantized once, SwiGLU in the K split's sum. */
+bool cuda_mmq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x, size_t n,
+                     float *y, cleave_status *st);
 
 #endif
