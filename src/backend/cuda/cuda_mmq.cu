@@ -178,11 +178,10 @@ bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, 
 
 bool cuda_mmq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x, size_t n,
                      float *y, cleave_status *st) {
-    if (gate->ne1 != up->ne1) return false;
+    if (gate->ne1 != up->ne1 || !n || n > CUDA_MMQ_MAX_N) return false;
     void *us; /* up's rows where the K split is not taken */
     const size_t ff = gate->ne1;
-    if (n <= CUDA_MMQ_MAX_N && (*st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us)))
-        return true;
+    if ((*st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us))) return true;
     const be_mat *w[2] = {gate, up};
     float *ys[2] = {y, (float *)us};
     mq_job j;
