@@ -119,8 +119,7 @@ cleave_status cuda_op_rope(be_device *dev, float *x, size_t n, size_t row_width,
 __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float v = g[i];
-        o[i] = v / (1.0f + expf(-v)) * u[i];
+        o[i] = cuda_swiglu(g[i], u[i]);
     }
 }
 

@@ -196,8 +196,8 @@ template <typename O> __global__ void k_swiglu_to(const float4 *g, const float4 
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4;
          i += (size_t)gridDim.x * blockDim.x) {
         float4 a = g[i], b = u[i];
-        float r[4] = {a.x / (1.0f + expf(-a.x)) * b.x, a.y / (1.0f + expf(-a.y)) * b.y,
-                      a.z / (1.0f + expf(-a.z)) * b.z, a.w / (1.0f + expf(-a.w)) * b.w};
+        float r[4] = {cuda_swiglu(a.x, b.x), cuda_swiglu(a.y, b.y), cuda_swiglu(a.z, b.z),
+                      cuda_swiglu(a.w, b.w)};
 #pragma unroll
         for (int k = 0; k < 4; k++) o[4 * i + k] = to_operand<O>(r[k]);
     }

@@ -71,8 +71,8 @@ __global__ void k_mmq_sum(mq_job j) {
 }
 
 /* y = silu(gate) * up of the K split's partial sums (segments 0 and 1,
- * of equal rows), added in split order as k_mmq_sum does, the same SwiGLU
- * as k_swiglu: the FFN's intermediate is written once. */
+ * of equal rows), added in split order as k_mmq_sum does: the FFN's
+ * intermediate is written once. */
 __global__ void k_mmq_sum_swiglu(mq_job j, float *y) {
     cuda_pdl_trigger();
     cuda_pdl_wait();
@@ -86,7 +86,7 @@ __global__ void k_mmq_sum_swiglu(mq_job j, float *y) {
             g += p[0];
             u += p[ff];
         }
-        y[i] = g / (1.0f + expf(-g)) * u;
+        y[i] = cuda_swiglu(g, u);
     }
 }
 
