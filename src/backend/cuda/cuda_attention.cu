@@ -196,7 +196,7 @@ __device__ __forceinline__ void gqa_fold(int G, const float (&qv)[GQA_MAX_G][E],
     }
 }
 
-template <int KT, int VT, int E, int NC = 2>
+template <int KT, int VT, int E>
 __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) {
     size_t t = blockIdx.x / a.n_head_kv, kvh = blockIdx.x % a.n_head_kv, split = blockIdx.y;
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) 
             cuda_loadn<VT, E>(vr, base, vv);
         }
     };
-    /* NC cells at a time where there are NC: their rows are loaded before
-     * any is used, so a warp has NC times the bytes in flight. H200, 8B
+    /* Two cells at a time where there are two: their rows are loaded
+     * before either is used, so a warp has twice the bytes in flight. H200, 8B
      * Q4_K_M, batched decode of 32 sequences at ~600 cells: one cell
      * 2471-2488 tok/s, two 2723-2743 (8 sequences 1275-1285 -> 1364-1365),
      * one run. Four, in a later run against two: 32 sequences 2932-2934
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) 
         load(c, kv[0][0], kv[0][1]);
         gqa_fold<E, 1>(G, qv, kv, acc, m, l);
     };
-    constexpr int W = VT == CUDA_KV_ANY ? 1 : NC;
+    constexpr int W = VT == CUDA_KV_ANY ? 1 : 2;
     att_visible_runs<W>(a, c0, c1, warp, lane, tp, ts, [&](const size_t (&cs)[W], int k) {
         if (k == W) {
             float kv[W][2][E];
