@@ -448,13 +448,16 @@ static void cx_fail(cx *c, const char *what, cleave_status st) {
 
 /* a case with weights of type t: one the device does not compute (see
  * w_types) fails at once as unsupported, so nothing runs, and is skipped */
-static void cx_init_w(cx *c, const tdev *td, cleave_type t) {
-    cx_init(c, td);
+static void cx_need_type(cx *c, cleave_type t) {
     for (int i = W_BASE; i < W_TYPES; i++)
-        if (w_types[i] == t && (td->q_off >> i & 1)) {
+        if (w_types[i] == t && (c->td->q_off >> i & 1) && !c->bad) {
             c->may_skip = true;
             cx_fail(c, "type probe", CLEAVE_ERR_UNSUPPORTED);
         }
+}
+static void cx_init_w(cx *c, const tdev *td, cleave_type t) {
+    cx_init(c, td);
+    cx_need_type(c, t);
 }
 
 static void cx_st(cx *c, cleave_status st, const char *what) {
@@ -1571,12 +1574,17 @@ static void test_matmul_multi(void) {
     if (!any) return;
     static const size_t ns[] = {1, 2, 3, 5, 8, 19, 33};
     const size_t ne0 = 256, rows[3] = {64, 32, 32};
-    for (int ti = 0; ti < W_TYPES; ti++) {
-        cleave_type t = w_types[ti];
+    /* each type, then each block type with the third matrix in Q6_K (a
+     * launch per type: Q4_K_M files keep some layers' v so) */
+    for (int tm = 0; tm < 2 * W_TYPES; tm++) {
+        int ti = tm % W_TYPES;
+        bool mixed = tm >= W_TYPES;
+        cleave_type t = w_types[ti], vt = mixed ? CLEAVE_TYPE_Q6_K : t;
+        if (mixed && (!is_qtype(t) || t == CLEAVE_TYPE_Q6_K)) continue;
         hmat w[3];
         float *bias[3];
         for (int i = 0; i < 3; i++) {
-            w[i] = hmat_make(t, rows[i], ne0, 0, 1.0f);
+            w[i] = hmat_make(i == 2 ? vt : t, rows[i], ne0, 0, 1.0f);
             bias[i] = xmalloc(rows[i] * 4);
             fill(bias[i], rows[i], 1.0f);
         }
@@ -1594,6 +1602,7 @@ static void test_matmul_multi(void) {
                     if (!BE_HAS(devs[di].d, matmul_multi)) continue;
                     cx c;
                     cx_init_w(&c, &devs[di], t);
+                    cx_need_type(&c, vt);
                     bool up = BE_HAS(c.d, upload_mat) && (ni % 2);
                     be_mat m[3];
                     const be_mat *mp[3];
@@ -1619,8 +1628,10 @@ static void test_matmul_multi(void) {
                     snprintf(shape, sizeof shape, "n=%zu 3 of x%zu (64,32,32)%s%s", n, ne0,
                              bmode ? " bias {b,NULL,b}" : " bias NULL", up ? " upload_mat" : "");
                     cx_end(&c);
-                    report(&c, "matmul_multi", shape, tname(t), err_val(&e),
-                           tol_mm_n(&devs[di], t, n));
+                    char type[32];
+                    snprintf(type, sizeof type, "%s%s%s", tname(t), mixed ? ", v " : "", mixed ? tname(vt) : "");
+                    report(&c, "matmul_multi", shape, type, err_val(&e),
+                           fmax(tol_mm_n(&devs[di], t, n), tol_mm_n(&devs[di], vt, n)));
                 }
             for (int i = 0; i < 3; i++) free(ref[i]);
             free(x), free(y);

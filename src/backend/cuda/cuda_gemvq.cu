@@ -57,13 +57,50 @@ static bool gq_fill(gq_job *j, const gq_ops **ops, const be_mat *const *w, const
     return j->total > 0;
 }
 
+/* The launches for count matrices on x: one per weight type among them
+ * (segments of one type share a launch; Q4_K_M files keep some layers' v
+ * in Q6_K beside Q4_K q and k, which took three launches where two do).
+ * False where the GEMV does not take one of them. */
+struct gq_plan {
+    int n;
+    gq_job job[GEMV_MAX_SEG];
+    const gq_ops *ops[GEMV_MAX_SEG];
+};
+static bool gq_make_plan(gq_plan *p, const be_mat *const *w, const float *const *bias,
+                         float *const *y, int count, const float *x, size_t n) {
+    if (count < 1 || count > GEMV_MAX_SEG) return false;
+    bool used[GEMV_MAX_SEG] = {};
+    p->n = 0;
+    for (int i = 0; i < count; i++) {
+        if (used[i]) continue;
+        const be_mat *gw[GEMV_MAX_SEG];
+        const float *gb[GEMV_MAX_SEG];
+        float *gy[GEMV_MAX_SEG];
+        int m = 0;
+        for (int k = i; k < count; k++) {
+            if (used[k] || w[k]->type != w[i]->type) continue;
+            used[k] = true;
+            gw[m] = w[k], gb[m] = bias ? bias[k] : NULL, gy[m] = y[k];
+            m++;
+        }
+        if (!gq_fill(&p->job[p->n], &p->ops[p->n], gw, gb, gy, m, x, n, false)) return false;
+        p->n++;
+    }
+    return true;
+}
+
 bool cuda_gemvq(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
                 int count, const float *x, size_t n, cleave_status *st) {
-    gq_job j;
-    const gq_ops *ops;
-    if (!gq_fill(&j, &ops, w, bias, y, count, x, n, false)) return false;
-    cudaError_t e = ops->launch(d, j, n, false);
-    *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_gemvq", __FILE__, __LINE__);
+    gq_plan p;
+    if (!gq_make_plan(&p, w, bias, y, count, x, n)) return false;
+    *st = CLEAVE_OK;
+    for (int k = 0; k < p.n; k++) {
+        cudaError_t e = p.ops[k]->launch(d, p.job[k], n, false);
+        if (e != cudaSuccess) {
+            *st = cuda_fail(e, "k_gemvq", __FILE__, __LINE__);
+            break;
+        }
+    }
     return true;
 }
 

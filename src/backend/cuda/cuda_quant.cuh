@@ -252,8 +252,9 @@ cleave_status cuda_gemv_any_q(cuda_device *d, const be_mat *w, const float *x, s
                               const float *bias, float *y);
 
 /* The decode GEMV (cuda_gemvq.cu): as cuda_gemv (cuda_gemv.cuh) for these
- * types and batches of up to CUDA_GEMVQ_MAX_N; false (nothing launched)
- * when a batch or layout does not fit it. */
+ * types and batches of up to CUDA_GEMVQ_MAX_N, a launch per weight type
+ * among the matrices; false (nothing launched) when a batch or layout
+ * does not fit it. */
 bool cuda_gemvq(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
                 int count, const float *x, size_t n, cleave_status *st);
 bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x,
