@@ -1,10 +1,12 @@
 """Quantized 8B-shape files on one NVIDIA H200, cleave beside llama.cpp on
-the same files, each panel from one run on the machine: decode (tg128)
-with the HBM limit (3.8 TB/s over the bytes a token reads: the file less
-the token-embedding table, of which one row is read) and the KV cache
-types at depth 8192 (bench/kv-gpu-2026-12-02.md), prompt processing
-(pp4096, bench/quant-gpu-2026-12-02.md) and batched decode of Q4_K_M
-(bench/batched-norm-attn-gpu-2026-12-02.md, the last run).
+the same files, each cleave/llama.cpp pair from one run on the machine:
+decode (tg128) with the HBM limit (3.8 TB/s over the bytes a token reads:
+the file less the token-embedding table, of which one row is read), Q4_K_M
+from the last run (bench/decode-kernels-gpu-2026-12-02.md), Q6_K and Q4_0
+with the KV cache types at depth 8192 (bench/kv-gpu-2026-12-02.md); prompt
+processing (pp4096, bench/quant-gpu-2026-12-02.md); batched decode of
+Q4_K_M, 8 and 32 sequences from the last run beside 1, 8, 16 and 32 from
+the run before (bench/batched-norm-attn-gpu-2026-12-02.md).
 Writes bench/quant.png."""
 import matplotlib
 
@@ -12,8 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 types = ["Q4_K_M", "Q6_K", "Q4_0"]
-tg_cleave = [379.17, 330.66, 394.38]
-tg_llama = [275.19, 209.38, 346.93]
+tg_cleave = [423.02, 330.66, 394.38]
+tg_llama = [273.95, 209.38, 346.93]
 file_bytes = [4915656000, 6590928192, 4520695104]
 embd_bytes = [128256 * 4096 * 144 / 256, 128256 * 4096 * 210 / 256, 128256 * 4096 * 18 / 32]
 limit = [3.8e12 / (f - e) for f, e in zip(file_bytes, embd_bytes)]
@@ -22,6 +24,9 @@ pp_llama = [9720.49, 8532.86, 11383.94]
 seqs = [1, 8, 16, 32]
 bd_cleave = [395.00, 1417.15, 2185.56, 2848.17]
 bd_llama = [266.12, 941.68, 1965.65, 3046.67]
+last_seqs = [8, 32]
+last_cleave = [1525.57, 2933.41]
+last_llama = [934.48, 3020.25]
 
 kv_types = ["f16", "q8_0", "q4_0", "K q8_0\nV q4_0"]
 kv_pp_cleave = [15038.76, 8046.28, 8202.48, 7946.06]
@@ -58,12 +63,14 @@ ax.set_title("prompt, pp4096")
 ax.legend(fontsize=8, loc="upper right")
 
 ax = axs[2]
-ax.plot(seqs, bd_cleave, "o-", label="cleave")
-ax.plot(seqs, bd_llama, "s-", label="llama.cpp")
-for s, v in zip(seqs, bd_cleave):
-    ax.text(s, v + 60, f"{v:.0f}", ha="center", fontsize=8)
-for s, v in zip(seqs, bd_llama):
-    ax.text(s, v + 60, f"{v:.0f}", ha="center", fontsize=8)
+ax.plot(seqs, bd_cleave, "o--", color="tab:blue", alpha=0.45, label="cleave, run before")
+ax.plot(seqs, bd_llama, "s--", color="tab:orange", alpha=0.45, label="llama.cpp, run before")
+ax.plot(last_seqs, last_cleave, "o", color="tab:blue", markersize=8, label="cleave, last run")
+ax.plot(last_seqs, last_llama, "s", color="tab:orange", markersize=8, label="llama.cpp, last run")
+for s, v in zip(last_seqs, last_cleave):
+    ax.text(s - 1.5, v + 80, f"{v:.0f}", ha="center", fontsize=8, color="tab:blue")
+for s, v in zip(last_seqs, last_llama):
+    ax.text(s + 1.5, v - 260, f"{v:.0f}", ha="center", fontsize=8, color="tab:orange")
 ax.set_xlabel("sequences (512-token prompts, 128 steps)")
 ax.set_title("batched decode, Q4_K_M (S_TG)")
 ax.legend(fontsize=8)
@@ -79,7 +86,7 @@ for i in xk:
 ax.set_xticks(list(xk), kv_types)
 ax.set_title("KV types at depth 8192, Q4_K_M\n(in the bars: pp512, cleave over llama.cpp)", fontsize=10)
 ax.legend(fontsize=8, loc="upper right")
-fig.suptitle("8B-shape files on one NVIDIA H200, both tools on the same files, each panel from one run on the machine (2026-12-02)")
+fig.suptitle("8B-shape files on one NVIDIA H200, both tools on the same files, each cleave/llama.cpp pair from one run on the machine (2026-12-02)")
 fig.tight_layout()
 fig.savefig("bench/quant.png", dpi=110)
 print([round(v) for v in limit])
