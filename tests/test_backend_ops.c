@@ -49,6 +49,7 @@
 #include "base/error.h"
 #include "quant/quant.h"
 #include "base/options.h"
+#include "sample/sample_rows.h"
 #include "testutil.h"
 
 /* ---- the device table ------------------------------------------------------ */
@@ -72,6 +73,7 @@
 #define CAP_copy2d_from BE_CAP_COPY2D
 #define CAP_tier_alloc BE_CAP_TIER
 #define CAP_tier_granularity BE_CAP_TIER
+#define CAP_sample BE_CAP_SAMPLE
 
 /* ---- options, counters, PRNG ---------------------------------------------- */
 
@@ -1221,20 +1223,22 @@ static void test_rope_store(void) {
 /* ---- matmul family ------------------------------------------------------------ */
 
 static void test_matmul(void) {
-    static const size_t ns_full[] = {1, 2, 3, 4, 5, 8, 16, 32, 33, 64};
+    /* n across the decode GEMV (1, 2), the tensor-core batched-decode
+     * tiles (3..8, ..16, ..32, ..64) and the GEMM past them */
+    static const size_t ns_full[] = {1, 2, 3, 4, 5, 8, 12, 16, 24, 32, 33, 48, 64, 65};
     static const size_t ns_quick[] = {1, 2, 5, 8, 33};
     const size_t *ns = opt.quick ? ns_quick : ns_full;
-    size_t nn = opt.quick ? 5 : 10;
+    size_t nn = opt.quick ? 5 : 14;
     /* {ne0, ne1, pad bytes per row}: the padded one is off the GEMV
      * kernels' 16-byte alignment, so the generic kernels run (the block
      * types' GEMV reads such rows at their offset; the K-quants' 768 is
      * three super-blocks: Q6_K rows of 630 bytes, a part-filled round) */
-    static const size_t shapes[][3] = {{256, 96, 0}, {512, 33, 0}, {96, 40, 2}};
-    static const size_t shapes_k[][3] = {{256, 96, 0}, {512, 33, 0}, {768, 40, 2}};
+    static const size_t shapes[][3] = {{256, 96, 0}, {512, 33, 0}, {96, 40, 2}, {160, 48, 0}};
+    static const size_t shapes_k[][3] = {{256, 96, 0}, {512, 33, 0}, {768, 40, 2}, {512, 48, 0}};
     bool want_mm = want("matmul"), want_up = want("upload_mat");
     if (!want_mm && !want_up) return;
     for (int ti = 0; ti < W_TYPES; ti++)
-        for (size_t si = 0; si < 3; si++) {
+        for (size_t si = 0; si < 4; si++) {
             cleave_type t = w_types[ti];
             const size_t *sh = block_elems(t) == 256 ? shapes_k[si] : shapes[si];
             size_t ne0 = sh[0], ne1 = sh[1], pad = sh[2];
@@ -1286,14 +1290,14 @@ static void test_matmul(void) {
 static void bench_matmul_big(void) {
     if (!opt.bench || (!want("matmul") && !want("matmul_big"))) return;
     static const size_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}};
-    static const size_t ns[] = {1, 8, 64, 512};
+    static const size_t ns[] = {1, 8, 16, 32, 64, 512};
     static const cleave_type types[] = {CLEAVE_TYPE_BF16, CLEAVE_TYPE_F16, CLEAVE_TYPE_Q8_0};
     for (int ti = 0; ti < 3; ti++)
         for (int si = 0; si < 3; si++) {
             cleave_type t = types[ti];
             size_t ne0 = shapes[si][0], ne1 = shapes[si][1];
             hmat w = hmat_make(t, ne1, ne0, 0, 1.0f);
-            for (int ni = 0; ni < 4; ni++) {
+            for (int ni = 0; ni < 6; ni++) {
                 size_t n = ns[ni], ns_chk = n < 3 ? n : 3;
                 size_t chk[3] = {0, n / 2, n - 1};
                 float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * ne1 * 4);
@@ -1647,13 +1651,13 @@ static void test_ffn(void) {
     for (int di = 0; di < n_devs; di++)
         any |= (w_sw && BE_HAS(devs[di].d, matmul_swiglu)) || (w_ffn && BE_HAS(devs[di].d, ffn));
     if (!any) return;
-    static const size_t ns[] = {1, 2, 3, 8, 19, 33};
+    static const size_t ns[] = {1, 2, 3, 8, 19, 33, 64};
     const size_t ne0 = 256, ff = 512;
     for (int ti = 0; ti < W_TYPES; ti++) {
         cleave_type t = w_types[ti];
         hmat g = hmat_make(t, ff, ne0, 0, 1.0f), u = hmat_make(t, ff, ne0, 0, 1.0f),
              dn = hmat_make(t, ne0, ff, 0, 0.2f);
-        for (size_t ni = 0; ni < 6; ni++) {
+        for (size_t ni = 0; ni < 7; ni++) {
             size_t n = ns[ni];
             float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * ff * 4);
             fill(x, n * ne0, 1.0f);
@@ -1705,6 +1709,95 @@ static void test_ffn(void) {
             free(x), free(y), free(rg), free(ru), free(ry);
         }
         hmat_free(&g), hmat_free(&u), hmat_free(&dn);
+    }
+}
+
+/* ---- sampling on the device ------------------------------------------------------ */
+
+/* Rows of logits through the device's `sample` op against the algorithm's
+ * reference (sample/sample_rows.c): the same token and outcome for every
+ * row. Rows mix greedy, temperature alone, top-k, top-p, min-p and their
+ * chains, penalties, ties and NaN/inf entries, and rows the device hands
+ * back (top-k over its cap, a flat top-p); vocabularies below one block,
+ * odd, and of Llama 3's size. */
+static void test_sample(void) {
+    if (!want("sample")) return;
+    static const uint32_t vocabs[] = {37, 5003, 128256};
+    enum { ROWS = 24 };
+    for (int vi = 0; vi < 3; vi++) {
+        uint32_t nv = vocabs[vi];
+        size_t ld = nv + 5; /* rows apart by more than a row */
+        float *l = xmalloc(ROWS * ld * sizeof(float));
+        sample_row rows[ROWS];
+        int32_t ptok[ROWS][8];
+        uint32_t pcnt[ROWS][8];
+        for (int r = 0; r < ROWS; r++) {
+            float *x = l + (size_t)r * ld;
+            int shape = r % 4;
+            for (size_t i = 0; i < ld; i++) {
+                double g = urand(1000000) / 1e6;
+                x[i] = shape == 0 ? (float)(-8.0 * g) + (i % 97 == 5 ? 9.0f : 0.0f)
+                     : shape == 1 ? (float)(0.3 * g)
+                     : shape == 2 ? (float)(4.0 * g)
+                                  : (float)floor(8.0 * g) * 0.5f;
+                if (shape == 2 && i % 13 == 0) x[i] = -INFINITY;
+                if (shape == 2 && i % 29 == 0) x[i] = NAN;
+            }
+            if (shape == 2 && nv > 40) x[nv - 7] = INFINITY;
+            sample_row *w = &rows[r];
+            memset(w, 0, sizeof *w);
+            static const float temps[] = {0.0f, 0.8f, 1.0f, 1.5f};
+            static const int32_t ks[] = {0, 40, 1, 5000};
+            static const float ps[] = {1.0f, 0.9f, 0.5f};
+            w->temperature = temps[r % 4];
+            w->top_k = ks[(r / 4) % 4];
+            w->top_p = ps[r % 3];
+            w->min_p = r % 5 == 0 ? 0.05f : 0.0f;
+            w->repeat_penalty = r % 2 ? 1.3f : 1.0f;
+            w->frequency_penalty = r % 2 ? 0.2f : 0.0f;
+            w->presence_penalty = r % 2 ? 0.1f : 0.0f;
+            w->n_pen = r % 2 ? (nv < 8 ? nv : 8) : 0;
+            for (uint32_t k = 0; k < w->n_pen; k++) ptok[r][k] = (int32_t)(k * (nv / 8 + 1) % nv), pcnt[r][k] = k + 1;
+            w->pen_tok = ptok[r];
+            w->pen_cnt = pcnt[r];
+            w->u = urand(1000000) / 1e6;
+        }
+        /* the reference's choices */
+        int32_t ref_tok[ROWS];
+        int ref_out[ROWS];
+        void *scratch = xmalloc(sample_row_scratch(nv));
+        for (int r = 0; r < ROWS; r++) {
+            ref_tok[r] = -1;
+            ref_out[r] = sample_row_ref(l + (size_t)r * ld, nv, &rows[r], scratch, &ref_tok[r]);
+        }
+        free(scratch);
+        for (int di = 0; di < n_devs; di++) {
+            if (!BE_HAS(devs[di].d, sample)) continue;
+            cx c;
+            cx_init(&c, &devs[di]);
+            float *ld_dev = cx_up(&c, l, ROWS * ld * sizeof(float));
+            int32_t tok[ROWS];
+            int out[ROWS];
+            RUN(&c, BE(c.d, sample, ld_dev, ld, ROWS, nv, rows, tok, out));
+            int wrong = 0, handed = 0;
+            for (int r = 0; !c.bad && r < ROWS; r++) {
+                handed += ref_out[r] == SAMPLE_ROW_HOST;
+                if (out[r] != ref_out[r] || (out[r] == SAMPLE_ROW_OK && tok[r] != ref_tok[r])) {
+                    if (!wrong)
+                        printf("  row %d (T %g k %d p %g min-p %g pen %u): device %d (outcome %d), reference %d (%d)\n",
+                               r, (double)rows[r].temperature, rows[r].top_k, (double)rows[r].top_p,
+                               (double)rows[r].min_p, rows[r].n_pen, tok[r], out[r], ref_tok[r], ref_out[r]);
+                    wrong++;
+                }
+            }
+            char shape[96];
+            snprintf(shape, sizeof shape, "%d rows of %u (%d to the host)", ROWS, nv, handed);
+            BENCH(&c, "sample", shape, (double)ROWS * nv * 4, 0, 1, true,
+                  BE(c.d, sample, ld_dev, ld, ROWS, nv, rows, tok, out));
+            cx_end(&c);
+            report(&c, "sample", shape, "f32", wrong, 0.5);
+        }
+        free(l);
     }
 }
 
@@ -1957,12 +2050,13 @@ static void test_attention(void) {
     for (int di = 0; di < n_devs; di++) cuda |= devs[di].lowp;
     static const size_t groups[] = {1, 4, 8};
     /* decode: one token, n_kv across the split kernel's and the decode
-     * graphs' boundaries (256, 512, 1024, 2048) */
-    static const size_t dec_kv[] = {37, 256, 257, 600, 1100, 2100};
+     * graphs' boundaries (256, 512, 1024, 2048) and past 8192 (where f16
+     * and bf16 caches take the 16-byte grouped kernel) */
+    static const size_t dec_kv[] = {37, 256, 257, 600, 1100, 2100, 8200};
     for (int ti = 0; ti < 4; ti++)
         for (size_t hdi = 0; hdi < 2; hdi++)
             for (size_t gi = 0; gi < 3; gi++)
-                for (size_t ki = 0; ki < 6; ki++) {
+                for (size_t ki = 0; ki < 7; ki++) {
                     if (opt.quick && (ki + gi + hdi) % 2) continue;
                     size_t n_kv = dec_kv[ki];
                     attn_cfg a = {.hd = hdi ? 128 : 64, .n_head_kv = 2, .t = all_types[ti], .n_seq = 1,
@@ -2071,12 +2165,18 @@ static void test_attention(void) {
     }
     /* bench shapes: an 8B model's attention (32 q heads, 8 kv heads, 128) */
     if (opt.bench && cuda) {
-        static const size_t bs[][3] = {{1, 4095, 4096}, {1, 16383, 16384}, {8, 2047, 16500}, {1, 0, 0}};
+        /* {sequences, cached, cells, windows}: decode at depths 4k, 16k
+         * and 32k; 8 sequences in a shared pool; 32 sequences of a
+         * batched-bench -npp 512 step, a region each; a prompt */
+        static const size_t bs[][4] = {{1, 4094, 4096, 0},     {1, 16382, 16384, 0},
+                                       {1, 32766, 32768, 0},   {8, 2047, 16500, 0},
+                                       {32, 575, 21504, 1},    {1, 0, 0, 0}};
         for (int ti = 1; ti < 3; ti++)
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < 6; i++) {
                 attn_cfg a = {.hd = 128, .n_head = 32, .n_head_kv = 8, .t = all_types[ti], .big = true,
-                              .n_seq = bs[i][0], .fresh = 1, .cached = bs[i][1], .n_kv = bs[i][2]};
-                if (i == 3) a.fresh = 512, a.cached = 0, a.n_kv = 520; /* a prompt */
+                              .n_seq = bs[i][0], .fresh = 1, .cached = bs[i][1], .n_kv = bs[i][2],
+                              .win = bs[i][3]};
+                if (i == 5) a.fresh = 512, a.cached = 0, a.n_kv = 520; /* a prompt */
                 attn_case(&a);
             }
     }
@@ -2545,6 +2645,7 @@ int main(int argc, char **argv) {
     test_matmul_multi();
     test_ffn();
     test_attention();
+    test_sample();
     for (int i = 0; i < n_devs; i++) test_tiers(&devs[i]);
     for (int i = 0; i < n_devs; i++) test_graphs(&devs[i]);
     test_matmul_q_odd();

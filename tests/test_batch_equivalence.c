@@ -20,12 +20,9 @@ static cleave_context *make_ctx(cleave_model *m, uint32_t n_batch, cleave_type k
 }
 
 static void check_model(const char *label, const char *path, cleave_type kv) {
-    cleave_model *m;
-    CHECK_OK(cleave_model_load(path, NULL, &m));
+    size_t nv;
+    cleave_model *m = tu_load(path, &nv);
     if (!m) return;
-    cleave_model_desc d;
-    cleave_model_describe(m, &d);
-    size_t nv = d.n_vocab;
     int32_t toks[N];
     for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 7919 + 3) % nv);
 

@@ -22,6 +22,7 @@ unsigned be_caps(const be_device *d) {
         if (o->peer->copy2d_from) caps |= BE_CAP_COPY2D;
     }
     if (o->tier) caps |= BE_CAP_TIER;
+    if (o->sample) caps |= BE_CAP_SAMPLE;
     return caps;
 }
 

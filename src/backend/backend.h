@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "cleave.h"
+#include "sample/sample_rows.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -275,6 +276,12 @@ typedef struct be_ops {
     const be_graph_ops *graph;     /* optional */
     const be_peer_ops *peer;       /* optional */
     const be_tier_ops *tier;       /* optional */
+    /* Optional: samples n_rows rows of logits (device memory, ld floats
+     * apart) by the algorithm of sample/sample_rows.h, rows[i] the
+     * parameters of row i (host memory); tokens[i] and outcomes[i]
+     * (SAMPLE_ROW_*) land in host memory. Only the choices cross. */
+    cleave_status (*sample)(be_device *d, const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
+                            const sample_row *rows, int32_t *tokens, int *outcomes);
 } be_ops;
 
 struct be_device {
@@ -295,6 +302,7 @@ typedef enum be_cap {
     BE_CAP_PEER = 1u << 8,   /* event_record, event_free, copy_from */
     BE_CAP_COPY2D = 1u << 9, /* copy2d_from (implies BE_CAP_PEER) */
     BE_CAP_TIER = 1u << 10,
+    BE_CAP_SAMPLE = 1u << 11,
 } be_cap;
 
 /* The capability bits of d, from which tables and members it fills (0 for

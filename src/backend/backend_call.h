@@ -127,6 +127,13 @@ static inline cleave_status be_ffn(be_device *d, const be_mat *gate, const be_ma
     return f->ffn(d, gate, up, down, x, n, tmp, y);
 }
 
+static inline cleave_status be_sample(be_device *d, const float *logits, size_t ld, size_t n_rows,
+                                      uint32_t n_vocab, const sample_row *rows, int32_t *tokens,
+                                      int *outcomes) {
+    if (!d->ops->sample) return be_unsupported(d, "sample");
+    return d->ops->sample(d, logits, ld, n_rows, n_vocab, rows, tokens, outcomes);
+}
+
 /* Page-locks p (false: the device does not, or it failed; reads still work). */
 static inline bool be_host_register(be_device *d, void *p, size_t bytes) {
     return d->ops->memory->host_register && d->ops->memory->host_register(d, p, bytes) == CLEAVE_OK;

@@ -11,6 +11,8 @@
 #include "cleave.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "sample/sample_math.h"
+#include "sample/sample_rows.h"
 
 /* History kept for penalties: penalty_last_n = -1 ("whole history") and any
  * larger window are clamped to this many tokens, so the ring has a fixed size;
@@ -32,6 +34,7 @@ struct cleave_sampler {
     int32_t *hist;      /* ring of the last `window` tokens */
     size_t window, hist_len, hist_head;
     uint64_t rng[4];    /* xoshiro256** state */
+    uint64_t rng_saved[4]; /* before a row's uniform (sampler_row_abandon) */
 };
 
 /* ---- PRNG: xoshiro256** seeded through splitmix64 ---- */
@@ -192,21 +195,17 @@ static void apply_penalties(cleave_sampler *s) {
         int32_t t = s->hist[(s->hist_head + i) % s->window];
         if (s->seen[t]) continue;
         s->seen[t] = 1;
-        float l = s->cands[t].logit;
-        if (l == -INFINITY) continue;
-        /* Dividing a negative logit would raise it, so those are multiplied. */
-        l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
-        l -= (float)s->counts[t] * p->frequency_penalty + p->presence_penalty;
-        /* absurd penalties must not bring back NaN or +inf */
-        s->cands[t].logit = isnan(l) ? -INFINITY : (l == INFINITY ? FLT_MAX : l);
+        s->cands[t].logit = sample_penalize(s->cands[t].logit, s->counts[t], p->repeat_penalty,
+                                            p->frequency_penalty, p->presence_penalty);
     }
     for (size_t i = 0; i < s->hist_len; i++) s->seen[s->hist[(s->hist_head + i) % s->window]] = 0;
 }
 
 /* a ranks before b: higher logit, then lower id (so ties are deterministic). */
 static int ranks_before(const cand *a, const cand *b) {
-    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+    return sample_ranks_before(a->logit, a->id, b->logit, b->id);
 }
+
 
 /* Min-heap (worst candidate at the root) sift-down over h[0..n). */
 static void sift_down(cand *h, size_t n, size_t i) {
@@ -237,26 +236,6 @@ static void keep_top(cand *c, size_t n, size_t k) {
     }
 }
 
-/* A candidate's weight exp(x), x <= 0 its distance below the best, to
- * 4e-6 relative: 2^(x log2 e) as 2^i (the exponent bits) times Cephes'
- * degree-6 polynomial for 2^f, f in [-0.5, 0.5], in plain arithmetic
- * that the compiler vectorizes. libm's expf took 0.5-3 ms for a 128k
- * vocabulary (slowest near underflow: a wide spread of logits), a step's
- * worth of GPU time at batch 1. Below x = -80 (a weight under 1e-35 of
- * the best's, which cannot change a draw) the weight is 0; NaN and -inf
- * weigh 0. */
-static inline float weight_exp(float x) {
-    float y = (x >= -80.0f ? x : -80.0f) * 1.44269504088896341f; /* in [-115.5, 0] */
-    int32_t i = (int32_t)(y - 0.5f);                                /* the nearest integer, y <= 0 */
-    float f = y - (float)i;
-    float p = 1.0f + f * (6.931472028550421e-1f + f * (2.402264791363012e-1f + f * (5.550332471162809e-2f +
-              f * (9.618437357674640e-3f + f * (1.339887440266574e-3f + f * 1.535336188319500e-4f)))));
-    uint32_t bits = (uint32_t)(i + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return x >= -80.0f ? p * scale : 0.0f;
-}
-
 static float max_logit(const cand *c, size_t n) {
     float m = -INFINITY;
     for (size_t i = 0; i < n; i++)
@@ -269,22 +248,23 @@ static float max_logit(const cand *c, size_t n) {
  * 0 * inf; the sum is in double so 150k terms add up well. */
 static double set_weights(cand *c, size_t n, float temp) {
     float max = max_logit(c, n);
-    for (size_t i = 0; i < n; i++) c[i].w = weight_exp((c[i].logit - max) / temp);
+    for (size_t i = 0; i < n; i++) c[i].w = sample_weight_exp((c[i].logit - max) / temp);
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += c[i].w;
     return sum;
 }
 
-/* Keeps the smallest set of best-ranked candidates whose probability (at
- * temperature 1: llama.cpp applies temperature later) reaches top_p, moved
- * to the front; returns its size. A quickselect on the cumulative mass finds
- * the cut in expected O(n), so a 150k vocab is never fully sorted. */
-static size_t apply_top_p(cand *c, size_t n, float top_p) {
-    double target = (double)top_p * set_weights(c, n, 1.0f);
-    /* c[0..lo) rank above everything in [lo,hi), hold mass cum < target;
-     * c[hi..n) rank below it all and are cut. */
+/* The length of the shortest best-ranked prefix of c[0..n) (weights in
+ * w) whose mass reaches target (strict: exceeds it), found by a
+ * quickselect on the cumulative mass in expected O(n), so a 150k vocab
+ * is never fully sorted; its last candidate is left at c[len - 1]. If
+ * rounding leaves the whole mass short, n (and c[n - 1] the worst). */
+static size_t mass_prefix(cand *c, size_t n, double target, bool strict) {
+    /* c[0..lo) rank above everything in [lo,hi), hold mass cum short of
+     * the target; c[hi..n) rank below it all and are cut. */
     size_t lo = 0, hi = n;
     double cum = 0.0;
+#define REACHED(m) (strict ? (m) > target : (m) >= target)
     while (hi - lo > 1) {
         /* median of three as pivot, parked at hi-1 */
         size_t a = lo, b = lo + (hi - lo) / 2, e = hi - 1, m;
@@ -309,17 +289,25 @@ static size_t apply_top_p(cand *c, size_t n, float top_p) {
         t = c[split];
         c[split] = c[e];
         c[e] = t;
-        if (cum + above >= target) {
+        if (REACHED(cum + above)) {
             hi = split; /* the cut is among the better ones (split > lo: above > 0) */
         } else {
             cum += above + c[split].w;
-            if (cum >= target) return split + 1;
+            if (REACHED(cum)) return split + 1;
             lo = split + 1;
         }
     }
+#undef REACHED
     /* one candidate left is the cut; lo == hi only if rounding kept the
      * running mass just under the target */
     return hi > lo ? lo + 1 : lo;
+}
+
+/* Keeps the smallest set of best-ranked candidates whose probability (at
+ * temperature 1: llama.cpp applies temperature later) reaches top_p,
+ * moved to the front; returns its size. */
+static size_t apply_top_p(cand *c, size_t n, float top_p) {
+    return mass_prefix(c, n, (double)top_p * set_weights(c, n, 1.0f), false);
 }
 
 static size_t apply_min_p(cand *c, size_t n, float min_p) {
@@ -348,7 +336,7 @@ static cleave_status sample_softmax(cleave_sampler *s, const float *logits, int3
     float *w = (float *)s->cands, temp = s->p.temperature;
     for (size_t i = 0; i < n; i++) {
         float l = logits[i] == INFINITY ? FLT_MAX : logits[i];
-        w[i] = weight_exp((l - max) / temp);
+        w[i] = sample_weight_exp((l - max) / temp);
     }
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) sum += w[i];
@@ -420,15 +408,23 @@ cleave_status cleave_sampler_sample(cleave_sampler *s, const float *logits, int3
         }
         if (p->top_p < 1.0f && n > 1) n = apply_top_p(c, n, p->top_p);
         if (p->min_p > 0.0f && n > 1) n = apply_min_p(c, n, p->min_p);
-
         double sum = set_weights(c, n, p->temperature);
         double u = rng_uniform(s->rng) * sum, cum = 0.0;
-        pick = c[n - 1].id; /* if rounding leaves u above the total */
-        for (size_t i = 0; i < n; i++) {
-            cum += c[i].w;
-            if (u < cum) {
-                pick = c[i].id;
-                break;
+        /* a truncated set is walked best first (the order the batched,
+         * device, sampler ranks it in, so both draw the same token from
+         * the same uniform): the first candidate whose running mass
+         * passes u; an untruncated one in id order, as it lies */
+        bool cut = (p->top_k > 0 && (size_t)p->top_k < live) || p->top_p < 1.0f || p->min_p > 0.0f;
+        if (cut) {
+            pick = c[mass_prefix(c, n, u, true) - 1].id;
+        } else {
+            pick = c[n - 1].id; /* if rounding leaves u above the total */
+            for (size_t i = 0; i < n; i++) {
+                cum += c[i].w;
+                if (u < cum) {
+                    pick = c[i].id;
+                    break;
+                }
             }
         }
     }
@@ -436,3 +432,52 @@ cleave_status cleave_sampler_sample(cleave_sampler *s, const float *logits, int3
     *token = pick;
     return CLEAVE_OK;
 }
+
+/* ---- rows for the batched (device) sampler: sample_rows.h ---- */
+
+static int u64_cmp(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+bool sampler_row_prepare(cleave_sampler *s, sample_row *row, int32_t *pen_tok, uint32_t *pen_cnt) {
+    const cleave_sampler_params *p = &s->p;
+    memset(row, 0, sizeof *row);
+    row->temperature = p->temperature;
+    row->top_k = p->top_k;
+    row->top_p = p->top_p;
+    row->min_p = p->min_p;
+    row->repeat_penalty = p->repeat_penalty;
+    row->frequency_penalty = p->frequency_penalty;
+    row->presence_penalty = p->presence_penalty;
+    row->pen_tok = pen_tok;
+    row->pen_cnt = pen_cnt;
+    memcpy(s->rng_saved, s->rng, sizeof s->rng);
+    bool fits = true;
+    if (penalties_active(s)) {
+        /* the window's distinct tokens with their counts, ids ascending
+         * (packed as id << 32 | count to sort them together) */
+        uint64_t keys[SAMPLE_ROW_MAX_PEN];
+        uint32_t n = 0;
+        for (size_t i = 0; i < s->hist_len; i++) {
+            int32_t t = s->hist[(s->hist_head + i) % s->window];
+            if (s->seen[t]) continue;
+            s->seen[t] = 1;
+            if (n < SAMPLE_ROW_MAX_PEN)
+                keys[n++] = (uint64_t)(uint32_t)t << 32 | s->counts[t];
+            else
+                fits = false;
+        }
+        for (size_t i = 0; i < s->hist_len; i++) s->seen[s->hist[(s->hist_head + i) % s->window]] = 0;
+        qsort(keys, n, sizeof keys[0], u64_cmp);
+        for (uint32_t i = 0; i < n; i++) pen_tok[i] = (int32_t)(keys[i] >> 32), pen_cnt[i] = (uint32_t)keys[i];
+        row->n_pen = n;
+    }
+    /* the host draws one uniform for every temperature draw, none for greedy */
+    if (p->temperature > 0.0f) row->u = rng_uniform(s->rng);
+    return fits;
+}
+
+void sampler_row_commit(cleave_sampler *s, int32_t token) { cleave_sampler_accept(s, token); }
+
+void sampler_row_abandon(cleave_sampler *s) { memcpy(s->rng, s->rng_saved, sizeof s->rng); }

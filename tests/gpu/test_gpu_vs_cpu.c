@@ -3,7 +3,9 @@
  * prompt in one batch (the GEMM path), then 280 greedy steps one token at a
  * time (the GEMV path, replayed from graphs: the steps cross from the
  * 256-cell graph bucket into the 512-cell one), comparing every row of
- * logits and every token.
+ * logits and every token. Then batched decode (2, 8 and 32 sequences a
+ * step, with and without regions of their own) and decode at a depth of
+ * 32k cells.
  * Needs a CUDA device; run on the GPU machine (not part of CI). */
 #include <math.h>
 #include <stdlib.h>
@@ -30,12 +32,9 @@ static cleave_context *ctx_on(cleave_model *m, const char *dev, cleave_type kv) 
 
 /* Returns the worst relative error; counts token mismatches in *flips. */
 static double compare(const char *label, const char *path, cleave_type gpu_kv, double tol) {
-    cleave_model *m;
-    CHECK_OK(cleave_model_load(path, NULL, &m));
+    size_t nv;
+    cleave_model *m = tu_load(path, &nv);
     if (!m) return 1;
-    cleave_model_desc d;
-    cleave_model_describe(m, &d);
-    size_t nv = d.n_vocab;
     cleave_context *cpu = ctx_on(m, "cpu", gpu_kv); /* like for like: the cache type is not under test */
     cleave_context *gpu = ctx_on(m, "cuda:0", gpu_kv);
     if (!cpu || !gpu) {
@@ -91,6 +90,65 @@ static double compare(const char *label, const char *path, cleave_type gpu_kv, d
     cleave_context_free(gpu);
     cleave_model_free(m);
     return worst_prompt > worst_step ? worst_prompt : worst_step;
+}
+
+/* Batched decode: n_seq sequences, each a prompt of its own (one batch
+ * each), then `steps` steps that decode every sequence's next token in one
+ * cleave_decode_batch (the batched GEMMs and the grouped attention over
+ * each sequence's cells), every sequence's logits compared; both devices
+ * continue from the CPU's greedy tokens. prompt: tokens before the first
+ * step (a long one puts the steps at depth); regions: seq_regions. */
+static void compare_batch(const char *label, const char *path, int n_seq, int prompt, int steps,
+                          uint32_t n_ctx, bool regions, cleave_type kv, double tol) {
+    size_t nv;
+    cleave_model *m = tu_load(path, &nv);
+    if (!m) return;
+    cleave_context *c[2] = {NULL, NULL};
+    const char *devs[2] = {"cpu", "cuda:0"};
+    for (int k = 0; k < 2; k++) {
+        cleave_context_params cp = cleave_context_default_params();
+        cp.n_ctx = n_ctx;
+        cp.kv_type = kv;
+        cp.devices = devs[k];
+        cp.seq_regions = regions ? (uint32_t)n_seq : 0;
+        CHECK_OK(cleave_context_new(m, &cp, &c[k]));
+    }
+    int32_t *toks = malloc((size_t)prompt * sizeof *toks), tok[64], pos[64], seq[64];
+    double worst = 0;
+    int flips = 0;
+    for (int q = 0; c[0] && c[1] && toks && q < n_seq; q++) {
+        for (int i = 0; i < prompt; i++) toks[i] = (int32_t)(((size_t)i * 7919 + 11 + 131 * (size_t)q) % nv);
+        for (int k = 0; k < 2; k++) CHECK_OK(cleave_decode(c[k], toks, (size_t)prompt, 0, q, false));
+        tok[q] = tu_argmax(cleave_get_logits(c[0], -1), nv);
+        const float *g = cleave_get_logits(c[1], -1);
+        double e = g ? tu_rel_err(g, cleave_get_logits(c[0], -1), nv) : 1.0;
+        worst = e > worst ? e : worst;
+    }
+    for (int s = 0; c[0] && c[1] && s < steps; s++) {
+        for (int q = 0; q < n_seq; q++) pos[q] = prompt + s, seq[q] = q;
+        for (int k = 0; k < 2; k++) CHECK_OK(cleave_decode_batch(c[k], tok, pos, seq, (size_t)n_seq));
+        for (int q = 0; q < n_seq; q++) {
+            const float *a = cleave_get_logits(c[1], q), *b = cleave_get_logits(c[0], q);
+            double e = a && b ? tu_rel_err(a, b, nv) : 1.0;
+            worst = e > worst ? e : worst;
+            if (a && b && tu_argmax(a, nv) != tu_argmax(b, nv)) {
+                int32_t ta = tu_argmax(a, nv), tb = tu_argmax(b, nv);
+                double scale = 0;
+                for (size_t i = 0; i < nv; i++) scale = fabs(b[i]) > scale ? fabs(b[i]) : scale;
+                flips += (double)(b[tb] - b[ta]) > tol * scale; /* not a near tie */
+            }
+            if (b) tok[q] = tu_argmax(b, nv);
+        }
+    }
+    fprintf(stderr, "%-22s %2d seq x %d steps at %d, KV %-5s%s: worst %.2e, greedy flips %d%s\n", label, n_seq,
+            steps, prompt, cleave_type_name(kv), regions ? " regions" : "", worst, flips,
+            worst < tol && !flips ? "" : "   <-- FAIL");
+    CHECK_MSG(worst < tol, "%s, %d sequences: error %.2e above %g", label, n_seq, worst, tol);
+    CHECK_MSG(flips == 0, "%s, %d sequences: %d greedy tokens differ", label, n_seq, flips);
+    free(toks);
+    cleave_context_free(c[0]);
+    cleave_context_free(c[1]);
+    cleave_model_free(m);
 }
 
 static cleave_status set_yarn(gguf_writer *w, const gguf_file *src, void *user) {
@@ -215,5 +273,24 @@ int main(void) {
     if (y) compare("small llama f16 yarn", y, CLEAVE_TYPE_F16, 1e-2);
     y = yarn_model(*q3 ? q3 : NULL, "qwen3", "qwen3-yarn.gguf");
     if (y) compare("tiny qwen3 f32 yarn", y, CLEAVE_TYPE_F32, 1e-4);
+    /* Batched decode of 2, 8 and 32 sequences a step (the tensor-core
+     * batched GEMM on bf16 and f16 weights, 16-byte grouped attention on
+     * the f16 cache), with and without regions; bounds as for the single
+     * steps of these models above. */
+    static const int nseq[] = {2, 8, 32};
+    for (int t = 1; t <= 2; t++) {
+        const char *p = tu_gen_model("small", "llama", types[t], 7);
+        char label[64];
+        snprintf(label, sizeof label, "small llama %s", cleave_type_name(types[t]));
+        for (int i = 0; p && i < 3; i++)
+            compare_batch(label, p, nseq[i], 24, 24, 4096, i > 0, CLEAVE_TYPE_F16,
+                          types[t] == CLEAVE_TYPE_BF16 ? 2e-2 : 1e-2);
+    }
+    /* Depth: one sequence's steps after 32k cells (the decode attention's
+     * many splits), and 4 sequences at 8k each in regions; tiny qwen3,
+     * f32 weights, f16 cache (more cells, more f16 roundings that differ
+     * by one step: the bound of the batched case). */
+    if (*q3) compare_batch("tiny qwen3 f32", q3, 1, 32768 - 16, 8, 32768, false, CLEAVE_TYPE_F16, 1e-2);
+    if (*q3) compare_batch("tiny qwen3 f32", q3, 4, 8192 - 16, 8, 32768, true, CLEAVE_TYPE_F16, 1e-2);
     return tu_finish("test_gpu_vs_cpu");
 }

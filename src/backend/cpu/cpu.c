@@ -207,6 +207,7 @@ static const be_ops cpu_ops = {
     .graph = NULL,
     .peer = &cpu_peer_ops,
     .tier = &cpu_tier_ops,
+    .sample = cpu_sample,
 };
 
 /* CLEAVE_NO_SIMD (options: no_simd) forces the C kernels. */

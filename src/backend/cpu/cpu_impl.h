@@ -41,6 +41,9 @@ static inline cpu_device *cpu_dev(be_device *d) { return (cpu_device *)d->impl; 
  * staging as a GPU's, made of shared memory mapped twice, so CI runs the
  * logic a GPU runs. */
 extern const be_tier_ops cpu_tier_ops;
+/* The batched sampler's rows by its reference (cpu_sample.c). */
+cleave_status cpu_sample(be_device *d, const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
+                         const sample_row *rows, int32_t *tokens, int *outcomes);
 void cpu_tier_destroy(cpu_device *c); /* at the device's end */
 
 /* Scratch of at least bytes, 64-byte aligned (cpu_ops.c); CLEAVE_ERR_OOM

@@ -9,59 +9,6 @@
 
 #include "cuda_attention.cuh"
 
-/* With a live count (recorded graphs, sized for the whole context) the
- * split size follows the cache as it grows, at least ATT_MIN_CHUNK cells:
- * splits past the live cells have nothing to do, and the merge skips them
- * (2 cells per split over 66 splits cost ~10 us a layer). */
-#define ATT_MIN_CHUNK 32
-__device__ __forceinline__ size_t att_live_chunk(size_t live, size_t n_split) {
-    size_t c = (live + n_split - 1) / n_split;
-    return c > ATT_MIN_CHUNK ? c : ATT_MIN_CHUNK;
-}
-
-/* The cells [c0, c1) split `split` of token t scans: with cell windows,
- * the splits share out the token's window (its sequence's region) rather
- * than the whole cache, so the cells of sequences a step does not run
- * (a server's idle slots, kept for their prefixes) cost nothing. */
-__device__ __forceinline__ void att_cells(const att_args &a, size_t split, size_t t, size_t *c0, size_t *c1) {
-    size_t lo = 0, hi = a.n_kv_live ? (size_t)*a.n_kv_live : a.n_kv, chunk = a.chunk;
-    if (a.tok_win) {
-        size_t wl = (size_t)a.tok_win[2 * t], wh = (size_t)a.tok_win[2 * t + 1];
-        hi = wh < hi ? wh : hi;
-        lo = wl < hi ? wl : hi;
-    }
-    if (a.n_kv_live || a.tok_win) chunk = att_live_chunk(hi - lo, a.n_split);
-    size_t from = lo + split * chunk;
-    *c0 = from < hi ? from : hi;
-    *c1 = *c0 + chunk < hi ? *c0 + chunk : hi;
-}
-
-/* Combines the block's warps (each with its running max sm[w], sum sl[w]
- * and accumulator row sacc[w], ld floats apart) for query head h of token
- * t: the output row when there is one split, else this split's partial
- * result for k_attn_merge. Every thread of the block calls it. */
-__device__ void att_merge_warps(const att_args &a, const float *sm, const float *sl,
-                                const float *sacc, size_t ld, size_t t, size_t h, size_t split) {
-    size_t hd = a.hd, pair = t * a.n_head + h;
-    float M = -INFINITY;
-    for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm[w]);
-    float L = 0.0f, f[ATT_WARPS];
-    for (int w = 0; w < ATT_WARPS; w++) {
-        f[w] = sm[w] == -INFINITY ? 0.0f : __expf(sm[w] - M);
-        L += sl[w] * f[w];
-    }
-    float *p = a.n_split > 1 ? a.part + (pair * a.n_split + split) * (hd + 2) : NULL;
-    for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
-        float v = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) v += sacc[w * ld + dim] * f[w];
-        if (p)
-            p[dim] = v;
-        else
-            a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
-    }
-    if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
-}
-
 /* Calls run(cs, k) for the cells of [c0, c1) that a token at position tp
  * of sequence ts sees, those of warp `warp` (c = c0 + warp + k * ATT_WARPS)
  * in increasing order, up to N at a time: cs[0..k) are the next k visible
@@ -552,7 +499,9 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     dim3 grid(gqa ? (unsigned)(x->n_tokens * x->n_head_kv) : (unsigned)pairs, (unsigned)a.n_split);
     cudaError_t e = cudaSuccess;
     unsigned threads = ATT_WARPS * 32;
-    cuda_dispatch_kv(x->kv_type, x->v_type, [&]<int KT, int VT>() {
+    bool vec = gqa && cuda_attn_vec_eligible(x);
+    if (vec) e = cuda_attn_vec(d, a, grid, (int)group);
+    else cuda_dispatch_kv(x->kv_type, x->v_type, [&]<int KT, int VT>() {
         if (!gqa)
             e = cuda_launch(d, k_attn<KT, VT>, grid, dim3(threads), 0, a);
         else if (hd == 32)

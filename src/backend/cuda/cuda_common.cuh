@@ -33,6 +33,7 @@ enum {
     CUDA_SCRATCH_W,
     CUDA_SCRATCH_ATTN,
     CUDA_SCRATCH_FFN, /* unfused gate/up fallback */
+    CUDA_SCRATCH_SAMPLE, /* sampled rows' logits, parameters and choices */
     CUDA_SCRATCH_OPS, /* the count of the above, and the first twin */
     CUDA_SCRATCH_COUNT = 2 * CUDA_SCRATCH_OPS
 };
@@ -438,6 +439,8 @@ cleave_status cuda_op_rope_store(be_device *d, float *q, const float *k, const f
                                  cleave_type kv_type, const int32_t *cells);
 cleave_status cuda_op_matmul_multi(be_device *d, const be_mat *const *w, const float *const *bias,
                                    float *const *y, size_t count, const float *x, size_t n);
+cleave_status cuda_op_sample(be_device *d, const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
+                             const sample_row *rows, int32_t *tokens, int *outcomes);
 cleave_status cuda_op_ffn(be_device *d, const be_mat *gate, const be_mat *up, const be_mat *down,
                           const float *x, size_t n, float *tmp, float *y);
 cleave_status cuda_event_record(be_device *d, void **ev);

@@ -249,6 +249,7 @@ static const be_ops cuda_ops = {
     .graph = &cuda_graph_ops,
     .peer = &cuda_peer_ops,
     .tier = &cuda_tier_ops,
+    .sample = cuda_op_sample,
 };
 
 bool be_is_cuda(const be_device *d) { return d && d->ops == &cuda_ops; }
