@@ -300,6 +300,21 @@ cleave_status cleave_decode(cleave_context *ctx, const int32_t *tokens, size_t n
  * changing nothing, when the cache cannot take them. */
 cleave_status cleave_decode_batch(cleave_context *ctx, const int32_t *tokens, const int32_t *pos,
                                   const int32_t *seq, size_t n);
+/* cleave_decode_batch, then each sequence's next token drawn where the
+ * logits are: for each token i that is its sequence's last in the batch
+ * and has a sampler (samplers[i] != NULL; the others' entries are not
+ * read), sampled[i] is the token its sampler drew on the device (already
+ * recorded in the sampler, so only token ids crossed to the host and
+ * cleave_get_logits(ctx, i) is NULL), or CLEAVE_TOKEN_SAMPLE_ON_HOST:
+ * the caller samples that row from cleave_get_logits as after
+ * cleave_decode_batch (a tensor split, a batch of more than one pass, a
+ * device without the op, or a row the device hands back). Every other
+ * sampled[i] is -1. The draws are the ones cleave_sampler_sample makes
+ * from the same samplers. */
+#define CLEAVE_TOKEN_SAMPLE_ON_HOST (-2)
+cleave_status cleave_decode_batch_sample(cleave_context *ctx, const int32_t *tokens, const int32_t *pos,
+                                         const int32_t *seq, size_t n, cleave_sampler *const *samplers,
+                                         int32_t *sampled);
 /* Logits (n_vocab floats) of the i-th token of the last decode call; i = -1 is
  * the last token. NULL if that row was not kept. */
 const float *cleave_get_logits(cleave_context *ctx, int32_t i);

@@ -31,6 +31,7 @@ void options_reload(void) {
     opts.no_p2p = flag("CLEAVE_NO_P2P");
     opts.no_pdl = flag("CLEAVE_NO_PDL");
     opts.no_attn_vec = flag("CLEAVE_NO_ATTN_VEC");
+    opts.host_sampling = flag("CLEAVE_HOST_SAMPLING");
     const char *numa = getenv("CLEAVE_TIER_NUMA");
     opts.tier_numa = !(numa && strcmp(numa, "0") == 0);
     const char *nccl = getenv("CLEAVE_NCCL");

@@ -15,6 +15,7 @@
  *                              OPTIONS_GEMVQ_MAX_N)
  *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
  *   CLEAVE_NO_ATTN_VEC=1       no_attn_vec: CUDA decode attention on f16/bf16 caches by the 8-byte kernel
+ *   CLEAVE_HOST_SAMPLING=1     host_sampling: cleave_decode_batch_sample hands every row to the host
  *   CLEAVE_TIER_NUMA=0         tier_numa: a tiered cache's host part on any NUMA node
  *   CLEAVE_UPLOAD_THREADS=N    upload_threads: host threads preparing weight uploads (0: none; unset: the CPUs)
  *   CLEAVE_NCCL=0              nccl_off: GPU all-reduces without NCCL
@@ -35,7 +36,7 @@ extern "C" {
 
 typedef struct cleave_env_options {
     bool load_trace, step_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
-    bool no_attn_vec;
+    bool no_attn_vec, host_sampling;
     size_t host_budget_mib;
     long gemv_max_n, gemvq_max_n, upload_threads, nccl_min_kb;
 } cleave_env_options;

@@ -116,7 +116,8 @@ static cleave_status reserve(kv_cells *t, const size_t *order, const int32_t *po
  * logits are kept, else each sequence's last. progress: report each pass
  * of a multi-pass call to the context's callback (a prompt). */
 static cleave_status decode(cleave_context *c, const int32_t *tokens, const int32_t *pos, const int32_t *seq,
-                            size_t n, bool all_logits, bool progress) {
+                            size_t n, bool all_logits, bool progress, cleave_sampler *const *samplers,
+                            int32_t *sampled) {
     cleave_status st = check(c, tokens, pos, seq, n);
     if (st) return st;
     placement *pl = c->pl;
@@ -125,12 +126,18 @@ static cleave_status decode(cleave_context *c, const int32_t *tokens, const int3
     size_t *order = mem_alloc(n * sizeof *order, "batch order");
     int32_t *cells = mem_alloc(n * sizeof *cells, "batch cells");
     int32_t *t = mem_alloc(nb * 3 * sizeof(int32_t), "batch");
+    /* sampled where the logits are: one pass, one head device that can */
+    bool dev_sample = samplers && n <= nb && engine_samples_on_device(pl);
+    cleave_sampler **row_smp = dev_sample ? mem_alloc(n * sizeof *row_smp, "rows' samplers") : NULL;
+    int32_t *row_tok = dev_sample ? mem_alloc(n * sizeof *row_tok, "rows' tokens") : NULL;
+    if (sampled)
+        for (size_t i = 0; i < n; i++) sampled[i] = -1;
     if (c->row_of_cap < n) {
         int32_t *r = mem_realloc(c->row_of, n * sizeof *r, "batch logits rows");
         if (r) c->row_of = r, c->row_of_cap = n;
     }
     size_t reserved = 0, done = 0;
-    if (!keep || !order || !cells || !t || c->row_of_cap < n) {
+    if (!keep || !order || !cells || !t || c->row_of_cap < n || (dev_sample && (!row_smp || !row_tok))) {
         st = CLEAVE_ERR_OOM;
         goto out;
     }
@@ -159,10 +166,25 @@ static cleave_status decode(cleave_context *c, const int32_t *tokens, const int3
         /* the kept tokens are this pass's suffix, if any are in it; the lm
          * head runs on at least one row (discarded) */
         size_t first_out = b0 + m > first_kept ? (first_kept > b0 ? first_kept - b0 : 0) : m - 1;
-        if ((st = engine_forward(pl, bt, bp, bs, cells + b0, m, first_out, c->logits + row * n_vocab))) break;
+        if (dev_sample) {
+            for (size_t k = first_out; k < m; k++) row_smp[k - first_out] = samplers[order[b0 + k]];
+            pl->sample_smp = row_smp, pl->sample_out = row_tok;
+        }
+        st = engine_forward(pl, bt, bp, bs, cells + b0, m, first_out, c->logits + row * n_vocab);
+        pl->sample_smp = NULL, pl->sample_out = NULL;
+        if (st) break;
         done = b0 + m;
         if (b0 + m > first_kept)
-            for (size_t k = first_out; k < m; k++) c->row_of[order[b0 + k]] = (int32_t)row++;
+            for (size_t k = first_out; k < m; k++) {
+                size_t i = order[b0 + k];
+                c->row_of[i] = (int32_t)row++;
+                if (dev_sample) {
+                    sampled[i] = row_tok[k - first_out];
+                    if (sampled[i] >= 0) c->row_of[i] = -1; /* its logits stayed on the device */
+                } else if (samplers && samplers[i]) {
+                    sampled[i] = CLEAVE_TOKEN_SAMPLE_ON_HOST;
+                }
+            }
         if (progress && pl->progress && n > nb && !pl->progress((float)done / (float)n, pl->progress_user))
             st = err_set(CLEAVE_ERR_INVALID_ARG, "decode cancelled after %zu of %zu tokens", done, n);
     }
@@ -173,6 +195,8 @@ out:
     free(order);
     free(cells);
     free(t);
+    free(row_smp);
+    free(row_tok);
     c->logits_rows = st ? 0 : n_keep;
     c->last_n = st ? 0 : (int32_t)n;
     return st;
@@ -182,7 +206,16 @@ cleave_status cleave_decode_batch(cleave_context *c, const int32_t *tokens, cons
                                   const int32_t *seq, size_t n) {
     if (!c || !tokens || !pos || !seq) return err_set(CLEAVE_ERR_INVALID_ARG, "decode batch: null argument");
     if (n == 0) return err_set(CLEAVE_ERR_INVALID_ARG, "decode batch: no tokens");
-    return decode(c, tokens, pos, seq, n, false, false);
+    return decode(c, tokens, pos, seq, n, false, false, NULL, NULL);
+}
+
+cleave_status cleave_decode_batch_sample(cleave_context *c, const int32_t *tokens, const int32_t *pos,
+                                         const int32_t *seq, size_t n, cleave_sampler *const *samplers,
+                                         int32_t *sampled) {
+    if (!c || !tokens || !pos || !seq || !samplers || !sampled)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "decode batch sample: null argument");
+    if (n == 0) return err_set(CLEAVE_ERR_INVALID_ARG, "decode batch sample: no tokens");
+    return decode(c, tokens, pos, seq, n, false, false, samplers, sampled);
 }
 
 cleave_status cleave_decode(cleave_context *c, const int32_t *tokens, size_t n, int32_t pos0, int32_t seq,
@@ -195,7 +228,7 @@ cleave_status cleave_decode(cleave_context *c, const int32_t *tokens, size_t n, 
     int32_t *seqs = mem_alloc(n * sizeof *seqs, "decode sequences");
     cleave_status st = pos && seqs ? CLEAVE_OK : CLEAVE_ERR_OOM;
     for (size_t i = 0; !st && i < n; i++) pos[i] = pos0 + (int32_t)i, seqs[i] = seq;
-    if (!st) st = decode(c, tokens, pos, seqs, n, all_logits, true);
+    if (!st) st = decode(c, tokens, pos, seqs, n, all_logits, true, NULL, NULL);
     free(pos);
     free(seqs);
     return st;

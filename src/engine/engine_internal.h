@@ -111,4 +111,15 @@ void engine_drop_graphs(placement *pl);
 cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t *pos, const int32_t *seq,
                              const int32_t *cells, size_t n, size_t first_out, float *logits_host);
 
+/* ---- sample_step.c ---- */
+/* Whether the pass's output rows can be sampled where the logits are:
+ * one head device (not the tensor split's vocabulary slices) with the
+ * sample op. */
+bool engine_samples_on_device(const placement *pl);
+/* The pass's rows output rows, on the head device, sampled by
+ * pl->sample_smp into pl->sample_out; the logits of rows it does not
+ * sample there (no sampler, or handed back: CLEAVE_TOKEN_SAMPLE_ON_HOST)
+ * are read into logits_host, those of the others are not. */
+cleave_status engine_sample_rows(placement *pl, size_t rows, float *logits_host);
+
 #endif

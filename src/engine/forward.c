@@ -91,7 +91,9 @@ cleave_status engine_forward(placement *pl, const int32_t *tokens, const int32_t
         TRY(engine_sync_all(pl));
         step_trace_phase(tr, STEP_BODY);
     }
-    if (tensor) {
+    if (pl->sample_smp) {
+        TRY(engine_sample_rows(pl, n - first_out, logits_host));
+    } else if (tensor) {
         TRY(engine_tensor_logits(pl, n - first_out, logits_host));
     } else {
         engine_device *H = &pl->devs[pl->plan.head_device];

@@ -134,6 +134,11 @@ typedef struct placement {
     /* the shares it was asked for (a switch back to the same ones is none) */
     bool has_shares;
     float shares[CLEAVE_MAX_DEVICES];
+    /* while a pass samples its output rows where the logits are
+     * (sample_step.c; NULL otherwise): row r's sampler (NULL: none) and
+     * where its token, or CLEAVE_TOKEN_SAMPLE_ON_HOST, goes */
+    struct cleave_sampler *const *sample_smp;
+    int32_t *sample_out;
 } placement;
 
 /* What building a placement needs besides the model: the context's

@@ -1,5 +1,5 @@
 /* The step loop of `cleave serve`: one thread owns the context and, each
- * step, runs one cleave_decode_batch holding a token of every generating
+ * step, runs one cleave_decode_batch_sample holding a token of every generating
  * slot and as much of the waiting prompts as the step's budget allows
  * (continuous batching: a long prompt never stalls the others' tokens for
  * more than one step's budget). HTTP threads only queue requests and read
@@ -52,6 +52,8 @@ struct serve_sched {
     cleave_psm_gate gate;
     bool switching;
     serve_pool *pool; /* samples the slots of a step in parallel */
+    cleave_sampler **row_smp; /* the step's rows' samplers (cleave_decode_batch_sample) */
+    int32_t *row_tok;         /* and the tokens drawn where the logits are */
     slot **to_sample;
     int n_to_sample;
     /* where the steps' time went, said at stop */
@@ -338,7 +340,12 @@ static void *loop(void *arg) {
         double t0 = now();
         follow_gate(s, n_active);
         double t1 = now();
-        cleave_status st = cleave_decode_batch(s->ctx, s->tok, s->pos, s->sid, n);
+        /* each generating slot's last row is drawn where the logits are
+         * (only token ids cross); rows handed back are sampled here */
+        for (size_t k = 0; k < n; k++) s->row_smp[k] = NULL;
+        for (int i = 0; i < s->o.n_parallel; i++)
+            if (s->slots[i].row >= 0) s->row_smp[s->slots[i].row] = s->slots[i].smp;
+        cleave_status st = cleave_decode_batch_sample(s->ctx, s->tok, s->pos, s->sid, n, s->row_smp, s->row_tok);
         double t2 = now();
         if (!st) {
             for (size_t k = 0; k < n; k++) {
@@ -348,8 +355,15 @@ static void *loop(void *arg) {
                 if (sl->n_done < sl->r->n_prompt) sl->n_done++;
             }
             s->n_to_sample = 0;
-            for (int i = 0; i < s->o.n_parallel; i++)
-                if (s->slots[i].row >= 0) s->to_sample[s->n_to_sample++] = &s->slots[i];
+            for (int i = 0; i < s->o.n_parallel; i++) {
+                slot *sl = &s->slots[i];
+                if (sl->row < 0) continue;
+                int32_t t = s->row_tok[sl->row];
+                if (t == CLEAVE_TOKEN_SAMPLE_ON_HOST)
+                    s->to_sample[s->n_to_sample++] = sl;
+                else
+                    sl->token = t, sl->sampled = CLEAVE_OK;
+            }
             serve_pool_for(s->pool, s->n_to_sample, sample_one, s);
         }
         double t3 = now();
@@ -396,6 +410,8 @@ static void sched_free(serve_sched *s) {
     free(s->pos);
     free(s->sid);
     free(s->in_prefill);
+    free(s->row_smp);
+    free(s->row_tok);
     free(s->to_sample);
     serve_pool_free(s->pool);
     pthread_mutex_destroy(&s->mu);
@@ -430,7 +446,11 @@ int serve_sched_start(cleave_model *m, cleave_context *ctx, const serve_sched_op
     s->sid = malloc(cap * sizeof *s->sid);
     s->in_prefill = malloc((size_t)o->n_parallel * sizeof *s->in_prefill);
     s->to_sample = malloc((size_t)o->n_parallel * sizeof *s->to_sample);
-    if (!s->slots || !s->queue || !s->tok || !s->pos || !s->sid || !s->in_prefill || !s->to_sample) goto oom_free;
+    s->row_smp = malloc(cap * sizeof *s->row_smp);
+    s->row_tok = malloc(cap * sizeof *s->row_tok);
+    if (!s->slots || !s->queue || !s->tok || !s->pos || !s->sid || !s->in_prefill || !s->to_sample || !s->row_smp ||
+        !s->row_tok)
+        goto oom_free;
     /* helpers for sampling: one per slot beyond the first, at most 7 and
      * half the cores (none: the loop samples alone) */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
