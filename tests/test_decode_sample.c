@@ -6,7 +6,8 @@
  * sampled by the device's `sample` op (only tokens come back, the rows'
  * logits are not kept); on a tensor split they come back as
  * CLEAVE_TOKEN_SAMPLE_ON_HOST and the caller samples them. Bad arguments
- * fail cleanly. */
+ * fail cleanly. On a GPU machine: test_decode_sample --device cuda:0 runs
+ * the same on that device (the small generated model, f16 weights). */
 #include <string.h>
 
 #include "cleave.h"
@@ -93,7 +94,14 @@ static int lockstep(const char *path, const char *devs, cleave_split_mode mode) 
     return on_device;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--device") == 0) {
+        const char *small = tu_gen_model("small", "llama", CLEAVE_TYPE_F16, 7);
+        if (!small) tu_skip("no small model");
+        int got = lockstep(small, argv[2], CLEAVE_SPLIT_NONE);
+        CHECK_MSG(got == NSEQ * STEPS, "%s: %d of %d rows sampled on the device", argv[2], got, NSEQ * STEPS);
+        return tu_finish("test_decode_sample");
+    }
     const char *path = tu_tiny_model("llama", CLEAVE_TYPE_F32);
     if (!path) tu_skip("no tiny model");
     int one = lockstep(path, "cpu", CLEAVE_SPLIT_NONE);

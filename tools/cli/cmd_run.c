@@ -263,10 +263,12 @@ static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, c
     int32_t pos = (int32_t)n_prompt, prev = prompt[n_prompt - 1];
     long long generated = 0;
     double t1 = cli_now();
+    /* the first token from the prompt's logits; each next one drawn where
+     * the step's logits are (only its id comes back), or here where the
+     * context hands the row back */
+    int32_t tok;
+    if ((st = cleave_sampler_sample(smp, cleave_get_logits(ctx, -1), &tok))) return cli_fail("sampling", st);
     while (o->n_predict < 0 || generated < o->n_predict) {
-        int32_t tok;
-        if ((st = cleave_sampler_sample(smp, cleave_get_logits(ctx, -1), &tok)))
-            return cli_fail("sampling", st);
         if (cleave_token_is_eog(m, tok)) break;
         emit(m, prev, tok);
         generated++;
@@ -274,8 +276,13 @@ static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, c
             fprintf(stderr, "\ncleave: context of %u tokens is full; stopping\n", n_ctx);
             break;
         }
-        if ((st = cleave_decode(ctx, &tok, 1, pos++, 0, false))) return cli_fail("generation", st);
+        int32_t at = pos++, seq0 = 0, next;
+        if ((st = cleave_decode_batch_sample(ctx, &tok, &at, &seq0, 1, &smp, &next)))
+            return cli_fail("generation", st);
+        if (next == CLEAVE_TOKEN_SAMPLE_ON_HOST && (st = cleave_sampler_sample(smp, cleave_get_logits(ctx, -1), &next)))
+            return cli_fail("sampling", st);
         prev = tok;
+        tok = next;
     }
     double t_gen = cli_now() - t1;
     printf("\n");

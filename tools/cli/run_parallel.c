@@ -34,12 +34,16 @@ static bool append(seq_state *s, const char *p, size_t n) {
     return true;
 }
 
-/* The sequence's next token from the logits of its last one in the batch
- * (row `row`): appended to its text, or the end of the sequence. */
-static int next_token(cleave_model *m, cleave_context *ctx, seq_state *s, int32_t row, long long limit) {
-    int32_t tok;
-    cleave_status st = cleave_sampler_sample(s->smp, cleave_get_logits(ctx, row), &tok);
-    if (st) return cli_fail("sampling", st); /* sampling recorded tok for the penalties */
+/* The sequence's next token: `drawn` where the device drew it, else from
+ * the logits of its last one in the batch (row `row`); appended to its
+ * text, or the end of the sequence. */
+static int next_token(cleave_model *m, cleave_context *ctx, seq_state *s, int32_t row, int32_t drawn,
+                      long long limit) {
+    int32_t tok = drawn;
+    if (drawn == CLEAVE_TOKEN_SAMPLE_ON_HOST) {
+        cleave_status st = cleave_sampler_sample(s->smp, cleave_get_logits(ctx, row), &tok);
+        if (st) return cli_fail("sampling", st); /* sampling recorded tok for the penalties */
+    }
     if (cleave_token_is_eog(m, tok)) {
         s->done = true;
         return 0;
@@ -73,10 +77,11 @@ int run_parallel(cleave_model *m, cleave_context *ctx, const run_opts *o, const 
     seq_state *seqs = calloc(n_seq, sizeof *seqs);
     size_t cap = n_seq * (n_prompt + 1);
     int32_t *tok = malloc(cap * sizeof *tok), *pos = malloc(cap * sizeof *pos), *sid = malloc(cap * sizeof *sid);
-    int32_t *row = malloc(n_seq * sizeof *row);
+    int32_t *row = malloc(n_seq * sizeof *row), *drawn = malloc(cap * sizeof *drawn);
+    cleave_sampler **row_smp = malloc(cap * sizeof *row_smp); /* each row's sampler, for the device */
     bool *in_prefill = malloc(n_seq * sizeof *in_prefill);
     int rc = 1;
-    if (!seqs || !tok || !pos || !sid || !row || !in_prefill) {
+    if (!seqs || !tok || !pos || !sid || !row || !in_prefill || !drawn || !row_smp) {
         fprintf(stderr, "cleave run: out of memory for %zu sequences\n", n_seq);
         goto out;
     }
@@ -134,13 +139,16 @@ int run_parallel(cleave_model *m, cleave_context *ctx, const run_opts *o, const 
                 }
             }
         }
-        cleave_status st = cleave_decode_batch(ctx, tok, pos, sid, n);
+        for (size_t k = 0; k < n; k++) row_smp[k] = NULL;
+        for (size_t i = 0; i < n_seq; i++)
+            if (row[i] >= 0) row_smp[row[i]] = seqs[i].smp;
+        cleave_status st = cleave_decode_batch_sample(ctx, tok, pos, sid, n, row_smp, drawn);
         if (st) {
             rc = cli_fail("decoding", st);
             goto out;
         }
         for (size_t i = 0; i < n_seq; i++)
-            if (row[i] >= 0 && (rc = next_token(m, ctx, &seqs[i], row[i], limit))) goto out;
+            if (row[i] >= 0 && (rc = next_token(m, ctx, &seqs[i], row[i], drawn[row[i]], limit))) goto out;
     }
     double t = cli_now() - t0;
     for (size_t i = 0; i < n_seq; i++) gen_tokens += seqs[i].generated;
@@ -165,6 +173,8 @@ out:
     free(pos);
     free(sid);
     free(row);
+    free(drawn);
+    free(row_smp);
     free(in_prefill);
     return rc;
 }
