@@ -1820,6 +1820,7 @@ typedef struct {
     bool big;                    /* bench shape: sampled check */
     bool mixed;                  /* a V cache of type vt (else t, as K) */
     cleave_type vt;
+    bool ragged;                 /* sequences of different lengths */
 } attn_cfg;
 
 static cleave_type attn_vt(const attn_cfg *a) { return a->mixed ? a->vt : a->t; }
@@ -1843,9 +1844,15 @@ static void attn_batch_make(const attn_cfg *a, attn_batch *b) {
     /* sequence ids: not 0..n-1, and one that no token has (77) */
     int32_t ids[64];
     for (size_t s = 0; s < a->n_seq; s++) ids[s] = (int32_t)(3 * s + 1);
-    size_t per = a->cached + a->fresh + 1; /* cells per sequence */
+    /* sequence s caches cached[s] cells before its fresh tokens (ragged:
+     * lengths from cached / n_seq up to cached), per[s] cells in all */
+    size_t cached[64], per[64], need = 0;
     size_t with_cells = a->no_cells_seq ? a->n_seq - 1 : a->n_seq;
-    size_t need = with_cells * per;
+    for (size_t s = 0; s < a->n_seq; s++) {
+        cached[s] = a->ragged ? a->cached * (s + 1) / a->n_seq : a->cached;
+        per[s] = cached[s] + a->fresh + 1;
+        if (s < with_cells) need += per[s];
+    }
     if (need > live) {
         fprintf(stderr, "attention case: %zu cells needed, %zu live\n", need, live);
         exit(2);
@@ -1858,7 +1865,7 @@ static void attn_batch_make(const attn_cfg *a, attn_batch *b) {
         size_t pad = spare / (with_cells + 1), at = pad / 2;
         for (size_t s = 0; s < with_cells; s++) {
             lo[s] = at;
-            hi[s] = at + per + pad;
+            hi[s] = at + per[s] + pad;
             at = hi[s];
         }
         /* in each region: the sequence's cells in scrambled order among
@@ -1873,9 +1880,9 @@ static void attn_batch_make(const attn_cfg *a, attn_batch *b) {
             }
             for (size_t i = 0; i < len; i++) {
                 size_t c = lo[s] + (size_t)order[i];
-                if (i < per) {
+                if (i < per[s]) {
                     b->cell_seq[c] = ids[s];
-                    b->cell_pos[c] = i < a->cached + a->fresh ? (int32_t)i : (int32_t)(a->cached + a->fresh + 5);
+                    b->cell_pos[c] = i < cached[s] + a->fresh ? (int32_t)i : (int32_t)(cached[s] + a->fresh + 5);
                 } else if (i % 3 == 0) {
                     b->cell_seq[c] = 77, b->cell_pos[c] = (int32_t)(i % 50);
                 }
@@ -1892,10 +1899,10 @@ static void attn_batch_make(const attn_cfg *a, attn_batch *b) {
         }
         size_t k = 0;
         for (size_t s = 0; s < with_cells; s++)
-            for (size_t i = 0; i < per; i++, k++) {
+            for (size_t i = 0; i < per[s]; i++, k++) {
                 size_t c = (size_t)order[k];
                 b->cell_seq[c] = ids[s];
-                b->cell_pos[c] = i < a->cached + a->fresh ? (int32_t)i : (int32_t)(a->cached + a->fresh + 5);
+                b->cell_pos[c] = i < cached[s] + a->fresh ? (int32_t)i : (int32_t)(cached[s] + a->fresh + 5);
             }
         for (; k < live; k++) /* every other spare cell: another sequence; else empty */
             if (k % 2) b->cell_seq[order[k]] = 77, b->cell_pos[order[k]] = (int32_t)(k % 40);
@@ -1906,7 +1913,7 @@ static void attn_batch_make(const attn_cfg *a, attn_batch *b) {
     for (size_t s = 0, t = 0; s < a->n_seq; s++)
         for (size_t i = 0; i < a->fresh; i++, t++) {
             b->tok_seq[t] = ids[s];
-            b->tok_pos[t] = (int32_t)(a->cached + i);
+            b->tok_pos[t] = (int32_t)(cached[s] + i);
             b->win[2 * t] = (int32_t)lo[s];
             b->win[2 * t + 1] = (int32_t)hi[s];
         }
@@ -1954,9 +1961,9 @@ static void ref_attention(const attn_cfg *a, const attn_batch *b, const float *q
 }
 
 static void attn_shape(const attn_cfg *a, const attn_batch *b, char *buf, size_t n) {
-    snprintf(buf, n, "hd%zu h%zu/%zu t%zu(%zu seq) kv%zu%s%s%s%s", a->hd, a->n_head, a->n_head_kv,
-             b->n_tokens, a->n_seq, b->n_kv, a->live ? " live" : "", a->win ? " win" : "",
-             a->no_cells_seq ? " +nocells" : "", a->big ? " bench" : "");
+    snprintf(buf, n, "hd%zu h%zu/%zu t%zu(%zu seq%s) kv%zu%s%s%s%s", a->hd, a->n_head, a->n_head_kv,
+             b->n_tokens, a->n_seq, a->ragged ? ", ragged" : "", b->n_kv, a->live ? " live" : "",
+             a->win ? " win" : "", a->no_cells_seq ? " +nocells" : "", a->big ? " bench" : "");
     if (a->live) {
         char tmp[24];
         snprintf(tmp, sizeof tmp, "=%zu", a->live);
@@ -2095,6 +2102,16 @@ static void test_attention(void) {
                     a.cached = bkv[si] / (ns + 1) - 2;
                     attn_case(&a);
                 }
+    /* batched decode of sequences of different lengths (16 and 32, in
+     * regions and in one pool): the 16-byte kernel's many-sequence steps */
+    for (int ti = 0; ti < 4; ti++)
+        for (int ns = 16; ns <= 32; ns += 16)
+            for (int win = 0; win < 2; win++) {
+                if (opt.quick && (ns / 16 + win) % 2) continue;
+                attn_cfg a = {.hd = 128, .n_head = 8, .n_head_kv = 2, .t = all_types[ti], .n_seq = (size_t)ns,
+                              .fresh = 1, .cached = 300, .n_kv = 8192, .win = win, .ragged = true};
+                attn_case(&a);
+            }
     /* prompts: one sequence, query tiles of 16..130 tokens after a cached
      * prefix; n_kv across 256/512/1024/2048 for the short tiles */
     static const size_t pn[][3] = {/* tokens, cached, n_kv */
