@@ -31,7 +31,7 @@ for ax, names, a, b, c, lim, tgt, title in [
 ]:
     x = range(len(names))
     labelled = False
-    ax.bar([i - 1.5 * w for i in x], a, w, label="cleave, last build (D)")
+    ax.bar([i - 1.5 * w for i in x], a, w, label="cleave, last measured build (D)")
     ax.bar([i - 0.5 * w for i in x], b, w, label="cleave (C)")
     ax.bar([i + 0.5 * w for i in x], c, w, label="llama.cpp (C)")
     ax.bar([i + 1.5 * w for i in x], lim, w, label="limit", color="lightgray")
