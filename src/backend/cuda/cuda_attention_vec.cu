@@ -4,9 +4,11 @@
  * HD is HD / 8 lanes' 16-byte loads, so a warp reads 32 / (HD / 8) rows
  * at once: the warp is that many sub-warps, each with its own online
  * softmax, each keeping NC cells' K and V rows in flight before it uses
- * any. k_attn_gqa (cuda_attention.cu), which this replaces for these
- * caches, reads 8 bytes a lane and two cells a warp at a time: at depth
- * its warps wait on one short round of loads after another.
+ * any. k_attn_gqa (cuda_attention.cu) reads 8 bytes a lane and two
+ * cells a warp at a time; this kernel is taken where it measured faster
+ * (cuda_attn_vec_eligible: long caches, many sequences a step), the other
+ * stays for short ones. Rows staged through a cp.async ring in shared
+ * memory instead of registers measured no faster (bench/RESULTS.md).
  *
  * Cells come in chunks of 32 per warp: the lanes read the chunk's
  * positions and sequences (the next chunk's while this one is scored),
