@@ -1799,6 +1799,27 @@ static void test_sample(void) {
         }
         free(l);
     }
+    /* bad arguments: refused with a reason, nothing sampled */
+    for (int di = 0; di < n_devs; di++) {
+        if (!BE_HAS(devs[di].d, sample)) continue;
+        cx c;
+        cx_init(&c, &devs[di]);
+        float *ld_dev = cx_out(&c, 64);
+        sample_row r = {.temperature = 1.0f, .top_p = 1.0f, .n_pen = SAMPLE_ROW_MAX_PEN + 1};
+        int32_t tok = 7;
+        int out = 7;
+        int bad = 0;
+        bad += BE(c.d, sample, ld_dev, 64, 1, 64, &r, &tok, &out) != CLEAVE_ERR_INVALID_ARG; /* list too long */
+        r.n_pen = 3;                                                                     /* and not given */
+        bad += BE(c.d, sample, ld_dev, 64, 1, 64, &r, &tok, &out) != CLEAVE_ERR_INVALID_ARG;
+        r.n_pen = 0;
+        bad += BE(c.d, sample, ld_dev, 32, 1, 64, &r, &tok, &out) != CLEAVE_ERR_INVALID_ARG; /* ld < n_vocab */
+        bad += BE(c.d, sample, ld_dev, 64, 1, 0, &r, &tok, &out) != CLEAVE_ERR_INVALID_ARG;  /* no vocabulary */
+        bad += BE(c.d, sample, ld_dev, 64, 1, 64, NULL, &tok, &out) != CLEAVE_ERR_INVALID_ARG;
+        bad += tok != 7 || out != 7;
+        cx_end(&c);
+        report(&c, "sample", "bad arguments refused", "f32", bad, 0.5);
+    }
 }
 
 /* ---- attention ------------------------------------------------------------------ */

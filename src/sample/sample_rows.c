@@ -4,7 +4,22 @@
 
 #include <stdlib.h>
 
+#include "base/error.h"
 #include "sample/sample_math.h"
+
+cleave_status sample_rows_check(const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
+                                const sample_row *rows, const int32_t *tokens, const int *outcomes) {
+    if (!n_rows) return CLEAVE_OK;
+    if (!logits || !rows || !tokens || !outcomes)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "sample: NULL logits, rows, tokens or outcomes");
+    if (!n_vocab || ld < n_vocab)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "sample: a vocabulary of %u in rows %zu floats apart", n_vocab, ld);
+    for (size_t i = 0; i < n_rows; i++)
+        if (rows[i].n_pen > SAMPLE_ROW_MAX_PEN || (rows[i].n_pen && (!rows[i].pen_tok || !rows[i].pen_cnt)))
+            return err_set(CLEAVE_ERR_INVALID_ARG, "sample: row %zu has %u penalized tokens (at most %d, given)", i,
+                           rows[i].n_pen, SAMPLE_ROW_MAX_PEN);
+    return CLEAVE_OK;
+}
 
 size_t sample_row_scratch(uint32_t n_vocab) { return (size_t)n_vocab * (sizeof(float) + sizeof(int32_t)); }
 

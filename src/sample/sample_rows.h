@@ -55,6 +55,13 @@ size_t sample_row_scratch(uint32_t n_vocab);
 int sample_row_ref(const float *logits, uint32_t n_vocab, const sample_row *r, void *scratch,
                    int32_t *token);
 
+/* The checks every device's `sample` op makes before it samples: logits,
+ * rows, tokens and outcomes given, a vocabulary, rows ld >= n_vocab floats
+ * apart, each row's penalty list within SAMPLE_ROW_MAX_PEN and given when
+ * it is not empty. CLEAVE_ERR_INVALID_ARG with the reason, else OK. */
+cleave_status sample_rows_check(const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
+                                const sample_row *rows, const int32_t *tokens, const int *outcomes);
+
 /* Fills *row for the sampler's next token: its parameters, its penalty
  * window (into pen_tok / pen_cnt, room for SAMPLE_ROW_MAX_PEN; a larger
  * window makes the row SAMPLE_ROW_HOST: returns false) and u, drawn from

@@ -5,23 +5,18 @@
 
 #include <stdlib.h>
 
-#include "base/error.h"
 #include "base/mem.h"
 
 cleave_status cpu_sample(be_device *d, const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
                          const sample_row *rows, int32_t *tokens, int *outcomes) {
     (void)d;
-    if (!n_rows) return CLEAVE_OK;
-    if (!logits || !rows || !tokens || !outcomes || !n_vocab || ld < n_vocab)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "sample: NULL argument, no vocabulary or a stride of %zu < %u",
-                       ld, n_vocab);
+    cleave_status st = sample_rows_check(logits, ld, n_rows, n_vocab, rows, tokens, outcomes);
+    if (st || !n_rows) return st;
     void *scratch = mem_alloc(sample_row_scratch(n_vocab), "sampling scratch");
     if (!scratch) return CLEAVE_ERR_OOM;
     for (size_t i = 0; i < n_rows; i++) {
         tokens[i] = -1;
-        outcomes[i] = rows[i].n_pen > SAMPLE_ROW_MAX_PEN
-                          ? SAMPLE_ROW_HOST
-                          : sample_row_ref(logits + i * ld, n_vocab, &rows[i], scratch, &tokens[i]);
+        outcomes[i] = sample_row_ref(logits + i * ld, n_vocab, &rows[i], scratch, &tokens[i]);
     }
     free(scratch);
     return CLEAVE_OK;

@@ -271,14 +271,10 @@ __global__ void __launch_bounds__(SB) k_sample(const float *logits, size_t ld, u
 cleave_status cuda_op_sample(be_device *dev, const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
                              const sample_row *rows, int32_t *tokens, int *outcomes) {
     cuda_device *d = cuda_dev(dev);
-    if (!n_rows) return CLEAVE_OK;
+    cleave_status st = sample_rows_check(logits, ld, n_rows, n_vocab, rows, tokens, outcomes);
+    if (st || !n_rows) return st;
     size_t n_pen = 0;
-    for (size_t i = 0; i < n_rows; i++) {
-        if (rows[i].n_pen > SAMPLE_ROW_MAX_PEN)
-            return err_set(CLEAVE_ERR_INVALID_ARG, "sample: row %zu has %u penalized tokens (at most %d)", i,
-                           rows[i].n_pen, SAMPLE_ROW_MAX_PEN);
-        n_pen += rows[i].n_pen;
-    }
+    for (size_t i = 0; i < n_rows; i++) n_pen += rows[i].n_pen;
     /* one host block, one copy up: rows, then the penalty pools */
     size_t rb = n_rows * sizeof(sample_dev_row), pb = n_pen * 4;
     size_t up = rb + 2 * pb + 16, down = n_rows * 2 * sizeof(int32_t);
@@ -300,7 +296,7 @@ cleave_status cuda_op_sample(be_device *dev, const float *logits, size_t ld, siz
     }
     void *scratch;
     size_t work = n_rows * (size_t)n_vocab * sizeof(float);
-    cleave_status st = cuda_scratch(d, CUDA_SCRATCH_SAMPLE, work + up + down, &scratch);
+    st = cuda_scratch(d, CUDA_SCRATCH_SAMPLE, work + up + down, &scratch);
     if (st) {
         free(h);
         return st;
