@@ -30,6 +30,10 @@
 
 #include "cleave.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define SAMPLE_ROW_CAP 1024     /* candidates a device ranks in fast memory */
 #define SAMPLE_ROW_MAX_PEN 1024 /* distinct penalized tokens a row carries */
 
@@ -72,5 +76,9 @@ cleave_status sample_rows_check(const float *logits, size_t ld, size_t n_rows, u
 bool sampler_row_prepare(cleave_sampler *s, sample_row *row, int32_t *pen_tok, uint32_t *pen_cnt);
 void sampler_row_commit(cleave_sampler *s, int32_t token);
 void sampler_row_abandon(cleave_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
