@@ -295,6 +295,7 @@ void placement_free(placement *pl) {
     engine_free_owned(pl);
     plan_free(&pl->plan);
     free(pl->win_host);
+    free(pl->sample_buf);
     free(pl->layers);
     for (size_t d = 0; d < CLEAVE_MAX_DEVICES; d++) free(pl->slices[d]), free(pl->devs[d].ids_host);
     free(pl->bounce);

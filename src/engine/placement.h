@@ -139,6 +139,8 @@ typedef struct placement {
      * where its token, or CLEAVE_TOKEN_SAMPLE_ON_HOST, goes */
     struct cleave_sampler *const *sample_smp;
     int32_t *sample_out;
+    void *sample_buf; /* grow-only room for those rows' descriptions */
+    size_t sample_buf_bytes;
 } placement;
 
 /* What building a placement needs besides the model: the context's
