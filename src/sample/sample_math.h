@@ -46,8 +46,7 @@ SAMPLE_FN float sample_clean(float l) { return l != l ? -INFINITY : (l == INFINI
 SAMPLE_FN float sample_penalize(float l, uint32_t count, float repeat, float frequency, float presence) {
     if (l == -INFINITY) return l;
     l = l <= 0.0f ? l * repeat : l / repeat;
-    l -= (float)count * frequency + presence;
-    return l != l ? -INFINITY : (l == INFINITY ? FLT_MAX : l);
+    return sample_clean(l - ((float)count * frequency + presence));
 }
 
 /* (logit a, id ia) ranks before (b, ib): higher logit, then lower id. */

@@ -206,7 +206,6 @@ static int ranks_before(const cand *a, const cand *b) {
     return sample_ranks_before(a->logit, a->id, b->logit, b->id);
 }
 
-
 /* Min-heap (worst candidate at the root) sift-down over h[0..n). */
 static void sift_down(cand *h, size_t n, size_t i) {
     for (;;) {
@@ -380,10 +379,7 @@ cleave_status cleave_sampler_sample(cleave_sampler *s, const float *logits, int3
 
     /* NaN counts as impossible; +inf is clamped so softmax stays finite. */
     for (size_t i = 0; i < n; i++) {
-        float l = logits[i];
-        if (isnan(l)) l = -INFINITY;
-        else if (l == INFINITY) l = FLT_MAX;
-        c[i].logit = l;
+        c[i].logit = sample_clean(logits[i]);
         c[i].id = (int32_t)i;
     }
     apply_penalties(s);
