@@ -81,7 +81,6 @@ static __device__ __forceinline__ void att_merge_warps(const att_args &a, const 
     if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
 }
 
-
 /* Tensor-core prefill (cuda_attention_mma.cu) with head sizes 16, 32, 64
  * or 128: f16 and bf16 caches, and caches of 32-blocks (q8_0, q5_0, q4_0;
  * K and V of one such type, or of two among them and f16) dequantized to
@@ -91,8 +90,9 @@ cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, 
                             cleave_type vt);
 
 /* Decode-shaped batches over f16 and bf16 caches (K and V of one type),
- * head size 32, 64, 128 or 256, groups of up to 8 query heads
- * (cuda_attention_vec.cu): the grid and splits as k_attn_gqa takes them. */
+ * head size 32, 64, 128 or 256, groups of up to 8 query heads, where the
+ * 16-byte kernel measured faster than k_attn_gqa (cuda_attention_vec.cu):
+ * the grid and splits as k_attn_gqa takes them. */
 bool cuda_attn_vec_eligible(const be_attn *x);
 cudaError_t cuda_attn_vec(cuda_device *d, const att_args &a, dim3 grid, int group);
 
