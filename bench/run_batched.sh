@@ -6,7 +6,7 @@
 #   bench/run_batched.sh [MODELS_DIR]
 # prints batched decode of 1, 8 and 32 sequences and pp512 / tg128 at a
 # depth of 32768 for both tools, then cleave's decode attention switched
-# back to the 8-byte kernel (CLEAVE_NO_ATTN_VEC=1) and its sampling kept on
+# to the 16-byte vector kernel (CLEAVE_DECODE_ATTN=vec) and its sampling kept on
 # the host (CLEAVE_HOST_SAMPLING=1, for cleave run) to compare; the
 # correctness checks of the same kernels first (about 4 minutes).
 set -euo pipefail
@@ -30,9 +30,9 @@ echo "## cleave bench -p 512 -n 128 -d 32768"
 $C bench -m "$f" --device cuda:0 -p 512 -n 128 -d 32768 -b 4096 -r 2 2>&1 | grep -E '^\|'
 echo "## llama-bench -p 512 -n 128 -d 32768"
 $L/llama-bench -m "$f" -ngl 99 -fa 1 -p 512 -n 128 -d 32768 -r 2 -o md 2>&1 | grep -E '^\|'
-echo "## cleave, CLEAVE_NO_ATTN_VEC=1"
-CLEAVE_NO_ATTN_VEC=1 $C batched-bench -m "$f" --device cuda:0 $bb 2>&1 | grep -E '^\|  *512'
-CLEAVE_NO_ATTN_VEC=1 $C bench -m "$f" --device cuda:0 -p 0 -n 128 -d 32768 -b 4096 -r 2 2>&1 | grep -E '^\| llama'
+echo "## cleave, CLEAVE_DECODE_ATTN=vec"
+CLEAVE_DECODE_ATTN=vec $C batched-bench -m "$f" --device cuda:0 $bb 2>&1 | grep -E '^\|  *512'
+CLEAVE_DECODE_ATTN=vec $C bench -m "$f" --device cuda:0 -p 0 -n 128 -d 32768 -b 4096 -r 2 2>&1 | grep -E '^\| llama'
 echo "## cleave run, 128 tokens at the default sampling, device and host draws"
 for host in 0 1; do
   CLEAVE_HOST_SAMPLING=$host $C run -m "$f" --device cuda:0 -p "Once upon a time" -n 128 --seed 1 2>&1 >/dev/null |

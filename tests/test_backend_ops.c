@@ -2001,6 +2001,10 @@ static void attn_shape(const attn_cfg *a, const attn_batch *b, char *buf, size_t
     }
 }
 
+/* The decode kernel a pass over the cases asks for (CLEAVE_DECODE_ATTN),
+ * shown beside the types; "" for the default choice. */
+static const char *attn_tag = "";
+
 static void attn_case(const attn_cfg *a) {
     attn_batch b;
     attn_batch_make(a, &b);
@@ -2014,7 +2018,7 @@ static void attn_case(const attn_cfg *a) {
     deq_cache(a->t, kc, n_kv, kw, kd);
     deq_cache(vt, vc, n_kv, kw, vd);
     char types[32];
-    snprintf(types, sizeof types, a->mixed ? "%s/%s" : "%s", tname(a->t), tname(vt));
+    snprintf(types, sizeof types, a->mixed ? "%s/%s%s" : "%s%.0s%s", tname(a->t), tname(vt), attn_tag);
     size_t toks_buf[4] = {0, nt / 3, nt / 2, nt - 1}, *toks = NULL, n_chk = nt;
     if (a->big && nt > 4) toks = toks_buf, n_chk = 4;
     double *ref = xmalloc(n_chk * qw * 8);
@@ -2076,14 +2080,14 @@ static void test_attention(void) {
     if (!want("attention")) return;
     bool cuda = false;
     for (int di = 0; di < n_devs; di++) cuda |= devs[di].lowp;
-    static const size_t groups[] = {1, 4, 8};
+    static const size_t groups[] = {1, 4, 8, 7}; /* 7: Qwen's 28/4 */
     /* decode: one token, n_kv across the split kernel's and the decode
      * graphs' boundaries (256, 512, 1024, 2048) and past 8192 (where f16
-     * and bf16 caches take the 16-byte grouped kernel) */
+     * and bf16 caches of head size 256 take the 16-byte grouped kernel) */
     static const size_t dec_kv[] = {37, 256, 257, 600, 1100, 2100, 8200};
     for (int ti = 0; ti < 4; ti++)
         for (size_t hdi = 0; hdi < 2; hdi++)
-            for (size_t gi = 0; gi < 3; gi++)
+            for (size_t gi = 0; gi < 4; gi++)
                 for (size_t ki = 0; ki < 7; ki++) {
                     if (opt.quick && (ki + gi + hdi) % 2) continue;
                     size_t n_kv = dec_kv[ki];
@@ -2683,6 +2687,18 @@ int main(int argc, char **argv) {
     test_matmul_multi();
     test_ffn();
     test_attention();
+    /* on GPUs, once more with each decode kernel the default does not take
+     * where another applies (options read the switch again) */
+    bool gpu = false;
+    for (int i = 0; i < n_devs; i++) gpu |= devs[i].lowp;
+    static const char *const kernels[] = {"vec", "gqa"};
+    for (int k = 0; gpu && k < 2; k++) {
+        setenv("CLEAVE_DECODE_ATTN", kernels[k], 1);
+        options_reload();
+        attn_tag = k ? " gqa" : " vec";
+        test_attention();
+    }
+    if (gpu) unsetenv("CLEAVE_DECODE_ATTN"), options_reload(), attn_tag = "";
     test_sample();
     for (int i = 0; i < n_devs; i++) test_tiers(&devs[i]);
     for (int i = 0; i < n_devs; i++) test_graphs(&devs[i]);

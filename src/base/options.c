@@ -30,7 +30,12 @@ void options_reload(void) {
     opts.no_simd = flag("CLEAVE_NO_SIMD");
     opts.no_p2p = flag("CLEAVE_NO_P2P");
     opts.no_pdl = flag("CLEAVE_NO_PDL");
-    opts.no_attn_vec = flag("CLEAVE_NO_ATTN_VEC");
+    const char *attn = getenv("CLEAVE_DECODE_ATTN");
+    opts.decode_attn = !attn                  ? OPTIONS_ATTN_AUTO
+                       : !strcmp(attn, "mma") ? OPTIONS_ATTN_MMA
+                       : !strcmp(attn, "vec") ? OPTIONS_ATTN_VEC
+                       : !strcmp(attn, "gqa") ? OPTIONS_ATTN_GQA
+                                              : OPTIONS_ATTN_AUTO;
     opts.host_sampling = flag("CLEAVE_HOST_SAMPLING");
     const char *numa = getenv("CLEAVE_TIER_NUMA");
     opts.tier_numa = !(numa && strcmp(numa, "0") == 0);

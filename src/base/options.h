@@ -14,7 +14,8 @@
  *   CLEAVE_GEMVQ_MAX_N=N       gemvq_max_n: the same for the block types' GEMV, 1..8 (0: default,
  *                              OPTIONS_GEMVQ_MAX_N)
  *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
- *   CLEAVE_NO_ATTN_VEC=1       no_attn_vec: CUDA decode attention on f16/bf16 caches by the 8-byte kernel
+ *   CLEAVE_DECODE_ATTN=K       decode_attn: the CUDA decode attention kernel on f16/bf16 caches where
+ *                              it applies: mma (tensor cores), vec (16-byte), gqa (8-byte); unset: auto
  *   CLEAVE_HOST_SAMPLING=1     host_sampling: cleave_decode_batch_sample hands every row to the host
  *   CLEAVE_TIER_NUMA=0         tier_numa: a tiered cache's host part on any NUMA node
  *   CLEAVE_UPLOAD_THREADS=N    upload_threads: host threads preparing weight uploads (0: none; unset: the CPUs)
@@ -34,9 +35,13 @@ extern "C" {
  * backend and its tests read it; cuda_quant.cuh says why 6). */
 #define OPTIONS_GEMVQ_MAX_N 6
 
+/* decode_attn: which decode attention kernel where several apply */
+enum { OPTIONS_ATTN_AUTO, OPTIONS_ATTN_MMA, OPTIONS_ATTN_VEC, OPTIONS_ATTN_GQA };
+
 typedef struct cleave_env_options {
     bool load_trace, step_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
-    bool no_attn_vec, host_sampling;
+    bool host_sampling;
+    int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
     long gemv_max_n, gemvq_max_n, upload_threads, nccl_min_kb;
 } cleave_env_options;

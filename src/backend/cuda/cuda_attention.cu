@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "cuda_attention.cuh"
+#include "base/options.h"
 
 /* Calls run(cs, k) for the cells of [c0, c1) that a token at position tp
  * of sequence ts sees, those of warp `warp` (c = c0 + warp + k * ATT_WARPS)
@@ -426,6 +427,30 @@ template <int KT, int VT> static cleave_status launch_tiled(cuda_device *d, cons
     return CLEAVE_OK;
 }
 
+/* The decode kernel for a batch k_attn_gqa could take: CLEAVE_DECODE_ATTN
+ * picks one where it applies; else the tensor-core kernel where it
+ * applies, the 16-byte one where it measured faster than the 8-byte one
+ * (8B bf16 on an H200: one token over 16k / 32k cells 50.6 / 84 us
+ * against 55.4 / 95.6, 32 sequences of ~600 cells in regions 69 against
+ * 75.5 us; but over 4k cells 26.6 against 24.0). */
+enum dec_kernel { DEC_GQA, DEC_VEC, DEC_MMA };
+static dec_kernel decode_kernel(const be_attn *x) {
+    bool mma = cuda_attn_decmma_eligible(x), vec = cuda_attn_vec_eligible(x);
+    switch (options_get()->decode_attn) {
+    case OPTIONS_ATTN_MMA:
+        if (mma) return DEC_MMA;
+        break;
+    case OPTIONS_ATTN_VEC:
+        if (vec) return DEC_VEC;
+        break;
+    case OPTIONS_ATTN_GQA: return DEC_GQA;
+    default: break;
+    }
+    if (mma) return DEC_MMA;
+    if (vec && (x->tok_win ? x->n_tokens >= 16 : x->n_kv >= 8192)) return DEC_VEC;
+    return DEC_GQA;
+}
+
 cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     cuda_device *d = cuda_dev(dev);
     size_t pairs = x->n_tokens * x->n_head;
@@ -483,7 +508,11 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     size_t min_split =
         x->n_tokens > 1 && !x->tok_win ? (x->n_kv + ATT_MULTI_CHUNK - 1) / ATT_MULTI_CHUNK : 1;
     if ((blocks < want || min_split > 1) && x->n_kv > 64) {
-        size_t split = (want + blocks - 1) / blocks, max_split = (x->n_kv + 31) / 32;
+        /* splits of equal work: rounding the count up starts a second,
+         * mostly idle wave (32 sequences: 768 blocks on 528 slots), so
+         * round down unless that leaves a quarter of the slots empty */
+        size_t split = want / blocks, max_split = (x->n_kv + 31) / 32;
+        if (!split || blocks * split * 4 < want * 3) split = (want + blocks - 1) / blocks;
         if (split < min_split) split = min_split;
         a.n_split = split < max_split ? split : max_split;
         a.chunk = (x->n_kv + a.n_split - 1) / a.n_split;
@@ -499,8 +528,9 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     dim3 grid(gqa ? (unsigned)(x->n_tokens * x->n_head_kv) : (unsigned)pairs, (unsigned)a.n_split);
     cudaError_t e = cudaSuccess;
     unsigned threads = ATT_WARPS * 32;
-    bool vec = gqa && cuda_attn_vec_eligible(x);
-    if (vec) e = cuda_attn_vec(d, a, grid, (int)group);
+    dec_kernel k = gqa ? decode_kernel(x) : DEC_GQA;
+    if (k == DEC_MMA) e = cuda_attn_decmma(d, a, grid, (int)group);
+    else if (k == DEC_VEC) e = cuda_attn_vec(d, a, grid, (int)group);
     else cuda_dispatch_kv(x->kv_type, x->v_type, [&]<int KT, int VT>() {
         if (!gqa)
             e = cuda_launch(d, k_attn<KT, VT>, grid, dim3(threads), 0, a);

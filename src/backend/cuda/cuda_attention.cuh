@@ -96,4 +96,10 @@ cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, 
 bool cuda_attn_vec_eligible(const be_attn *x);
 cudaError_t cuda_attn_vec(cuda_device *d, const att_args &a, dim3 grid, int group);
 
+/* Decode-shaped batches on tensor cores (cuda_attention_decmma.cu): f16
+ * and bf16 caches (K and V of one type), head size 32, 64 or 128, groups
+ * of up to 8 query heads; the grid and splits as k_attn_gqa takes them. */
+bool cuda_attn_decmma_eligible(const be_attn *x);
+cudaError_t cuda_attn_decmma(cuda_device *d, const att_args &a, dim3 grid, int group);
+
 #endif

@@ -5,9 +5,11 @@
  * at once: the warp is that many sub-warps, each with its own online
  * softmax, each keeping NC cells' K and V rows in flight before it uses
  * any. k_attn_gqa (cuda_attention.cu) reads 8 bytes a lane and two
- * cells a warp at a time; this kernel is taken where it measured faster
- * (cuda_attn_vec_eligible: long caches, many sequences a step), the other
- * stays for short ones. Rows staged through a cp.async ring in shared
+ * cells a warp at a time. The tensor-core kernel (cuda_attention_decmma.cu)
+ * replaced both where it applies (head sizes up to 128): this one issues
+ * ~80 instructions a cell and ran at 1.6 TB/s at 32k cells, it at 2.9; it
+ * stays for head size 256 on long caches and as a comparison
+ * (CLEAVE_DECODE_ATTN=vec). Rows staged through a cp.async ring in shared
  * memory instead of registers measured no faster (bench/RESULTS.md).
  *
  * Cells come in chunks of 32 per warp: the lanes read the chunk's
@@ -19,7 +21,6 @@
 #include <math.h>
 
 #include "cuda_attention.cuh"
-#include "base/options.h"
 
 /* 8 elements of a 16-byte load as floats */
 template <int T> __device__ __forceinline__ void vec_unpack8(const uint4 &r, float (&f)[8]) {
@@ -183,15 +184,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, GM >= 8 ? 2 : 4) k_attn_vec(at
     }
 }
 
-/* CLEAVE_NO_ATTN_VEC=1 sends these batches to k_attn_gqa, to compare. */
 bool cuda_attn_vec_eligible(const be_attn *x) {
-    if (options_get()->no_attn_vec) return false;
-    /* Where it pays (8B bf16 on an H200, one run, against k_attn_gqa):
-     * one token over 16k / 32k cells 50.6 / 84 us against 55.4 / 95.6 (tg128
-     * at depth 32768 150.8 against 142.2 tok/s), 32 sequences of ~600 cells
-     * in regions 69 against 75.5 us; but over 4k cells 26.6 against 24.0,
-     * and one or 8 sequences of ~600 cells decoded 2.7% slower. */
-    if (x->tok_win ? x->n_tokens < 16 : x->n_kv < 8192) return false;
     size_t hd = x->head_dim, group = x->n_head / x->n_head_kv;
     size_t row = x->n_head_kv * hd * 2;
     return x->kv_type == x->v_type && (x->kv_type == CLEAVE_TYPE_F16 || x->kv_type == CLEAVE_TYPE_BF16) &&
