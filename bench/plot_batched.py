@@ -1,52 +1,71 @@
-"""8B bf16 on one NVIDIA H200 (bench/batched-bf16-gpu-2026-12-02.md): batched
-decode of 1, 8 and 32 sequences (batched-bench -npp 512 -ntg 128) and
-decode / prompt processing at a depth of 32768 cells, cleave's last build
-(call D) and, from one call (C), cleave beside llama.cpp, with the limit
-(bytes a step reads over 3.8 TB/s; FLOPs over 890 TFLOP/s for the prompt)
-and the targets. Writes bench/batched.png."""
+"""8B bf16 on one NVIDIA H200 (bench/decode-attn-mma-gpu-2026-12-02.md):
+batched decode of 1, 8 and 32 sequences (batched-bench -npp 512 -ntg 128)
+and decode / prompt processing at a depth of 32768 cells: cleave beside
+llama.cpp from one call (C), cleave's mean of three more runs (call D),
+cleave with the decode attention it replaced (CLEAVE_DECODE_ATTN=vec, call
+C), the limit (bytes a step reads over 3.8 TB/s; FLOPs over 890 TFLOP/s
+for the prompt) and the targets. Writes bench/batched.png."""
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-seqs = ["1", "8", "32"]
-cleave_d = [230.33, 1288.26, 4035.78]
-cleave_c = [220.28, 1232.67, 4040.50]
-llama_c = [203.75, 1067.55, 4201.59]
-limit = [235, 1825, 6580]
-target = [None, 1400, 5000]
+panels = [
+    {
+        "title": "batched decode (tokens/s) by sequences",
+        "names": ["1", "8", "32"],
+        "series": [
+            ("cleave (C)", [235.33, 1337.23, 4728.96]),
+            ("cleave, mean of 3 (D)", [236.19, 1401.02, 4905.94]),
+            ("cleave, vector attention (C)", [224.24, 1335.77, 4325.44]),
+            ("llama.cpp (C)", [204.44, 1062.24, 4176.97]),
+            ("limit", [252, 1947, 6978]),
+        ],
+        "target": [None, 1400, 5000],
+        "log": True,
+        "xlabel": "sequences decoded together (512 prompt + 128 generated each)",
+    },
+    {
+        "title": "at depth 32768 (tokens/s)",
+        "names": ["tg128 @ d32768", "pp512 @ d32768 (/100)"],
+        "series": [
+            ("cleave (C)", [185.89, 8495.65 / 100]),
+            ("cleave, vector attention (C)", [147.57, None]),
+            ("llama.cpp (C)", [152.29, 8910.17 / 100]),
+            ("limit", [197, 27000 / 100]),
+        ],
+        "target": [170, 15000 / 100],
+        "log": False,
+        "xlabel": "",
+    },
+]
 
-depth = ["tg128 @ d32768", "pp512 @ d32768 (/100)"]
-d_cleave_d = [150.82, 8489.42 / 100]
-d_cleave_c = [141.50, 8479.88 / 100]
-d_llama_c = [147.25, 8417.94 / 100]
-d_limit = [186, 27000 / 100]
-d_target = [170, 15000 / 100]
-
+colors = {"cleave (C)": "tab:blue", "cleave, mean of 3 (D)": "tab:orange",
+          "cleave, vector attention (C)": "tab:green", "llama.cpp (C)": "tab:red", "limit": "lightgray"}
 fig, axs = plt.subplots(1, 2, figsize=(13, 4.4))
-w = 0.2
-for ax, names, a, b, c, lim, tgt, title in [
-    (axs[0], seqs, cleave_d, cleave_c, llama_c, limit, target, "batched decode (tokens/s) by sequences"),
-    (axs[1], depth, d_cleave_d, d_cleave_c, d_llama_c, d_limit, d_target, "at depth 32768 (tokens/s)"),
-]:
-    x = range(len(names))
+for ax, p in zip(axs, panels):
+    k = len(p["series"])
+    w = 0.8 / k
+    x = range(len(p["names"]))
+    for si, (label, vals) in enumerate(p["series"]):
+        off = (si - (k - 1) / 2) * w
+        xs = [i + off for i in x if vals[i] is not None]
+        ys = [v for v in vals if v is not None]
+        ax.bar(xs, ys, w, label=label, color=colors[label])
+        for xi, v in zip(xs, ys):
+            ax.text(xi, v * 1.01, f"{v:.0f}", ha="center", fontsize=6)
     labelled = False
-    ax.bar([i - 1.5 * w for i in x], a, w, label="cleave, last measured build (D)")
-    ax.bar([i - 0.5 * w for i in x], b, w, label="cleave (C)")
-    ax.bar([i + 0.5 * w for i in x], c, w, label="llama.cpp (C)")
-    ax.bar([i + 1.5 * w for i in x], lim, w, label="limit", color="lightgray")
     for i in x:
-        for off, v in [(-1.5, a[i]), (-0.5, b[i]), (0.5, c[i]), (1.5, lim[i])]:
-            ax.text(i + off * w, v * 1.01, f"{v:.0f}", ha="center", fontsize=7)
-        if tgt[i]:
-            ax.hlines(tgt[i], i - 2 * w, i + 2 * w, colors="red", linestyles="dashed",
+        if p["target"][i]:
+            ax.hlines(p["target"][i], i - 0.45, i + 0.45, colors="red", linestyles="dashed",
                       label=None if labelled else "target")
             labelled = True
-    ax.set_xticks(list(x), names)
-    ax.set_title(title)
+    ax.set_xticks(list(x), p["names"])
+    ax.set_title(p["title"])
+    if p["log"]:
+        ax.set_yscale("log")
+    ax.set_xlabel(p["xlabel"])
     ax.legend(fontsize=7)
-axs[0].set_yscale("log")
-axs[0].set_xlabel("sequences decoded together (512 prompt + 128 generated each)")
 fig.suptitle("8B bf16, KV f16, one NVIDIA H200, 2026-12-02", fontsize=10)
 fig.tight_layout()
 fig.savefig("bench/batched.png", dpi=110)

@@ -38,3 +38,12 @@ for host in 0 1; do
   CLEAVE_HOST_SAMPLING=$host $C run -m "$f" --device cuda:0 -p "Once upon a time" -n 128 --seed 1 2>&1 >/dev/null |
     grep -E 'generation:' | sed "s/^/CLEAVE_HOST_SAMPLING=$host /"
 done
+echo "## cleave serve -np 32, bench/serve_load.py -c 1,32 -p 512 -g 128 -r 2"
+$C serve -m "$f" --device cuda:0 -np 32 -c 32768 -b 2048 --port 8080 >/dev/null 2>&1 &
+sp=$!
+for _ in $(seq 60); do
+  sleep 2
+  python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/health')" 2>/dev/null && break
+done
+python3 bench/serve_load.py --url http://127.0.0.1:8080 -c 1,32 -p 512 -g 128 -r 2 --temp 0
+kill $sp; wait $sp || true

@@ -429,10 +429,11 @@ template <int KT, int VT> static cleave_status launch_tiled(cuda_device *d, cons
 
 /* The decode kernel for a batch k_attn_gqa could take: CLEAVE_DECODE_ATTN
  * picks one where it applies; else the tensor-core kernel where it
- * applies, the 16-byte one where it measured faster than the 8-byte one
- * (8B bf16 on an H200: one token over 16k / 32k cells 50.6 / 84 us
- * against 55.4 / 95.6, 32 sequences of ~600 cells in regions 69 against
- * 75.5 us; but over 4k cells 26.6 against 24.0). */
+ * applies (8B bf16 on an H200, tensor cores / 16-byte / 8-byte: one token
+ * over 4k cells 18.2 / 26.8 / 24.2 us, over 32k 44.0 / 82.8 / 95.9, 32
+ * sequences of ~576 cells in regions 27.7 / 54.6 / 59.6), then the
+ * 16-byte one where it measured faster than the 8-byte one (long caches,
+ * many sequences). */
 enum dec_kernel { DEC_GQA, DEC_VEC, DEC_MMA };
 static dec_kernel decode_kernel(const be_attn *x) {
     bool mma = cuda_attn_decmma_eligible(x), vec = cuda_attn_vec_eligible(x);

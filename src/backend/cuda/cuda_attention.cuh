@@ -90,15 +90,18 @@ cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, 
                             cleave_type vt);
 
 /* Decode-shaped batches over f16 and bf16 caches (K and V of one type),
- * head size 32, 64, 128 or 256, groups of up to 8 query heads, where the
- * 16-byte kernel measured faster than k_attn_gqa (cuda_attention_vec.cu):
- * the grid and splits as k_attn_gqa takes them. */
+ * head size 32, 64, 128 or 256, groups of up to 8 query heads, with
+ * 16-byte loads in f32 arithmetic (cuda_attention_vec.cu); the grid and
+ * splits as k_attn_gqa takes them. eligible() says whether it can run a
+ * batch; cuda_op_attention's decode_kernel() whether it should. */
 bool cuda_attn_vec_eligible(const be_attn *x);
 cudaError_t cuda_attn_vec(cuda_device *d, const att_args &a, dim3 grid, int group);
 
 /* Decode-shaped batches on tensor cores (cuda_attention_decmma.cu): f16
  * and bf16 caches (K and V of one type), head size 32, 64 or 128, groups
- * of up to 8 query heads; the grid and splits as k_attn_gqa takes them. */
+ * of up to 8 query heads; the grid and splits as k_attn_gqa takes them.
+ * Where it applies, the decode kernel by default (faster than both others
+ * at every shape measured, bench/RESULTS.md). */
 bool cuda_attn_decmma_eligible(const be_attn *x);
 cudaError_t cuda_attn_decmma(cuda_device *d, const att_args &a, dim3 grid, int group);
 

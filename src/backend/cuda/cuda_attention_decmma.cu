@@ -7,7 +7,7 @@
  * (cuda_attention_vec.cu) spends ~80 warp instructions per cell (the
  * scores' sums across lanes by shuffles, the softmax per cell, the V
  * products in f32) and issues about as long as its bytes take to arrive,
- * 1.6 TB/s at 32k cells on an H200. Here a group of 16 cells costs ~200
+ * 1.6 TB/s at 32k cells on an H200. Here a group of 16 cells costs ~250
  * instructions for 8 KB of K and V:
  *
  * - S = K q^T with m16n8k16: the 16 cells are the rows, the group's query
@@ -21,7 +21,9 @@
  *   running max is shared by the 8 lanes of a head (3 shuffles), its sum
  *   is kept per lane and summed once at the end.
  * - O^T += V^T P^T: P^T's B fragment is the score fragment transposed
- *   (movmatrix, two per group); V^T's A fragments are the loaded V rows
+ *   (movmatrix), again as a high and a low part (P rounded once to bf16
+ *   moved recorded steps' logits 4e-4 from op-by-op ones, where only the
+ *   split of the cells differs); V^T's A fragments are the loaded V rows
  *   transposed 8 x 8 at a time (movmatrix, HD / 4 per group), its rows
  *   (dimensions) in the order that falls out, undone at the final write.
  *
@@ -51,6 +53,15 @@ __device__ __forceinline__ void dm_split(float v, uint16_t *hi, uint16_t *lo) {
         __half h = __float2half_rn(v), l = __float2half_rn(v - __half2float(h));
         *hi = *(uint16_t *)&h, *lo = *(uint16_t *)&l;
     }
+}
+
+/* two floats as one operand register's high parts and one of the rest */
+template <int T> __device__ __forceinline__ void dm_pack2(float a, float b, uint32_t *hi, uint32_t *lo) {
+    uint16_t h[2], l[2];
+    dm_split<T>(a, &h[0], &l[0]);
+    dm_split<T>(b, &h[1], &l[1]);
+    *hi = (uint32_t)h[0] | (uint32_t)h[1] << 16;
+    *lo = (uint32_t)l[0] | (uint32_t)l[1] << 16;
 }
 
 template <int T, int HD>
@@ -140,17 +151,23 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 4) k_attn_decmma(att_args a, i
 #pragma unroll
             for (int i = 0; i < 2 * NJ; i++) acc[i][e] *= corr, acc[i][e + 2] *= corr;
         }
-        /* P^T's B fragment: cells 2c, 2c+1 (and + 8) of head g */
-        const uint32_t b0 = movmatrix_trans(fa_elem<T>::pack(p[0], p[1]));
-        const uint32_t b1 = movmatrix_trans(fa_elem<T>::pack(p[2], p[3]));
+        /* P^T's B fragments (high and low parts): cells 2c, 2c+1 (and
+         * + 8) of head g */
+        uint32_t ph[2], pl[2];
+        dm_pack2<T>(p[0], p[1], &ph[0], &pl[0]);
+        dm_pack2<T>(p[2], p[3], &ph[1], &pl[1]);
+        const uint32_t bh0 = movmatrix_trans(ph[0]), bh1 = movmatrix_trans(ph[1]);
+        const uint32_t bl0 = movmatrix_trans(pl[0]), bl1 = movmatrix_trans(pl[1]);
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
             const uint32_t va[4] = {movmatrix_trans(wg[j].x), movmatrix_trans(wg[j].y),
                                     movmatrix_trans(wh[j].x), movmatrix_trans(wh[j].y)};
-            mma16816<T>(acc[2 * j], va, b0, b1);
+            mma16816<T>(acc[2 * j], va, bh0, bh1);
+            mma16816<T>(acc[2 * j], va, bl0, bl1);
             const uint32_t vc[4] = {movmatrix_trans(wg[j].z), movmatrix_trans(wg[j].w),
                                     movmatrix_trans(wh[j].z), movmatrix_trans(wh[j].w)};
-            mma16816<T>(acc[2 * j + 1], vc, b0, b1);
+            mma16816<T>(acc[2 * j + 1], vc, bh0, bh1);
+            mma16816<T>(acc[2 * j + 1], vc, bl0, bl1);
         }
     }
     /* the lanes' partial sums of a head (the 8 lanes of one c) */
