@@ -89,6 +89,15 @@ bool cuda_attn_mma_eligible(const be_attn *x);
 cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, cleave_type kt,
                             cleave_type vt);
 
+/* What both 16-byte decode kernels below need of a batch: K and V caches
+ * of one type, f16 or bf16, rows and bases 16-byte aligned, groups of up
+ * to 8 query heads. Each adds the head sizes it is built for. */
+static inline bool att_dec16_ok(const be_attn *x) {
+    size_t group = x->n_head / x->n_head_kv, row = x->n_head_kv * x->head_dim * 2;
+    return x->kv_type == x->v_type && (x->kv_type == CLEAVE_TYPE_F16 || x->kv_type == CLEAVE_TYPE_BF16) &&
+           group >= 1 && group <= 8 && (uintptr_t)x->k % 16 == 0 && (uintptr_t)x->v % 16 == 0 && row % 16 == 0;
+}
+
 /* Decode-shaped batches over f16 and bf16 caches (K and V of one type),
  * head size 32, 64, 128 or 256, groups of up to 8 query heads, with
  * 16-byte loads in f32 arithmetic (cuda_attention_vec.cu); the grid and

@@ -35,7 +35,6 @@
 
 #include "cuda_attention.cuh"
 #include "cuda_mma.cuh"
-#include "base/options.h"
 
 #define DM_CELLS 16
 #define DM_HEADS 8 /* the MMA's n: query heads of a group, padded */
@@ -197,11 +196,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 4) k_attn_decmma(att_args a, i
 }
 
 bool cuda_attn_decmma_eligible(const be_attn *x) {
-    size_t hd = x->head_dim, group = x->n_head / x->n_head_kv;
-    size_t row = x->n_head_kv * hd * 2;
-    return x->kv_type == x->v_type && (x->kv_type == CLEAVE_TYPE_F16 || x->kv_type == CLEAVE_TYPE_BF16) &&
-           (hd == 32 || hd == 64 || hd == 128) && group >= 1 && group <= DM_HEADS &&
-           (uintptr_t)x->k % 16 == 0 && (uintptr_t)x->v % 16 == 0 && row % 16 == 0;
+    size_t hd = x->head_dim;
+    return att_dec16_ok(x) && (hd == 32 || hd == 64 || hd == 128); /* groups up to DM_HEADS */
 }
 
 template <int T> static cudaError_t decmma_t(cuda_device *d, const att_args &a, dim3 grid, int group) {

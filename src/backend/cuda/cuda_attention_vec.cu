@@ -185,11 +185,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, GM >= 8 ? 2 : 4) k_attn_vec(at
 }
 
 bool cuda_attn_vec_eligible(const be_attn *x) {
-    size_t hd = x->head_dim, group = x->n_head / x->n_head_kv;
-    size_t row = x->n_head_kv * hd * 2;
-    return x->kv_type == x->v_type && (x->kv_type == CLEAVE_TYPE_F16 || x->kv_type == CLEAVE_TYPE_BF16) &&
-           (hd == 32 || hd == 64 || hd == 128 || hd == 256) && group >= 1 && group <= 8 &&
-           (uintptr_t)x->k % 16 == 0 && (uintptr_t)x->v % 16 == 0 && row % 16 == 0;
+    size_t hd = x->head_dim;
+    return att_dec16_ok(x) && (hd == 32 || hd == 64 || hd == 128 || hd == 256);
 }
 
 template <int T, int HD>
