@@ -680,6 +680,21 @@ static be_mat cx_mat(cx *c, const hmat *h, bool upload) {
     return m;
 }
 
+/* Matrices in one allocation, rows one after another, as the engine
+ * places q, k, v and gate, up on devices that copy weights (backends may
+ * run them as one GEMM). */
+static void cx_mats_joined(cx *c, const hmat *const *h, size_t count, be_mat *out) {
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) total += h[i]->m.ne1 * h[i]->m.nb1;
+    char *p = cx_alloc(c, total);
+    for (size_t i = 0; i < count; i++) {
+        out[i] = h[i]->m;
+        out[i].data = p;
+        if (p) RUN(c, BE(c->d, write, p, h[i]->data, h[i]->m.ne1 * h[i]->m.nb1));
+        if (p) p += h[i]->m.ne1 * h[i]->m.nb1;
+    }
+}
+
 /* ref[i][j] = x[i] . w[j] (+ bias[j]), for the rows i of `rows` (all when NULL) */
 static void ref_matmul(const hmat *w, const float *x, size_t n, const float *bias, double *ref) {
     size_t k = w->m.ne0, m = w->m.ne1;
@@ -1602,18 +1617,23 @@ static void test_matmul_multi(void) {
                 ref_matmul(&w[i], x, n, NULL, ref[i]);
             }
             for (int di = 0; di < n_devs; di++)
-                for (int bmode = 0; bmode < 2; bmode++) { /* 0: bias array NULL; 1: {b0, NULL, b2} */
+                for (int bm = 0; bm < 4; bm++) {
+                    /* bias array NULL, or {b0, NULL, b2}; the matrices apart, or joined */
+                    int bmode = bm % 2;
+                    bool join = bm >= 2;
                     if (!BE_HAS(devs[di].d, matmul_multi)) continue;
                     cx c;
                     cx_init_w(&c, &devs[di], t);
                     cx_need_type(&c, vt);
-                    bool up = BE_HAS(c.d, upload_mat) && (ni % 2);
+                    bool up = BE_HAS(c.d, upload_mat) && (ni % 2) && !join;
                     be_mat m[3];
                     const be_mat *mp[3];
                     const float *bd[3] = {NULL, NULL, NULL};
                     float *yd[3];
+                    const hmat *hw[3] = {&w[0], &w[1], &w[2]};
+                    if (join) cx_mats_joined(&c, hw, 3, m);
                     for (int i = 0; i < 3; i++) {
-                        m[i] = cx_mat(&c, &w[i], up);
+                        if (!join) m[i] = cx_mat(&c, &w[i], up);
                         mp[i] = &m[i];
                         yd[i] = cx_out(&c, n * rows[i]);
                         if (bmode && i != 1) bd[i] = cx_up(&c, bias[i], rows[i] * 4);
@@ -1629,8 +1649,9 @@ static void test_matmul_multi(void) {
                         err_add(&e, y, ref[i], n * rows[i]);
                     }
                     char shape[96];
-                    snprintf(shape, sizeof shape, "n=%zu 3 of x%zu (64,32,32)%s%s", n, ne0,
-                             bmode ? " bias {b,NULL,b}" : " bias NULL", up ? " upload_mat" : "");
+                    snprintf(shape, sizeof shape, "n=%zu 3 of x%zu (64,32,32)%s%s%s", n, ne0,
+                             bmode ? " bias {b,NULL,b}" : " bias NULL", up ? " upload_mat" : "",
+                             join ? " joined" : "");
                     cx_end(&c);
                     char type[32];
                     snprintf(type, sizeof type, "%s%s%s", tname(t), mixed ? ", v " : "", mixed ? tname(vt) : "");
@@ -1689,10 +1710,17 @@ static void test_ffn(void) {
                     report(&c, "matmul_swiglu", shape, tname(t), err_val(&e), tol_mm_n(td, t, n));
                 }
                 if (w_ffn && BE_HAS(td->d, ffn))
-                    for (int inplace = 0; inplace < 2; inplace++) {
+                    for (int im = 0; im < 3; im++) {
+                        /* y apart from x, or y = x; gate and up apart, or joined */
+                        int inplace = im == 1;
+                        bool join = im == 2;
                         cx c;
                         cx_init_w(&c, td, t);
-                        be_mat mg = cx_mat(&c, &g, up), mu = cx_mat(&c, &u, up), md = cx_mat(&c, &dn, up);
+                        be_mat gu[2], md = cx_mat(&c, &dn, up && !join);
+                        const hmat *hgu[2] = {&g, &u};
+                        if (join) cx_mats_joined(&c, hgu, 2, gu);
+                        else gu[0] = cx_mat(&c, &g, up), gu[1] = cx_mat(&c, &u, up);
+                        be_mat mg = gu[0], mu = gu[1];
                         float *xd = cx_up(&c, x, n * ne0 * 4), *tmp = cx_alloc(&c, n * ff * 4);
                         float *yd = inplace ? xd : cx_out(&c, n * ne0);
                         RUN(&c, BE(c.d, ffn, &mg, &mu, &md, xd, n, tmp, yd));
@@ -1701,7 +1729,7 @@ static void test_ffn(void) {
                         if (!c.bad) err_add(&e, y, ry, n * ne0);
                         char shape[96];
                         snprintf(shape, sizeof shape, "n=%zu %zu->%zu->%zu%s%s", n, ne0, ff, ne0,
-                                 inplace ? " y=x" : "", up ? " upload_mat" : "");
+                                 inplace ? " y=x" : "", join ? " joined" : up ? " upload_mat" : "");
                         cx_end(&c);
                         report(&c, "ffn", shape, tname(t), err_val(&e), tol_ffn_n(td, t, n));
                     }

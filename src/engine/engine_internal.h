@@ -43,9 +43,11 @@ void engine_release_piece(placement *pl, enum reshard_piece p, uint32_t l, int d
 
 /* ---- place_copy.c: weights copied from another placement ---- */
 /* Rows [lo, hi) (or columns, by_cols) of tensor t, or elements [i0, i0 +
- * n) of a vector, from src's devices onto pl's device d. */
+ * n) of a vector, from src's devices onto pl's device d; a matrix into
+ * at (device memory pl already owns, rows as the tensor has them) where
+ * given, else into an allocation of its own. */
 cleave_status engine_copy_mat(placement *pl, const placement *src, int d, const gguf_tensor *t, bool by_cols,
-                              size_t lo, size_t hi, be_mat *m);
+                              size_t lo, size_t hi, void *at, be_mat *m);
 cleave_status engine_copy_vec(placement *pl, const placement *src, int d, const gguf_tensor *t, size_t i0,
                               size_t n, float **out);
 /* height rows of width bytes from src (rows spitch apart) on device s to

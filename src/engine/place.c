@@ -8,6 +8,7 @@
 #include "engine_internal.h"
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/options.h"
 #include "quant/quant.h"
 #include "plan/reshard.h"
 
@@ -20,14 +21,25 @@ static cleave_status placed(placement *pl, size_t bytes) {
     return CLEAVE_OK;
 }
 
+/* Whether device d reads weights from the mapped model file in place. */
+static bool maps_file(const placement *pl, int d) {
+    return be_has(pl->devs[d].dev, BE_CAP_MAP_HOST) && !options_get()->no_map;
+}
+
 /* host (rows in host memory, `bytes` of them) onto device d. mappable: the
  * memory is the mapped model file, which outlives the context, so a device
- * that reads host memory (CPU) may alias it instead of copying. */
+ * that reads host memory (CPU) may alias it instead of copying. at: device
+ * memory (not owned) the rows go to as they are, or NULL. */
 static cleave_status place_host(placement *pl, int d, const be_mat *host, size_t bytes,
-                                bool mappable, const char *name, be_mat *m) {
+                                bool mappable, const char *name, void *at, be_mat *m) {
     be_device *dev = pl->devs[d].dev;
     *m = *host;
-    const void *mapped = mappable && be_has(dev, BE_CAP_MAP_HOST) ? be_map_host(dev, host->data, bytes) : NULL;
+    if (at) {
+        m->data = at;
+        cleave_status st = be_write(dev, at, host->data, bytes);
+        return st ? st : placed(pl, bytes);
+    }
+    const void *mapped = mappable && maps_file(pl, d) ? be_map_host(dev, host->data, bytes) : NULL;
     if (mapped) {
         m->data = mapped;
         return CLEAVE_OK;
@@ -54,10 +66,10 @@ static cleave_status place_host(placement *pl, int d, const be_mat *host, size_t
 }
 
 /* Rows [r0, r1) of a weight matrix onto device d (an empty range places
- * nothing and leaves m with no rows). */
-static cleave_status place_rows(placement *pl, const placement *src, int d, const gguf_tensor *t, size_t r0,
-                                size_t r1, be_mat *m) {
-    if (src) return engine_copy_mat(pl, src, d, t, false, r0, r1, m);
+ * nothing and leaves m with no rows); at as in place_host. */
+static cleave_status place_rows_at(placement *pl, const placement *src, int d, const gguf_tensor *t,
+                                   size_t r0, size_t r1, void *at, be_mat *m) {
+    if (src) return engine_copy_mat(pl, src, d, t, false, r0, r1, at, m);
     memset(m, 0, sizeof *m);
     be_mat host = {.type = (cleave_type)t->type, .ne0 = (size_t)t->ne[0]};
     host.nb1 = quant_row_bytes(t->type, host.ne0);
@@ -67,7 +79,40 @@ static cleave_status place_rows(placement *pl, const placement *src, int d, cons
         *m = host;
         return CLEAVE_OK;
     }
-    return place_host(pl, d, &host, host.ne1 * host.nb1, true, t->name, m);
+    return place_host(pl, d, &host, host.ne1 * host.nb1, true, t->name, at, m);
+}
+
+static cleave_status place_rows(placement *pl, const placement *src, int d, const gguf_tensor *t, size_t r0,
+                                size_t r1, be_mat *m) {
+    return place_rows_at(pl, src, d, t, r0, r1, NULL, m);
+}
+
+/* Matrices multiplied by one input (q, k, v; gate, up): rows [r0[i],
+ * r1[i]) of t[i] into m[i]. Where the device copies weights (it does not
+ * read the file in place) and they share a type and a row length, they
+ * go into one allocation, one after another, so a backend can run them
+ * as one GEMM of all their rows (H200, 8B bf16 at 32 tokens: q, k and v
+ * as three cuBLAS calls left the 1024-row ones far below the memory
+ * bandwidth). Q8_0 is excluded: its upload changes the layout. The
+ * first matrix owns the allocation, so releasing it gives back all. */
+static cleave_status place_rows_joined(placement *pl, const placement *src, int d, const gguf_tensor *const *t,
+                                       const size_t *r0, const size_t *r1, be_mat *const *m, size_t count) {
+    size_t total = 0;
+    bool join = count > 1 && !maps_file(pl, d) && !options_get()->no_join && t[0]->type != CLEAVE_TYPE_Q8_0;
+    for (size_t i = 0; join && i < count; i++) {
+        size_t bytes = (r1[i] - r0[i]) * quant_row_bytes(t[i]->type, (size_t)t[i]->ne[0]);
+        /* every part starts where the device's allocations would */
+        join = t[i]->type == t[0]->type && t[i]->ne[0] == t[0]->ne[0] && bytes && bytes % 256 == 0;
+        total += bytes;
+    }
+    cleave_status st = CLEAVE_OK;
+    char *at = join ? engine_dev_alloc(pl, d, total, t[0]->name) : NULL;
+    if (join && !at) return CLEAVE_ERR_OOM;
+    for (size_t i = 0; i < count && !st; i++) {
+        st = place_rows_at(pl, src, d, t[i], r0[i], r1[i], at, m[i]);
+        if (at) at += m[i]->ne1 * m[i]->nb1;
+    }
+    return st;
 }
 
 static cleave_status place_mat(placement *pl, const placement *src, int d, const gguf_tensor *t, be_mat *m) {
@@ -78,7 +123,7 @@ static cleave_status place_mat(placement *pl, const placement *src, int d, const
  * first; quantized types need whole blocks. */
 static cleave_status place_cols(placement *pl, const placement *src, int d, const gguf_tensor *t, size_t c0,
                                 size_t c1, be_mat *m) {
-    if (src) return engine_copy_mat(pl, src, d, t, true, c0, c1, m);
+    if (src) return engine_copy_mat(pl, src, d, t, true, c0, c1, NULL, m);
     /* every column: the rows as they are (mapped where the device reads
      * host memory, one upload otherwise), no gather */
     if (c0 == 0 && c1 == (size_t)t->ne[0]) return place_mat(pl, src, d, t, m);
@@ -101,7 +146,7 @@ static cleave_status place_cols(placement *pl, const placement *src, int d, cons
     for (size_t r = 0; r < rows; r++)
         memcpy(buf + r * host.nb1, (const char *)t->data + r * src_nb1 + off, host.nb1);
     host.data = buf;
-    cleave_status st = place_host(pl, d, &host, rows * host.nb1, false, t->name, m);
+    cleave_status st = place_host(pl, d, &host, rows * host.nb1, false, t->name, NULL, m);
     free(buf);
     return st;
 }
@@ -170,14 +215,18 @@ static cleave_status place_block_piece(placement *pl, const placement *src, enum
     size_t q0 = h.lo * G * hd, q1 = h.hi * G * hd, k0 = h.lo * hd, k1 = h.hi * hd;
     cleave_status st;
     if (p == RESHARD_FF_ROWS) {
-        if ((st = place_rows(pl, src, d, L->w_gate, f0, f1, &E->w_gate)) ||
-            (st = place_rows(pl, src, d, L->w_up, f0, f1, &E->w_up)) ||
+        const gguf_tensor *ft[2] = {L->w_gate, L->w_up};
+        const size_t fr0[2] = {f0, f0}, fr1[2] = {f1, f1};
+        be_mat *fm[2] = {&E->w_gate, &E->w_up};
+        if ((st = place_rows_joined(pl, src, d, ft, fr0, fr1, fm, 2)) ||
             (st = place_cols(pl, src, d, L->w_down, f0, f1, &E->w_down)))
             return st;
         return CLEAVE_OK;
     }
-    if ((st = place_rows(pl, src, d, L->wq, q0, q1, &E->wq)) || (st = place_rows(pl, src, d, L->wk, k0, k1, &E->wk)) ||
-        (st = place_rows(pl, src, d, L->wv, k0, k1, &E->wv)) || (st = place_cols(pl, src, d, L->wo, q0, q1, &E->wo)) ||
+    const gguf_tensor *qkv[3] = {L->wq, L->wk, L->wv};
+    const size_t ar0[3] = {q0, k0, k0}, ar1[3] = {q1, k1, k1};
+    be_mat *am[3] = {&E->wq, &E->wk, &E->wv};
+    if ((st = place_rows_joined(pl, src, d, qkv, ar0, ar1, am, 3)) || (st = place_cols(pl, src, d, L->wo, q0, q1, &E->wo)) ||
         (st = place_vec(pl, src, d, L->attn_norm, &E->attn_norm)) ||
         (st = place_vec(pl, src, d, L->ffn_norm, &E->ffn_norm)) ||
         (st = place_vec_range(pl, src, d, L->bq, q0, q1 - q0, &E->bq)) ||

@@ -156,7 +156,7 @@ static size_t plane_pitch(const be_mat *m, bool scales) {
 }
 
 cleave_status engine_copy_mat(placement *pl, const placement *src, int d, const gguf_tensor *t, bool by_cols,
-                              size_t lo, size_t hi, be_mat *m) {
+                              size_t lo, size_t hi, void *at, be_mat *m) {
     const placement *o = src;
     size_t rows = (size_t)(t->n_elems / t->ne[0]), ne0 = (size_t)t->ne[0];
     part parts[CLEAVE_MAX_DEVICES];
@@ -173,8 +173,11 @@ cleave_status engine_copy_mat(placement *pl, const placement *src, int d, const 
     if (!n || !parts[0].mat)
         return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: no device holds %s", t->name);
     bool split = parts[0].mat->scales != NULL;
+    if (split && at)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: %s is kept split, not in rows",
+                       t->name);
     m->nb1 = split ? m->ne0 : quant_row_bytes(m->type, m->ne0);
-    void *data = engine_dev_alloc(pl, d, m->ne1 * m->nb1, t->name);
+    void *data = at ? at : engine_dev_alloc(pl, d, m->ne1 * m->nb1, t->name);
     void *sc = data && split ? engine_dev_alloc(pl, d, m->ne1 * (m->ne0 / QK8_0) * 2, t->name) : NULL;
     if (!data || (split && !sc)) return CLEAVE_ERR_OOM;
     m->data = data, m->scales = sc;

@@ -203,6 +203,21 @@ template <typename O> __global__ void k_swiglu_to(const float4 *g, const float4 
     }
 }
 
+/* The same from one joined GEMM's output gu[n][2 ff] (gate's rows, then
+ * up's); ff4 = ff / 4. */
+template <typename O>
+__global__ void k_swiglu_joined_to(const float4 *gu, size_t ff4, size_t n, O *o) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * ff4;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / ff4, j = i % ff4;
+        float4 a = gu[2 * t * ff4 + j], b = gu[(2 * t + 1) * ff4 + j];
+        float r[4] = {cuda_swiglu(a.x, b.x), cuda_swiglu(a.y, b.y), cuda_swiglu(a.z, b.z),
+                      cuda_swiglu(a.w, b.w)};
+#pragma unroll
+        for (int k = 0; k < 4; k++) o[4 * i + k] = to_operand<O>(r[k]);
+    }
+}
+
 /* Decode-sized batches: gate/up GEMV with SwiGLU, then the down GEMV.
  * Batches: x converted once for both input GEMMs, and SwiGLU writes the
  * down GEMM's operand type directly, so the n x n_ff intermediate is never
@@ -219,18 +234,30 @@ cleave_status cuda_op_ffn(be_device *dev, const be_mat *gate, const be_mat *up, 
                  down->ne0 == ff && (n * ff) % 4 == 0 && (uintptr_t)tmp % 16 == 0;
     if (batch) {
         void *xs, *us, *hs;
+        const be_mat *gu[2] = {gate, up};
+        bool joined = n <= CUDA_JOIN_MAX_N && ff % 4 == 0 && cuda_joined_rows(gu, 2);
         if ((st = cuda_gemm_input(d, gate->type, x, n, gate->ne0, CUDA_SCRATCH_X, &xs))) return st;
-        if ((st = cuda_gemm_converted(d, gate, xs, n, NULL, tmp))) return st;
-        if ((st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us))) return st;
-        if ((st = cuda_gemm_converted(d, up, xs, n, NULL, (float *)us))) return st;
+        if (joined) { /* [gate | up] rows of each token into scratch */
+            if ((st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * 2 * ff * sizeof(float), &us))) return st;
+            if ((st = cuda_gemm_joined(d, gate, 2 * ff, xs, n, (float *)us))) return st;
+        } else {
+            if ((st = cuda_gemm_converted(d, gate, xs, n, NULL, tmp))) return st;
+            if ((st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * ff * sizeof(float), &us))) return st;
+            if ((st = cuda_gemm_converted(d, up, xs, n, NULL, (float *)us))) return st;
+        }
         /* x's converted copy is spent: its slot takes the SwiGLU output */
         if ((st = cuda_scratch(d, CUDA_SCRATCH_X, n * ff * 2, &hs))) return st;
         size_t n4 = n * ff / 4;
         const float4 *g4 = (const float4 *)tmp, *u4 = (const float4 *)us;
-        if (down->type == CLEAVE_TYPE_BF16)
-            k_swiglu_to<<<cuda_blocks(n4, 256), 256, 0, d->stream>>>(g4, u4, (__nv_bfloat16 *)hs, n4);
+        unsigned blocks = cuda_blocks(n4, 256);
+        if (joined && down->type == CLEAVE_TYPE_BF16)
+            k_swiglu_joined_to<<<blocks, 256, 0, d->stream>>>(u4, ff / 4, n, (__nv_bfloat16 *)hs);
+        else if (joined)
+            k_swiglu_joined_to<<<blocks, 256, 0, d->stream>>>(u4, ff / 4, n, (__half *)hs);
+        else if (down->type == CLEAVE_TYPE_BF16)
+            k_swiglu_to<<<blocks, 256, 0, d->stream>>>(g4, u4, (__nv_bfloat16 *)hs, n4);
         else
-            k_swiglu_to<<<cuda_blocks(n4, 256), 256, 0, d->stream>>>(g4, u4, (__half *)hs, n4);
+            k_swiglu_to<<<blocks, 256, 0, d->stream>>>(g4, u4, (__half *)hs, n4);
         CUDA_LAUNCHED();
         return cuda_gemm_converted(d, down, hs, n, NULL, y);
     }

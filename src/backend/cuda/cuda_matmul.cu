@@ -144,6 +144,8 @@ __global__ void k_add_bias(float *y, const float *bias, size_t ne1, size_t n) {
  * y^T (ne1 x n) = W^T x^T: gemm(T, N, m = rows, n, k = ne0). */
 static cleave_status gemm(cuda_device *d, const void *w, cudaDataType wt, size_t ldw, size_t rows,
                           const void *x, size_t n, size_t ne0, float *y, size_t ldy) {
+    cleave_status st;
+    if (cuda_gemm_tuned(d, w, wt, ldw, rows, x, n, ne0, y, ldy, &st)) return st;
     const float one = 1.0f, zero = 0.0f;
     CUBLAS_TRY(cublasGemmEx(d->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)ne0, &one, w,
                             wt, (int)ldw, x, wt, (int)ne0, &zero, y, CUDA_R_32F, (int)ldy,
@@ -207,6 +209,65 @@ cleave_status cuda_gemm_converted(cuda_device *d, const be_mat *w, const void *x
         CUDA_LAUNCHED();
     }
     return st;
+}
+
+size_t cuda_joined_rows(const be_mat *const *w, size_t count) {
+    cleave_type t = w[0]->type;
+    if (t != CLEAVE_TYPE_F16 && t != CLEAVE_TYPE_BF16) return 0;
+    size_t rows = w[0]->ne1;
+    for (size_t i = 1; i < count; i++) {
+        const be_mat *a = w[i - 1], *b = w[i];
+        if (b->type != t || b->ne0 != a->ne0 || b->nb1 != a->nb1 || a->scales || b->scales ||
+            (const char *)b->data != (const char *)a->data + a->ne1 * a->nb1)
+            return 0;
+        rows += b->ne1;
+    }
+    return count > 1 ? rows : 0;
+}
+
+cleave_status cuda_gemm_joined(cuda_device *d, const be_mat *first, size_t rows, const void *xs,
+                               size_t n, float *y) {
+    return gemm(d, first->data, gemm_bf16(first->type) ? CUDA_R_16BF : CUDA_R_16F, first->nb1 / 2,
+                rows, xs, n, first->ne0, y, rows);
+}
+
+/* One joined GEMM's output y[n][rows] into each matrix's own [n][rows_i]
+ * (plus its bias): part p covers rows [lo[p], lo[p + 1]). */
+#define JOIN_MAX 4
+struct join_parts {
+    float *y[JOIN_MAX];
+    const float *bias[JOIN_MAX];
+    size_t lo[JOIN_MAX + 1];
+    int count;
+};
+__global__ void k_join_split(const float *y, size_t rows, size_t n, join_parts o) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * rows;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / rows, r = i % rows;
+        int p = 0;
+        while (p + 1 < o.count && r >= o.lo[p + 1]) p++;
+        size_t w = o.lo[p + 1] - o.lo[p], j = r - o.lo[p];
+        o.y[p][t * w + j] = y[i] + (o.bias[p] ? o.bias[p][j] : 0.0f);
+    }
+}
+
+static cleave_status matmul_joined(cuda_device *d, const be_mat *const *w, const float *const *bias,
+                                   float *const *y, size_t count, const void *xs, size_t n,
+                                   size_t rows) {
+    void *ys;
+    cleave_status st = cuda_scratch(d, CUDA_SCRATCH_FFN, n * rows * sizeof(float), &ys);
+    if (!st) st = cuda_gemm_joined(d, w[0], rows, xs, n, (float *)ys);
+    if (st) return st;
+    join_parts o = {};
+    o.count = (int)count;
+    for (size_t i = 0; i < count; i++) {
+        o.y[i] = y[i];
+        o.bias[i] = bias ? bias[i] : NULL;
+        o.lo[i + 1] = o.lo[i] + w[i]->ne1;
+    }
+    k_join_split<<<cuda_blocks(n * rows, 256), 256, 0, d->stream>>>((const float *)ys, rows, n, o);
+    CUDA_LAUNCHED();
+    return CLEAVE_OK;
 }
 
 static cleave_status matmul_gemm(cuda_device *d, const be_mat *w, const float *x, size_t n,
@@ -290,6 +351,8 @@ cleave_status cuda_op_matmul_multi(be_device *dev, const be_mat *const *w, const
     if (shared) {
         void *xs;
         if ((st = cuda_gemm_input(d, w[0]->type, x, n, w[0]->ne0, CUDA_SCRATCH_X, &xs))) return st;
+        size_t rows = n <= CUDA_JOIN_MAX_N && count <= JOIN_MAX ? cuda_joined_rows(w, count) : 0;
+        if (rows) return matmul_joined(d, w, bias, y, count, xs, n, rows);
         for (size_t i = 0; i < count; i++)
             if ((st = cuda_gemm_converted(d, w[i], xs, n, bias ? bias[i] : NULL, y[i]))) return st;
         return CLEAVE_OK;
