@@ -43,6 +43,7 @@ struct cuda_gemm_tuner {
     cudaEvent_t t0, t1;
     void *x, *y, *tws; /* timing operands and workspace (the side stream's alone) */
     void *ws;          /* the workspace the chosen algorithms run with on the device's stream */
+    size_t bytes; /* of device memory, counted in the device's budget */
     tune_entry *e;
     size_t n_e;
 };
@@ -67,6 +68,7 @@ void cuda_gemm_tune_free(cuda_device *d) {
     if (t->ws) cudaFree(t->ws);
     if (t->tws) cudaFree(t->tws);
     if (t->lt) cublasLtDestroy(t->lt);
+    be_budget_release(&d->mem, t->bytes);
     free(t);
     d->tuner = NULL;
 }
@@ -86,8 +88,13 @@ static cuda_gemm_tuner *tuner(cuda_device *d) {
              cudaMalloc(&t->ws, TUNE_WORKSPACE) != cudaSuccess ||
              cudaMalloc(&t->tws, TUNE_WORKSPACE) != cudaSuccess ||
              cudaMemsetAsync(t->x, 0, xb, t->side) != cudaSuccess;
-    if (t->off) cudaGetLastError(); /* a failed set-up leaves GEMMs to cublasGemmEx */
-    return t->off ? NULL : t;
+    if (t->off) {
+        cudaGetLastError(); /* a failed set-up leaves GEMMs to cublasGemmEx */
+        return NULL;
+    }
+    t->bytes = xb + yb + 2 * TUNE_WORKSPACE;
+    be_budget_take(&d->mem, t->bytes); /* counted as scratch is: the plan's compute bytes cover it */
+    return t;
 }
 
 static bool lt_ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
