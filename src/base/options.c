@@ -39,8 +39,6 @@ void options_reload(void) {
     opts.host_sampling = flag("CLEAVE_HOST_SAMPLING");
     opts.no_map = flag("CLEAVE_NO_MAP");
     opts.no_join = flag("CLEAVE_NO_JOIN");
-    const char *tune = getenv("CLEAVE_GEMM_TUNE");
-    opts.no_gemm_tune = tune && strcmp(tune, "0") == 0;
     const char *numa = getenv("CLEAVE_TIER_NUMA");
     opts.tier_numa = !(numa && strcmp(numa, "0") == 0);
     const char *nccl = getenv("CLEAVE_NCCL");

@@ -19,8 +19,6 @@
  *   CLEAVE_HOST_SAMPLING=1     host_sampling: cleave_decode_batch_sample hands every row to the host
  *   CLEAVE_NO_MAP=1            no_map: weights copied into device memory even where a device could
  *                              read the mapped file (the CPU), so tests reach the copied layouts
- *   CLEAVE_GEMM_TUNE=0         no_gemm_tune: decode-sized CUDA GEMMs by cublasGemmEx's own choice
- *                              instead of the algorithm measured fastest (cuda_gemm_tune.cu)
  *   CLEAVE_NO_JOIN=1           no_join: q, k, v and gate, up each in allocations of their own
  *                              (engine/place.c), for the comparison
  *   CLEAVE_TIER_NUMA=0         tier_numa: a tiered cache's host part on any NUMA node
@@ -46,7 +44,7 @@ enum { OPTIONS_ATTN_AUTO, OPTIONS_ATTN_MMA, OPTIONS_ATTN_VEC, OPTIONS_ATTN_GQA }
 
 typedef struct cleave_env_options {
     bool load_trace, step_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
-    bool host_sampling, no_map, no_join, no_gemm_tune;
+    bool host_sampling, no_map, no_join;
     int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
     long gemv_max_n, gemvq_max_n, upload_threads, nccl_min_kb;

@@ -80,14 +80,20 @@ static cleave_status record(placement *pl, engine_graph *g, uint32_t n, uint32_t
     cleave_status st = CLEAVE_OK;
     bool begun[CLEAVE_MAX_DEVICES] = {false};
     g->n = n, g->slot = slot;
+    /* each device's epoch as the recording starts: a scratch buffer
+     * outgrown during it is set aside (freed at the next recording's
+     * start) and the epoch moves, so the graph, which points partly at
+     * the buffer set aside, is stale at once and recorded again */
     for (size_t d = 0; !st && d < pl->n_dev; d++)
-        if (pl->devs[d].active && !(st = be_graph_begin(pl->devs[d].dev))) begun[d] = true;
+        if (pl->devs[d].active && !(st = be_graph_begin(pl->devs[d].dev))) {
+            begun[d] = true;
+            g->epoch[d] = be_graph_epoch(pl->devs[d].dev);
+        }
     if (!st) st = tensor ? engine_tensor_body(pl, n, 0, true) : engine_layer_body(pl, n, 0, true);
     for (size_t d = 0; d < pl->n_dev; d++) {
         if (!begun[d]) continue;
         cleave_status end = be_graph_end(pl->devs[d].dev, &g->exec[d]);
         if (!st && end) st = end;
-        g->epoch[d] = be_graph_epoch(pl->devs[d].dev);
     }
     if (st) drop(pl, g);
     return st;

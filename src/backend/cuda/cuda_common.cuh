@@ -42,16 +42,12 @@ enum {
  * synchronized), by which time the engine has dropped those graphs. */
 #define CUDA_RETIRED_MAX 16
 
-/* Decode-sized GEMMs' algorithm choices (cuda_gemm_tune.cu). */
-typedef struct cuda_gemm_tuner cuda_gemm_tuner;
-
 struct cuda_device {
     be_device base;
     int ordinal;
     char name[256];
     cudaStream_t stream;
     cublasHandle_t blas;
-    cuda_gemm_tuner *tuner; /* made on the first decode-sized GEMM */
     int n_sm;
     be_budget mem;        /* bytes held: allocations, scratch, tiers (its own lock) */
     pthread_mutex_t lock; /* guards sizes, tier_staging and the tier stream's creation */
@@ -461,16 +457,6 @@ cleave_status cuda_gemm_input(cuda_device *d, cleave_type wt, const float *x, si
                               int slot, void **xs);
 cleave_status cuda_gemm_converted(cuda_device *d, const be_mat *w, const void *xs, size_t n,
                                   const float *bias, float *y);
-/* y = x . W^T for 2..CUDA_TUNE_MAX_N rows of x through cublasLt, with the
- * algorithm measured fastest for the shape on this device (chosen the
- * first time the shape is seen); false where the shape is not one it
- * takes (the caller runs cublasGemmEx), true with *st the launch's status
- * otherwise. Arguments as cublasGemmEx(T, N, rows, n, k, w, ldw, x, k, y, ldy). */
-#define CUDA_TUNE_MAX_N 64
-bool cuda_gemm_tuned(cuda_device *d, const void *w, cudaDataType wt, size_t ldw, size_t rows,
-                     const void *x, size_t n, size_t k, float *y, size_t ldy, cleave_status *st);
-void cuda_gemm_tune_free(cuda_device *d); /* at the device's end */
-
 /* Matrices the engine placed one after another (q, k, v; gate, up):
  * their rows in all where each of w[1..count) starts where the one before
  * ends, in one f16 or bf16 row layout, else 0; and, for up to

@@ -141,7 +141,6 @@ static void cuda_destroy(be_device *dev) {
     for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
         if (d->scratch[i]) cudaFree(d->scratch[i]);
     for (int i = 0; i < d->n_retired; i++) cudaFree(d->retired[i]);
-    cuda_gemm_tune_free(d);
     if (d->blas) cublasDestroy(d->blas);
     if (d->staging) cudaFreeHost(d->staging);
     cuda_upload_free(d);
