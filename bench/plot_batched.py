@@ -1,10 +1,13 @@
-"""8B bf16 on one NVIDIA H200 (bench/decode-attn-mma-gpu-2026-12-02.md):
-batched decode of 1, 8 and 32 sequences (batched-bench -npp 512 -ntg 128)
-and decode / prompt processing at a depth of 32768 cells: cleave beside
-llama.cpp from one call (C), cleave's mean of three more runs (call D),
-cleave with the decode attention it replaced (CLEAVE_DECODE_ATTN=vec, call
-C), the limit (bytes a step reads over 3.8 TB/s; FLOPs over 890 TFLOP/s
-for the prompt) and the targets. Writes bench/batched.png."""
+"""8B bf16 on one NVIDIA H200: batched decode of 1, 8, 16 and 32 sequences
+(batched-bench -npp 512 -ntg 128; bench/gemm-join-tune-gpu-2026-12-02.md):
+the joined q/k/v and gate/up build beside llama.cpp from one call (2),
+its mean of eight runs (calls 1-4), and the build before (mean of three,
+call D of bench/decode-attn-mma-gpu-2026-12-02.md); decode and prompt
+processing at a depth of 32768 cells from call C of that file (code the
+joined build does not change), with the decode attention it replaced
+(CLEAVE_DECODE_ATTN=vec). Limits: bytes a step reads over 3.8 TB/s; FLOPs
+over 890 TFLOP/s for the prompt; the targets dashed. Writes
+bench/batched.png."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -13,15 +16,15 @@ import matplotlib.pyplot as plt
 panels = [
     {
         "title": "batched decode (tokens/s) by sequences",
-        "names": ["1", "8", "32"],
+        "names": ["1", "8", "16", "32"],
         "series": [
-            ("cleave (C)", [235.33, 1337.23, 4728.96]),
-            ("cleave, mean of 3 (D)", [236.19, 1401.02, 4905.94]),
-            ("cleave, vector attention (C)", [224.24, 1335.77, 4325.44]),
-            ("llama.cpp (C)", [204.44, 1062.24, 4176.97]),
-            ("limit", [252, 1947, 6978]),
+            ("cleave (call 2)", [236.26, 1521.45, 2820.36, 5016.88]),
+            ("cleave, mean of 8 (calls 1-4)", [234.3, 1492.4, 2796.3, 4944.2]),
+            ("cleave before joining, mean of 3", [236.19, 1401.02, None, 4905.94]),
+            ("llama.cpp (call 2)", [205.02, 1067.14, 1949.87, 4252.99]),
+            ("limit", [252, 1947, 3749, 6978]),
         ],
-        "target": [None, 1400, 5000],
+        "target": [None, 1400, None, 5000],
         "log": True,
         "xlabel": "sequences decoded together (512 prompt + 128 generated each)",
     },
@@ -40,8 +43,10 @@ panels = [
     },
 ]
 
-colors = {"cleave (C)": "tab:blue", "cleave, mean of 3 (D)": "tab:orange",
-          "cleave, vector attention (C)": "tab:green", "llama.cpp (C)": "tab:red", "limit": "lightgray"}
+colors = {"cleave (call 2)": "tab:blue", "cleave, mean of 8 (calls 1-4)": "tab:orange",
+          "cleave before joining, mean of 3": "tab:purple", "llama.cpp (call 2)": "tab:red",
+          "cleave (C)": "tab:blue", "cleave, vector attention (C)": "tab:green", "llama.cpp (C)": "tab:red",
+          "limit": "lightgray"}
 fig, axs = plt.subplots(1, 2, figsize=(13, 4.4))
 for ax, p in zip(axs, panels):
     k = len(p["series"])

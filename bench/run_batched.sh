@@ -4,8 +4,9 @@
 # contexts"). Build both first with `bench/run_quant.sh build LLAMA_SRC`
 # (it also makes the 8B bf16 file), then:
 #   bench/run_batched.sh [MODELS_DIR]
-# prints batched decode of 1, 8 and 32 sequences and pp512 / tg128 at a
-# depth of 32768 for both tools, then cleave's decode attention switched
+# prints batched decode of 1, 8, 16 and 32 sequences and pp512 / tg128 at a
+# depth of 32768 for both tools, then cleave with q/k/v and gate/up placed
+# apart (CLEAVE_NO_JOIN=1), its decode attention switched
 # to the 16-byte vector kernel (CLEAVE_DECODE_ATTN=vec) and its sampling kept on
 # the host (CLEAVE_HOST_SAMPLING=1, for cleave run) to compare; the
 # correctness checks of the same kernels first (about 4 minutes).
@@ -21,7 +22,7 @@ build-gpu/tests/test_backend_ops --device cuda:0 --filter attention,sample | tai
 build-gpu/tests/test_decode_sample --device cuda:0 | tail -1
 date -u
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-bb="-c 21504 -npp 512 -ntg 128 -npl 1,8,32"
+bb="-c 21504 -npp 512 -ntg 128 -npl 1,8,16,32"
 echo "## cleave batched-bench $bb"
 $C batched-bench -m "$f" --device cuda:0 $bb 2>&1 | grep -E '^\|'
 echo "## llama-batched-bench $bb"
@@ -30,6 +31,8 @@ echo "## cleave bench -p 512 -n 128 -d 32768"
 $C bench -m "$f" --device cuda:0 -p 512 -n 128 -d 32768 -b 4096 -r 2 2>&1 | grep -E '^\|'
 echo "## llama-bench -p 512 -n 128 -d 32768"
 $L/llama-bench -m "$f" -ngl 99 -fa 1 -p 512 -n 128 -d 32768 -r 2 -o md 2>&1 | grep -E '^\|'
+echo "## cleave, CLEAVE_NO_JOIN=1"
+CLEAVE_NO_JOIN=1 $C batched-bench -m "$f" --device cuda:0 $bb 2>&1 | grep -E '^\|  *512'
 echo "## cleave, CLEAVE_DECODE_ATTN=vec"
 CLEAVE_DECODE_ATTN=vec $C batched-bench -m "$f" --device cuda:0 $bb 2>&1 | grep -E '^\|  *512'
 CLEAVE_DECODE_ATTN=vec $C bench -m "$f" --device cuda:0 -p 0 -n 128 -d 32768 -b 4096 -r 2 2>&1 | grep -E '^\| llama'

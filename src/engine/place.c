@@ -91,10 +91,10 @@ static cleave_status place_rows(placement *pl, const placement *src, int d, cons
  * r1[i]) of t[i] into m[i]. Where the device copies weights (it does not
  * read the file in place) and they share a type and a row length, they
  * go into one allocation, one after another, so a backend can run them
- * as one GEMM of all their rows (H200, 8B bf16 at 32 tokens: q, k and v
- * as three cuBLAS calls left the 1024-row ones far below the memory
- * bandwidth). Q8_0 is excluded: its upload changes the layout. The
- * first matrix owns the allocation, so releasing it gives back all. */
+ * as one GEMM of all their rows (H200, 8B bf16, batched decode of 32
+ * sequences: 4681 -> 4933 tok/s; of 8: 1368 -> 1473). Q8_0 is excluded:
+ * its upload changes the layout. The first matrix owns the allocation,
+ * so releasing it gives back all. */
 static cleave_status place_rows_joined(placement *pl, const placement *src, int d, const gguf_tensor *const *t,
                                        const size_t *r0, const size_t *r1, be_mat *const *m, size_t count) {
     size_t total = 0;

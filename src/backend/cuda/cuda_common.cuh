@@ -461,8 +461,8 @@ cleave_status cuda_gemm_converted(cuda_device *d, const be_mat *w, const void *x
  * their rows in all where each of w[1..count) starts where the one before
  * ends, in one f16 or bf16 row layout, else 0; and, for up to
  * CUDA_JOIN_MAX_N tokens, y[n][rows] = xs . [w...]^T as one GEMM (H200,
- * 8B bf16 at 32 tokens: the 1024-row k and v alone ran far below the
- * memory bandwidth). */
+ * 8B bf16, batched decode of 32 sequences: 4681 -> 4933 tok/s against
+ * the matrices' GEMMs one by one). */
 #define CUDA_JOIN_MAX_N 64
 size_t cuda_joined_rows(const be_mat *const *w, size_t count);
 cleave_status cuda_gemm_joined(cuda_device *d, const be_mat *first, size_t rows, const void *xs,
