@@ -28,8 +28,9 @@ static bool maps_file(const placement *pl, int d) {
 
 /* host (rows in host memory, `bytes` of them) onto device d. mappable: the
  * memory is the mapped model file, which outlives the context, so a device
- * that reads host memory (CPU) may alias it instead of copying. at: device
- * memory (not owned) the rows go to as they are, or NULL. */
+ * that reads host memory (CPU) may alias it instead of copying. at: where
+ * the rows go, as they are, in an allocation pl already owns (a joined
+ * one), or NULL for an allocation of their own. */
 static cleave_status place_host(placement *pl, int d, const be_mat *host, size_t bytes,
                                 bool mappable, const char *name, void *at, be_mat *m) {
     be_device *dev = pl->devs[d].dev;
@@ -101,7 +102,7 @@ static cleave_status place_rows_joined(placement *pl, const placement *src, int 
     bool join = count > 1 && !maps_file(pl, d) && !options_get()->no_join && t[0]->type != CLEAVE_TYPE_Q8_0;
     for (size_t i = 0; join && i < count; i++) {
         size_t bytes = (r1[i] - r0[i]) * quant_row_bytes(t[i]->type, (size_t)t[i]->ne[0]);
-        /* every part starts where the device's allocations would */
+        /* every part 256-byte aligned, as the device's own allocations are */
         join = t[i]->type == t[0]->type && t[i]->ne[0] == t[0]->ne[0] && bytes && bytes % 256 == 0;
         total += bytes;
     }
