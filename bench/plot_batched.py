@@ -3,9 +3,11 @@
 the joined q/k/v and gate/up build beside llama.cpp from one call (2),
 its mean of eight runs (calls 1-4), and the build before (mean of three,
 call D of bench/decode-attn-mma-gpu-2026-12-02.md); decode and prompt
-processing at a depth of 32768 cells from call C of that file (code the
-joined build does not change), with the decode attention it replaced
-(CLEAVE_DECODE_ATTN=vec). Limits: bytes a step reads over 3.8 TB/s; FLOPs
+processing at a depth of 32768 cells from call E of
+bench/prefill-attn-wgmma-gpu-2026-12-03.md (prefill attention on
+warpgroup MMAs), with the mma.sync prefill kernel it replaced
+(CLEAVE_NO_WGMMA=1, same call) and, from call C of
+decode-attn-mma-gpu-2026-12-02.md, the vector decode attention. Limits: bytes a step reads over 3.8 TB/s; FLOPs
 over 890 TFLOP/s for the prompt; the targets dashed. Writes
 bench/batched.png."""
 import matplotlib
@@ -32,9 +34,10 @@ panels = [
         "title": "at depth 32768 (tokens/s)",
         "names": ["tg128 @ d32768", "pp512 @ d32768 (/100)"],
         "series": [
-            ("cleave (C)", [185.89, 8495.65 / 100]),
-            ("cleave, vector attention (C)", [147.57, None]),
-            ("llama.cpp (C)", [152.29, 8910.17 / 100]),
+            ("cleave (E)", [186.46, 14388.22 / 100]),
+            ("cleave, mma.sync prefill attention (E)", [186.73, 8491.04 / 100]),
+            ("cleave, vector decode attention (12-02, C)", [147.57, None]),
+            ("llama.cpp (E)", [154.23, 9352.43 / 100]),
             ("limit", [197, 27000 / 100]),
         ],
         "target": [170, 15000 / 100],
@@ -45,7 +48,8 @@ panels = [
 
 colors = {"cleave (call 2)": "tab:blue", "cleave, mean of 8 (calls 1-4)": "tab:orange",
           "cleave before joining, mean of 3": "tab:purple", "llama.cpp (call 2)": "tab:red",
-          "cleave (C)": "tab:blue", "cleave, vector attention (C)": "tab:green", "llama.cpp (C)": "tab:red",
+          "cleave (E)": "tab:blue", "cleave, mma.sync prefill attention (E)": "tab:cyan",
+          "cleave, vector decode attention (12-02, C)": "tab:green", "llama.cpp (E)": "tab:red",
           "limit": "lightgray"}
 fig, axs = plt.subplots(1, 2, figsize=(13, 4.4))
 for ax, p in zip(axs, panels):
@@ -71,6 +75,6 @@ for ax, p in zip(axs, panels):
         ax.set_yscale("log")
     ax.set_xlabel(p["xlabel"])
     ax.legend(fontsize=7)
-fig.suptitle("8B bf16, KV f16, one NVIDIA H200, 2026-12-02", fontsize=10)
+fig.suptitle("8B bf16, KV f16, one NVIDIA H200, 2026-12-02 (depth: 2026-12-03)", fontsize=10)
 fig.tight_layout()
 fig.savefig("bench/batched.png", dpi=110)

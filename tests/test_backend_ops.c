@@ -2189,6 +2189,23 @@ static void test_attention(void) {
                           .fresh = 20, .cached = 30, .n_kv = 200, .win = win};
             attn_case(&a);
         }
+    /* long prompts at depth, head size 128 (on Hopper the wgmma kernel's
+     * blocks of 128 query rows and tiles of 128 cells): part-filled row
+     * blocks and tiles, cell counts off the 4-cell copies, groups of 1, 4,
+     * 7 and 8, several sequences scattered or in regions */
+    static const size_t lp[][6] = {/* tokens, cached, n_kv, n_head, n_head_kv, sequences */
+                                   {300, 1000, 1403, 8, 2, 1}, {200, 0, 260, 8, 1, 1},
+                                   {150, 500, 701, 14, 2, 1},  {140, 300, 450, 2, 2, 1},
+                                   {100, 200, 1200, 8, 2, 3}};
+    for (int ti = 1; ti < 3; ti++)
+        for (size_t pi = 0; pi < sizeof lp / sizeof lp[0]; pi++)
+            for (int win = 0; win < 1 + (lp[pi][5] > 1); win++) {
+                if (opt.quick && (pi + (size_t)ti) % 2) continue;
+                attn_cfg a = {.hd = 128, .n_head = lp[pi][3], .n_head_kv = lp[pi][4], .t = all_types[ti],
+                              .n_seq = lp[pi][5], .fresh = lp[pi][0], .cached = lp[pi][1], .n_kv = lp[pi][2],
+                              .win = win};
+                attn_case(&a);
+            }
     /* decode graphs: n_kv the bucket the graph is sized for, the live
      * count (a device scalar) smaller; one and several sequences */
     static const size_t lv[][2] = {{256, 100}, {512, 300}, {1024, 700}, {2048, 1100}};
@@ -2237,16 +2254,19 @@ static void test_attention(void) {
     if (opt.bench && cuda) {
         /* {sequences, cached, cells, windows}: decode at depths 4k, 16k
          * and 32k; 8 sequences in a shared pool; 32 sequences of a
-         * batched-bench -npp 512 step, a region each; a prompt */
+         * batched-bench -npp 512 step, a region each; a prompt, and a
+         * prompt at depth 32768 (bench -p 512 -d 32768) */
         static const size_t bs[][4] = {{1, 4094, 4096, 0},     {1, 16382, 16384, 0},
                                        {1, 32766, 32768, 0},   {8, 2047, 16500, 0},
-                                       {32, 575, 21504, 1},    {1, 0, 0, 0}};
+                                       {32, 575, 21504, 1},    {1, 0, 0, 0},
+                                       {1, 32768, 33300, 0}};
         for (int ti = 1; ti < 3; ti++)
-            for (int i = 0; i < 6; i++) {
+            for (int i = 0; i < 7; i++) {
                 attn_cfg a = {.hd = 128, .n_head = 32, .n_head_kv = 8, .t = all_types[ti], .big = true,
                               .n_seq = bs[i][0], .fresh = 1, .cached = bs[i][1], .n_kv = bs[i][2],
                               .win = bs[i][3]};
                 if (i == 5) a.fresh = 512, a.cached = 0, a.n_kv = 520; /* a prompt */
+                if (i == 6) a.fresh = 512;
                 attn_case(&a);
             }
     }

@@ -39,6 +39,7 @@ void options_reload(void) {
     opts.host_sampling = flag("CLEAVE_HOST_SAMPLING");
     opts.no_map = flag("CLEAVE_NO_MAP");
     opts.no_join = flag("CLEAVE_NO_JOIN");
+    opts.no_wgmma = flag("CLEAVE_NO_WGMMA");
     const char *numa = getenv("CLEAVE_TIER_NUMA");
     opts.tier_numa = !(numa && strcmp(numa, "0") == 0);
     const char *nccl = getenv("CLEAVE_NCCL");

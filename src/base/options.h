@@ -21,6 +21,8 @@
  *                              read the mapped file (the CPU), so tests reach the copied layouts
  *   CLEAVE_NO_JOIN=1           no_join: q, k, v and gate, up each in allocations of their own
  *                              (engine/place.c), for the comparison
+ *   CLEAVE_NO_WGMMA=1          no_wgmma: CUDA prefill attention on mma.sync tiles even where the
+ *                              Hopper (wgmma) kernel applies, for the comparison
  *   CLEAVE_TIER_NUMA=0         tier_numa: a tiered cache's host part on any NUMA node
  *   CLEAVE_UPLOAD_THREADS=N    upload_threads: host threads preparing weight uploads (0: none; unset: the CPUs)
  *   CLEAVE_NCCL=0              nccl_off: GPU all-reduces without NCCL
@@ -44,7 +46,7 @@ enum { OPTIONS_ATTN_AUTO, OPTIONS_ATTN_MMA, OPTIONS_ATTN_VEC, OPTIONS_ATTN_GQA }
 
 typedef struct cleave_env_options {
     bool load_trace, step_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
-    bool host_sampling, no_map, no_join;
+    bool host_sampling, no_map, no_join, no_wgmma;
     int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
     long gemv_max_n, gemvq_max_n, upload_threads, nccl_min_kb;

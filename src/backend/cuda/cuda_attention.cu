@@ -473,14 +473,16 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
                   x->n_head_kv, x->head_dim, x->n_head * x->head_dim, x->tok_pos, x->tok_seq,
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
                   x->out, NULL, x->tok_win, v_row_bytes, (int)x->kv_type, (int)x->v_type};
-    /* Prefill-sized batches: query tiles share each K/V tile; on tensor
-     * cores where cuda_attn_mma_eligible says so (f16, bf16 and the
-     * 32-block caches). Not a decode step of many sequences (16 runs of
+    /* Prefill-sized batches: query tiles share each K/V tile; on Hopper's
+     * warpgroup MMAs where cuda_attn_wg_eligible says so (f16 and bf16,
+     * head size 128), else on mma.sync where cuda_attn_mma_eligible does
+     * (f16, bf16 and the 32-block caches). Not a decode step of many sequences (16 runs of
      * one token): a tile of tokens of different
      * sequences scans every cell, one block per kv head, where the split
      * kernel below spreads the cells over the GPU (8B bf16 on an H200,
      * 16 sequences of 512 + 128 tokens: decode 914 -> 1590 tok/s) */
     bool tiles_pay = !x->n_seq_runs || x->n_tokens >= 16 * x->n_seq_runs;
+    if (tiles_pay && cuda_attn_wg_eligible(d, x)) return cuda_attn_wg(d, a, x->n_tokens, x->kv_type);
     if (tiles_pay && cuda_attn_mma_eligible(x)) return cuda_attn_mma(d, a, x->n_tokens, x->kv_type, x->v_type);
     size_t group = x->n_head / x->n_head_kv;
     if (tiles_pay && x->n_tokens >= 16 && !x->n_kv_live && x->head_dim <= TILE_MAX_HD &&

@@ -81,6 +81,40 @@ static __device__ __forceinline__ void att_merge_warps(const att_args &a, const 
     if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
 }
 
+/* The cells [lo, hi) any row of a prefill block (tokens t0 ..
+ * t0 + n_tok - 1, clipped to n_tokens) can see: positions up to the
+ * block's last, and when its tokens share a sequence, cells of that
+ * sequence only (a batch of several sequences' prompts would otherwise
+ * scan every other sequence's cells, masked). hi is 0 when none is
+ * visible. Every thread of the block calls it with the same shared `sp`;
+ * it synchronizes the block. */
+struct att_span {
+    int32_t maxpos, lo, hi, seq;
+    bool mixed;
+};
+static __device__ __forceinline__ void att_block_span(const att_args &a, size_t t0, int n_tok, size_t n_tokens,
+                                                      att_span &sp) {
+    const int tid = threadIdx.x;
+    if (tid == 0) sp.maxpos = -1, sp.lo = INT32_MAX, sp.hi = 0, sp.seq = a.tok_seq[t0], sp.mixed = false;
+    __syncthreads();
+    if (tid < n_tok && t0 + tid < n_tokens) {
+        atomicMax(&sp.maxpos, a.tok_pos[t0 + tid]);
+        if (a.tok_seq[t0 + tid] != sp.seq) sp.mixed = true;
+    }
+    __syncthreads();
+    int32_t maxpos = sp.maxpos, lo = INT32_MAX, hi = 0, seq = sp.seq;
+    bool any_seq = sp.mixed;
+    for (size_t c = tid; c < a.n_kv; c += blockDim.x) {
+        int32_t cp = a.cell_pos[c];
+        if (cp >= 0 && cp <= maxpos && (any_seq || a.cell_seq[c] == seq)) {
+            lo = min(lo, (int32_t)c);
+            hi = (int32_t)c + 1;
+        }
+    }
+    if (hi) atomicMin(&sp.lo, lo), atomicMax(&sp.hi, hi);
+    __syncthreads();
+}
+
 /* Tensor-core prefill (cuda_attention_mma.cu) with head sizes 16, 32, 64
  * or 128: f16 and bf16 caches, and caches of 32-blocks (q8_0, q5_0, q4_0;
  * K and V of one such type, or of two among them and f16) dequantized to
@@ -88,6 +122,13 @@ static __device__ __forceinline__ void att_merge_warps(const att_args &a, const 
 bool cuda_attn_mma_eligible(const be_attn *x);
 cleave_status cuda_attn_mma(cuda_device *d, const att_args &a, size_t n_tokens, cleave_type kt,
                             cleave_type vt);
+
+/* Tensor-core prefill on Hopper's warpgroup MMAs (cuda_attention_wgmma.cu,
+ * built for sm_90a): f16 and bf16 caches (K and V of one type), head size
+ * 128, at least one block of 128 query rows; on compute capability 9.0
+ * only, unless CLEAVE_NO_WGMMA=1. */
+bool cuda_attn_wg_eligible(const cuda_device *d, const be_attn *x);
+cleave_status cuda_attn_wg(cuda_device *d, const att_args &a, size_t n_tokens, cleave_type kt);
 
 /* What both 16-byte decode kernels below need of a batch: K and V caches
  * of one type, f16 or bf16, rows and bases 16-byte aligned, groups of up

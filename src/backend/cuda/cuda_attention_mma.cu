@@ -78,8 +78,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     uint16_t *qs = (uint16_t *)(fa_raw + L::q), *ks = (uint16_t *)(fa_raw + L::k),
              *vs = (uint16_t *)(fa_raw + L::v);
     int32_t *cps = (int32_t *)(fa_raw + L::pos), *css = (int32_t *)(fa_raw + L::seq);
-    __shared__ int32_t s_maxpos, s_lo, s_hi, s_seq;
-    __shared__ bool s_mixed;
+    __shared__ att_span span;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q4 = lane & 3;
     /* causal work grows with the token index: the heaviest blocks go first */
@@ -89,7 +88,6 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
     /* log2(e) folded into the scale: exp2 below instead of exp */
     const float qscale = a.scale * 1.4426950408889634f;
 
-    if (tid == 0) s_maxpos = -1, s_lo = INT32_MAX, s_hi = 0, s_seq = a.tok_seq[t0], s_mixed = false;
     for (int i = tid; i < FA_ROWS * HD / 2; i += FA_THREADS) {
         int r = i / (HD / 2), d2 = (i % (HD / 2)) * 2;
         size_t t = t0 + r / group, h = kvh * group + r % group;
@@ -107,29 +105,8 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
         rseq[j] = valid ? a.tok_seq[t] : INT32_MIN;
     }
     __syncthreads();
-    if (tid < tok_per_block && t0 + tid < n_tokens) {
-        atomicMax(&s_maxpos, a.tok_pos[t0 + tid]);
-        if (a.tok_seq[t0 + tid] != s_seq) s_mixed = true;
-    }
-    __syncthreads();
-    /* the cells any row of the block can see lie in [lo, hi): positions up
-     * to the block's last, and when its tokens share a sequence, cells of
-     * that sequence only (a batch of several sequences' prompts would
-     * otherwise scan every other sequence's cells, masked) */
-    {
-        int32_t maxpos = s_maxpos, lo = INT32_MAX, hi = 0, seq = s_seq;
-        bool any_seq = s_mixed;
-        for (size_t c = tid; c < a.n_kv; c += FA_THREADS) {
-            int32_t cp = a.cell_pos[c];
-            if (cp >= 0 && cp <= maxpos && (any_seq || a.cell_seq[c] == seq)) {
-                lo = min(lo, (int32_t)c);
-                hi = (int32_t)c + 1;
-            }
-        }
-        if (hi) atomicMin(&s_lo, lo), atomicMax(&s_hi, hi);
-    }
-    __syncthreads();
-    const size_t c_begin = s_hi ? (size_t)(s_lo / FA_CELLS) * FA_CELLS : 0, c_end = (size_t)s_hi;
+    att_block_span(a, t0, tok_per_block, n_tokens, span);
+    const size_t c_begin = span.hi ? (size_t)(span.lo / FA_CELLS) * FA_CELLS : 0, c_end = (size_t)span.hi;
     /* the warp's rows: one sequence? and the lowest position among them */
     int32_t wmin_pos = min(rpos[0], rpos[1]);
     for (int o = 16; o > 0; o >>= 1) wmin_pos = min(wmin_pos, __shfl_xor_sync(0xffffffffu, wmin_pos, o));
@@ -222,14 +199,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
 #pragma unroll
             for (int e = 0; e < 4; e++) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
         float corr[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float m_new = fmaxf(m[r], mx[r]);
-            corr[r] = m_new == -INFINITY ? 1.0f : fast_exp2(m[r] - m_new);
-            m[r] = m_new;
-        }
+        fa_max_step(mx, m, corr);
         float rs[2] = {0.0f, 0.0f};
         uint32_t pa[4][4];
 #pragma unroll

@@ -49,6 +49,7 @@ struct cuda_device {
     cudaStream_t stream;
     cublasHandle_t blas;
     int n_sm;
+    int cc; /* compute capability, major * 10 + minor */
     be_budget mem;        /* bytes held: allocations, scratch, tiers (its own lock) */
     pthread_mutex_t lock; /* guards sizes, tier_staging and the tier stream's creation */
     be_size_table sizes;  /* every pointer cuda_alloc returned, with its size */

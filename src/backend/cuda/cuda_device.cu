@@ -306,6 +306,7 @@ extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_dev
     cudaGetLastError();
     snprintf(d->name, sizeof d->name, "cuda:%d (%.200s)", ordinal, prop.name);
     d->n_sm = prop.multiProcessorCount;
+    d->cc = prop.major * 10 + prop.minor;
     *out = &d->base;
     return CLEAVE_OK;
 }

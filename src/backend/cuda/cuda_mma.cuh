@@ -45,6 +45,22 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+/* The online softmax's step for a lane's two rows of an m16n8 fragment:
+ * mx, the lane's maxima of a tile's scores (log2 units), becomes the
+ * row's (the quad of lanes that holds it); m moves to the new running
+ * maxima, and corr gets the factor that rescales what was summed under
+ * the old ones (1 while a row has seen no visible cell). */
+__device__ __forceinline__ void fa_max_step(float mx[2], float m[2], float corr[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float m_new = fmaxf(m[r], mx[r]);
+        corr[r] = m_new == -INFINITY ? 1.0f : fast_exp2(m[r] - m_new);
+        m[r] = m_new;
+    }
+}
+
 /* An 8x8 matrix of 16-bit elements held a register per lane (lane l: row
  * l / 4, columns 2 (l % 4) and + 1) transposed across the warp: lane l
  * gets row l / 4 of the transpose. */
