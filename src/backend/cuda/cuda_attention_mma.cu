@@ -39,8 +39,7 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *p) {
 }
 /* 16 bytes global -> shared; src_bytes 0 fills zeros (cells past the end) */
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_bytes));
+    cuda_cp16_zfill(smem_addr(dst), src, src_bytes);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n"); }

@@ -51,10 +51,6 @@ __device__ __forceinline__ uint32_t wg_sw(int r, int ch) {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ uint32_t wg_smem(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* a shared-memory matrix descriptor with the 128-byte swizzle; lbo and sbo
  * in bytes (K-major: sbo is the step between groups of 8 rows, lbo unused;
  * N-major: lbo the step between 64-column halves, sbo between groups of 8
@@ -156,12 +152,6 @@ __device__ __forceinline__ void mb_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void mb_arrive_cp(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-/* 16 bytes global -> shared; src_bytes < 16 fills the rest with zeros */
-__device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
 #endif
 
 template <int KT>
@@ -171,7 +161,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     using L = wg_layout;
     extern __shared__ unsigned char wg_raw[];
     __shared__ att_span span;
-    const uint32_t raw = wg_smem(wg_raw), base = (raw + 1023u) & ~1023u;
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wg_raw), base = (raw + 1023u) & ~1023u;
     unsigned char *gen = wg_raw + (base - raw); /* the same bytes, generic address */
     const uint32_t full = base + L::bar, empty = full + 8 * WG_STAGES;
     const int32_t *cps = (const int32_t *)(gen + L::pos), *css = (const int32_t *)(gen + L::seq);
@@ -225,21 +215,21 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (c0 + WG_CELLS <= a.n_kv) {
 #pragma unroll 4
                 for (int i = 0; i < WG_CELLS / 8; i++) {
-                    wg_cp16(kd + i * 1024, ks + i * kstep, 16);
-                    wg_cp16(vd + i * 1024, vs + i * vstep, 16);
+                    cuda_cp16(kd + i * 1024, ks + i * kstep);
+                    cuda_cp16(vd + i * 1024, vs + i * vstep);
                 }
             } else { /* the last tile: rows past the cache are zeros */
                 for (int i = 0; i < WG_CELLS / 8; i++) {
                     bool in = c0 + r0 + 8 * i < a.n_kv;
-                    wg_cp16(kd + i * 1024, in ? ks + i * kstep : a.k, in ? 16 : 0);
-                    wg_cp16(vd + i * 1024, in ? vs + i * vstep : a.v, in ? 16 : 0);
+                    cuda_cp16_zfill(kd + i * 1024, in ? ks + i * kstep : a.k, in ? 16 : 0);
+                    cuda_cp16_zfill(vd + i * 1024, in ? vs + i * vstep : a.v, in ? 16 : 0);
                 }
             }
             if (pt < 64) { /* the cells' positions (pt < 32) and sequences */
                 const int32_t *src = pt < 32 ? a.cell_pos : a.cell_seq;
                 size_t c = c0 + 4 * (pt & 31);
                 int nb = c < a.n_kv ? (int)min((size_t)4, a.n_kv - c) * 4 : 0;
-                wg_cp16(base + (pt < 32 ? L::pos : L::seq) + (s * WG_CELLS + 4 * (pt & 31)) * 4,
+                cuda_cp16_zfill(base + (pt < 32 ? L::pos : L::seq) + (s * WG_CELLS + 4 * (pt & 31)) * 4,
                         src + (nb ? c : 0), nb);
             }
             mb_arrive_cp(full + 8 * s);

@@ -354,6 +354,12 @@ __device__ __forceinline__ void cuda_rope_sincos(int32_t pos, double freq, float
 __device__ __forceinline__ void cuda_cp16(uint32_t dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
+/* the same, reading only the first src_bytes (0..16) and filling the rest
+ * of the 16 with zeros (rows past a table's end) */
+__device__ __forceinline__ void cuda_cp16_zfill(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
 __device__ __forceinline__ void cuda_cp_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
