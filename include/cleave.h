@@ -48,11 +48,12 @@ typedef enum cleave_type {
     CLEAVE_TYPE_IQ4_NL = 20,
     CLEAVE_TYPE_IQ4_XS = 23,
     CLEAVE_TYPE_BF16 = 30,
+    CLEAVE_TYPE_MXFP4 = 39,
 } cleave_type;
 
 /* Parses a type name as ggml spells it: "f32", "f16", "bf16", "q8_0",
  * "q4_0", "q4_1", "q5_0", "q5_1", "q2_K".."q6_K" (any case), "iq4_nl",
- * "iq4_xs". */
+ * "iq4_xs", "mxfp4". */
 cleave_status cleave_type_from_name(const char *name, cleave_type *out);
 const char *cleave_type_name(cleave_type t);
 

@@ -4,7 +4,7 @@ implementation of ggml's formats), for every type cleave runs:
      extremes, Inf and NaN, dequantize bit-identically (NaN equals NaN);
  (b) cleave's quantized bytes, read back by gguf, give cleave's own
      dequantization, and do not depend on the thread count;
- (c) where gguf can quantize (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BF16) the bytes
+ (c) where gguf can quantize (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, BF16) the bytes
      equal gguf's;
  (d) the RMS error relative to the RMS of Gaussian data stays under a
      fixed bound per type, and zero, tiny and huge inputs give finite
@@ -37,15 +37,16 @@ TYPES = {
     "q6_K": (Q.Q6_K, 256, 210, [208]),
     "iq4_nl": (Q.IQ4_NL, 32, 18, [0]),
     "iq4_xs": (Q.IQ4_XS, 256, 136, [0]),
+    "mxfp4": (Q.MXFP4, 32, 17, []),  # its E8M0 exponent byte takes every value at random
     "bf16": (Q.BF16, 1, 2, []),
 }
 # Measured on 2^18 N(0,1) weights (percent): each bound is a little above.
 ERROR_BOUND = {
     "q8_0": 0.60, "q6_K": 1.85, "q5_K": 3.9, "q5_1": 4.1, "q5_0": 4.6, "q4_K": 7.7,
     "q4_1": 8.4, "q4_0": 9.2, "iq4_nl": 7.9, "iq4_xs": 8.0, "q3_K": 15.5, "q2_K": 29.0,
-    "bf16": 0.3,
+    "mxfp4": 12.3, "bf16": 0.3,
 }
-GGUF_QUANTIZES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "bf16"]
+GGUF_QUANTIZES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "mxfp4", "bf16"]
 SPECIAL_F16 = [0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0xBC00, 0x7BFF, 0xFBFF,
                0x7C00, 0xFC00, 0x7E00, 0x1234]
 
@@ -101,7 +102,7 @@ def random_blocks(rng, name):
             if rng.random() < 0.6:  # a special scale, else keep random bits
                 v = SPECIAL_F16[(i + 3 * k) % len(SPECIAL_F16)]
                 raw[i, off], raw[i, off + 1] = v & 0xFF, v >> 8
-        if not scales:  # bf16: special values as whole elements
+        if name == "bf16":  # special values as whole elements
             v = [0x0000, 0x8000, 0x0001, 0x7F80, 0xFF80, 0x7FC0, 0x7F7F, 0x0080][i % 8]
             raw[i, 0], raw[i, 1] = v & 0xFF, v >> 8
     for k, off in enumerate(scales):  # a few blocks at the largest normal scale

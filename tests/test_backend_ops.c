@@ -154,11 +154,12 @@ static bool kv_blocks(cleave_type t) {
  * device that does not compute one yet answers CLEAVE_ERR_UNSUPPORTED:
  * such a case is skipped (and said so), not failed; a GPU must run all. */
 #define W_BASE 4
-#define W_TYPES 15
+#define W_TYPES 16
 static const cleave_type w_types[W_TYPES] = {
     CLEAVE_TYPE_F32,  CLEAVE_TYPE_F16,  CLEAVE_TYPE_BF16, CLEAVE_TYPE_Q8_0,   CLEAVE_TYPE_Q4_0,
     CLEAVE_TYPE_Q4_1, CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q5_1, CLEAVE_TYPE_IQ4_NL, CLEAVE_TYPE_Q2_K,
-    CLEAVE_TYPE_Q3_K, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q5_K, CLEAVE_TYPE_Q6_K,   CLEAVE_TYPE_IQ4_XS};
+    CLEAVE_TYPE_Q3_K, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q5_K, CLEAVE_TYPE_Q6_K,   CLEAVE_TYPE_IQ4_XS,
+    CLEAVE_TYPE_MXFP4};
 static bool is_qtype(cleave_type t) {
     for (int i = W_BASE; i < W_TYPES; i++)
         if (w_types[i] == t) return true;
@@ -606,6 +607,13 @@ static void rand_blocks(cleave_type t, uint8_t *b, size_t nblk, float scale) {
     for (size_t i = 0; i < nblk * bb; i += 8) {
         uint64_t r = rnd64();
         memcpy(b + i, &r, nblk * bb - i < 8 ? nblk * bb - i : 8);
+    }
+    if (t == CLEAVE_TYPE_MXFP4) { /* an E8M0 exponent: the largest level, 12, times 2^(e-128) */
+        for (size_t k = 0; k < nblk; k++) {
+            int e = 128 + (int)lrintf(log2f(scale * (0.875f + 0.125f * frand()) / 12.0f));
+            b[k * bb] = (uint8_t)(e < 1 ? 1 : e > 254 ? 254 : e);
+        }
+        return;
     }
     struct {
         size_t at;

@@ -30,6 +30,7 @@ static const cleave_type qtypes[] = {
     CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_1,   CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q5_1,
     CLEAVE_TYPE_Q8_0, CLEAVE_TYPE_IQ4_NL, CLEAVE_TYPE_Q2_K, CLEAVE_TYPE_Q3_K,
     CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q5_K,   CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_IQ4_XS,
+    CLEAVE_TYPE_MXFP4,
 };
 #define N_QTYPES (sizeof qtypes / sizeof qtypes[0])
 

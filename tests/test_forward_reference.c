@@ -367,7 +367,8 @@ int main(void) {
     const cleave_type blocks[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_1, CLEAVE_TYPE_Q5_0,
                                   CLEAVE_TYPE_Q5_1, CLEAVE_TYPE_Q8_0, CLEAVE_TYPE_IQ4_NL,
                                   CLEAVE_TYPE_Q2_K, CLEAVE_TYPE_Q3_K, CLEAVE_TYPE_Q4_K,
-                                  CLEAVE_TYPE_Q5_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_IQ4_XS};
+                                  CLEAVE_TYPE_Q5_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_IQ4_XS,
+                                  CLEAVE_TYPE_MXFP4};
     for (size_t t = 0; t <= sizeof blocks / sizeof blocks[0]; t++) {
         bool mix = t == sizeof blocks / sizeof blocks[0];
         cleave_type main_type = mix ? CLEAVE_TYPE_Q4_K : blocks[t];

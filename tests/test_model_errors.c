@@ -104,10 +104,10 @@ int main(void) {
     RESET();
 
     at = tensor_info(&b, "blk.0.attn_k.weight");
-    uint32_t mxfp4 = 39, n_dims; /* a ggml type cleave does not run */
+    uint32_t q8_1 = 9, n_dims; /* a ggml type cleave does not run */
     memcpy(&n_dims, b.data + at, 4);
-    memcpy(b.data + at + 4 + 8 * n_dims, &mxfp4, 4);
-    expect("unsupported-type", &b, CLEAVE_ERR_UNSUPPORTED, "'blk.0.attn_k.weight' has type mxfp4");
+    memcpy(b.data + at + 4 + 8 * n_dims, &q8_1, 4);
+    expect("unsupported-type", &b, CLEAVE_ERR_UNSUPPORTED, "'blk.0.attn_k.weight' has type q8_1");
     RESET();
 
     /* A tokenizer cleave cannot run (BPE for now): the model still loads and

@@ -29,6 +29,7 @@ static const struct {
     {CLEAVE_TYPE_Q5_1, 4.1},   {CLEAVE_TYPE_Q5_0, 4.6},  {CLEAVE_TYPE_Q4_K, 7.7},
     {CLEAVE_TYPE_Q4_1, 8.4},   {CLEAVE_TYPE_Q4_0, 9.2},  {CLEAVE_TYPE_IQ4_NL, 7.9},
     {CLEAVE_TYPE_IQ4_XS, 8.0}, {CLEAVE_TYPE_Q3_K, 15.5}, {CLEAVE_TYPE_Q2_K, 29.0},
+    {CLEAVE_TYPE_MXFP4, 12.3},
 };
 
 static void test_errors_and_extremes(void) {

@@ -256,6 +256,14 @@ void tu_random_blocks(cleave_type t, void *dst, size_t n, float scale, uint64_t 
     int nf = tu_scale_fields(t, off);
     unsigned char *p = dst;
     for (size_t i = 0; i < n / be * bb; i++) p[i] = (unsigned char)tu_rnd32(state);
+    if (t == CLEAVE_TYPE_MXFP4) { /* an E8M0 exponent: levels up to 6 x 2^(e - 127) ~ scale */
+        for (size_t b = 0; b < n / be; b++) {
+            float mag = (0.5f + 0.5f * (float)tu_rnd32(state) / 4294967296.0f) * scale;
+            int e = 127 + (int)floorf(log2f(mag / 6.0f));
+            p[b * bb] = (unsigned char)(e < 1 ? 1 : e > 254 ? 254 : e);
+        }
+        return;
+    }
     for (size_t b = 0; b < n / be; b++)
         for (int f = 0; f < nf; f++) {
             float mag = (0.5f + 0.5f * (float)tu_rnd32(state) / 4294967296.0f) * scale;

@@ -50,6 +50,7 @@ void quant_quantize_row(cleave_type type, const float *src, void *dst, size_t n)
     case CLEAVE_TYPE_Q6_K: quant_q6_K_row(src, dst, n / QK_K); return;
     case CLEAVE_TYPE_IQ4_NL: quant_iq4_nl_row(src, dst, n / QK4_NL); return;
     case CLEAVE_TYPE_IQ4_XS: quant_iq4_xs_row(src, dst, n / QK_K); return;
+    case CLEAVE_TYPE_MXFP4: quant_mxfp4_row(src, dst, n / QK_MXFP4); return;
     default: return;
     }
 }

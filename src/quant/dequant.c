@@ -67,6 +67,16 @@ static void dq_iq4_nl(const block_iq4_nl *b, float *y) {
     }
 }
 
+const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void dq_mxfp4(const block_mxfp4 *b, float *y) {
+    float d = quant_e8m0_half(b->e);
+    for (int j = 0; j < QK_MXFP4 / 2; j++) {
+        y[j] = d * (float)kvalues_mxfp4[b->qs[j] & 0xF];
+        y[j + QK_MXFP4 / 2] = d * (float)kvalues_mxfp4[b->qs[j] >> 4];
+    }
+}
+
 /* Q2_K: each 32-byte stretch of qs holds four 2-bit planes; plane p of bytes
  * [0,16) and [16,32) are sub-blocks 2p and 2p+1 of its 128 weights. */
 static void dq_q2_K(const block_q2_K *b, float *y) {
@@ -217,6 +227,7 @@ bool quant_dequantize_blocks(cleave_type type, const void *src, float *dst, size
     case CLEAVE_TYPE_Q5_K: DQ_ROW(block_q5_K, QK_K, dq_q5_K); return true;
     case CLEAVE_TYPE_Q6_K: DQ_ROW(block_q6_K, QK_K, dq_q6_K); return true;
     case CLEAVE_TYPE_IQ4_XS: DQ_ROW(block_iq4_xs, QK_K, dq_iq4_xs); return true;
+    case CLEAVE_TYPE_MXFP4: DQ_ROW(block_mxfp4, QK_MXFP4, dq_mxfp4); return true;
     default: return false;
     }
 }

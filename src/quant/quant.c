@@ -41,12 +41,13 @@ static const cleave_type supported_types[] = {
     CLEAVE_TYPE_F32,  CLEAVE_TYPE_F16,  CLEAVE_TYPE_BF16, CLEAVE_TYPE_Q8_0,   CLEAVE_TYPE_Q4_0,
     CLEAVE_TYPE_Q4_1, CLEAVE_TYPE_Q5_0, CLEAVE_TYPE_Q5_1, CLEAVE_TYPE_Q2_K,   CLEAVE_TYPE_Q3_K,
     CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q5_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_IQ4_NL, CLEAVE_TYPE_IQ4_XS,
+    CLEAVE_TYPE_MXFP4,
 };
 #define N_SUPPORTED (sizeof supported_types / sizeof supported_types[0])
 
 _Static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 &&
                    sizeof(block_q5_1) == 24 && sizeof(block_q8_0) == 34 &&
-                   sizeof(block_iq4_nl) == 18,
+                   sizeof(block_iq4_nl) == 18 && sizeof(block_mxfp4) == 17,
                "legacy block layouts must match ggml's");
 _Static_assert(sizeof(block_q2_K) == 84 && sizeof(block_q3_K) == 110 && sizeof(block_q4_K) == 144 &&
                    sizeof(block_q5_K) == 176 && sizeof(block_q6_K) == 210 &&
@@ -60,8 +61,8 @@ bool quant_type_supported(uint32_t id) {
 }
 
 const char *quant_supported_list(void) {
-    return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl "
-           "and iq4_xs";
+    return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, "
+           "iq4_xs and mxfp4";
 }
 
 size_t quant_row_bytes(uint32_t id, size_t n) {

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cleave.h"
 
@@ -23,6 +24,7 @@ extern "C" {
 #define QK5_1 32
 #define QK8_0 32
 #define QK4_NL 32
+#define QK_MXFP4 32
 #define QK_K 256          /* weights per super-block of the K-quants and IQ4_XS */
 #define K_SCALE_SIZE 12   /* 8 six-bit scales and 8 six-bit mins of Q4_K/Q5_K */
 
@@ -32,6 +34,10 @@ typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; } block_q5_0;
 typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; } block_q5_1; /* 24 B: w = d*q+m */
 typedef struct { uint16_t d; int8_t qs[QK8_0]; } block_q8_0;                       /* 34 B: w = d*q */
 typedef struct { uint16_t d; uint8_t qs[QK4_NL / 2]; } block_iq4_nl; /* 18 B: w = d*kvalues_iq4nl[q] */
+/* OCP microscaling FP4: an E8M0 exponent e and 32 E2M1 values as 4-bit
+ * indices (low nibbles weights 0..15, high 16..31) into kvalues_mxfp4,
+ * which holds twice the E2M1 values: w = 2^(e - 128) * kvalues_mxfp4[q]. */
+typedef struct { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; } block_mxfp4; /* 17 B */
 
 /* 16 sub-blocks of 16: 4-bit scale and 4-bit min per sub-block, 2-bit q. */
 typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d, dmin; } block_q2_K; /* 84 B */
@@ -50,6 +56,18 @@ typedef struct { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uin
 
 /* The 16 non-uniform levels of IQ4_NL and IQ4_XS. */
 extern const int8_t kvalues_iq4nl[16];
+/* Twice the 16 E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+ * negatives), so they are integers. */
+extern const int8_t kvalues_mxfp4[16];
+/* 2^(x - 128) for an E8M0 byte x: half the scale it encodes, which undoes
+ * the doubling of kvalues_mxfp4 (exact): a normal float's exponent field
+ * x - 1 for x >= 2; below, the subnormals 2^-128 and 2^-127. */
+static inline float quant_e8m0_half(uint8_t x) {
+    uint32_t bits = x < 2 ? 0x00200000u << x : (uint32_t)(x - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 /* Size facts of a ggml type id (any, not only supported ones). Return false
  * for an id that ggml does not define. */

@@ -52,6 +52,7 @@ void quant_q5_K_row(const float *x, block_q5_K *b, size_t nb);
 void quant_q6_K_row(const float *x, block_q6_K *b, size_t nb);
 void quant_iq4_nl_row(const float *x, block_iq4_nl *b, size_t nb);
 void quant_iq4_xs_row(const float *x, block_iq4_xs *b, size_t nb);
+void quant_mxfp4_row(const float *x, block_mxfp4 *b, size_t nb);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,7 @@ CPU_BLOCK_C(q4_K, Q4_K, 256)
 CPU_BLOCK_C(q5_K, Q5_K, 256)
 CPU_BLOCK_C(q6_K, Q6_K, 256)
 CPU_BLOCK_C(iq4_xs, IQ4_XS, 256)
+CPU_BLOCK_C(mxfp4, MXFP4, 32)
 
 #if CPU_X86
 
@@ -151,7 +152,7 @@ static const cpu_block_fns cpu_block_table[] = {
     CPU_BLOCK_ROW(Q4_0, q4_0), CPU_BLOCK_ROW(Q4_1, q4_1),     CPU_BLOCK_ROW(Q5_0, q5_0),
     CPU_BLOCK_ROW(Q5_1, q5_1), CPU_BLOCK_ROW(IQ4_NL, iq4_nl), CPU_BLOCK_ROW(Q2_K, q2_K),
     CPU_BLOCK_ROW(Q3_K, q3_K), CPU_BLOCK_ROW(Q4_K, q4_K),     CPU_BLOCK_ROW(Q5_K, q5_K),
-    CPU_BLOCK_ROW(Q6_K, q6_K), CPU_BLOCK_ROW(IQ4_XS, iq4_xs),
+    CPU_BLOCK_ROW(Q6_K, q6_K), CPU_BLOCK_ROW(IQ4_XS, iq4_xs), CPU_BLOCK_ROW(MXFP4, mxfp4),
 };
 
 static cpu_block_fns cpu_block_lookup(cleave_type t, bool simd) {

@@ -58,8 +58,9 @@ cleave_status cpu_check_mat(cpu_device *d, const char *op, const be_mat *m) {
                        "device '%s': %s: row of %zu elements is not whole %s blocks", d->name, op,
                        m->ne0, cleave_type_name(m->type));
     /* Kernels load whole elements (f32, f16, and the f16 scales of every
-     * block type: all block sizes are even). */
-    size_t align = m->type == CLEAVE_TYPE_F32 ? 4 : 2;
+     * block type: all their block sizes are even); MXFP4 blocks (17 bytes,
+     * an exponent byte) are read byte by byte. */
+    size_t align = m->type == CLEAVE_TYPE_F32 ? 4 : m->type == CLEAVE_TYPE_MXFP4 ? 1 : 2;
     if ((uintptr_t)m->data % align || m->nb1 % align)
         return err_set(CLEAVE_ERR_INVALID_ARG,
                        "device '%s': %s: %s data or row stride %zu not %zu-byte aligned", d->name,

@@ -14,7 +14,8 @@ cpu_act_kind cpu_act_for(cleave_type t) {
     case CLEAVE_TYPE_Q5_0:
     case CLEAVE_TYPE_Q5_1:
     case CLEAVE_TYPE_Q8_0:
-    case CLEAVE_TYPE_IQ4_NL: return CPU_ACT_Q32;
+    case CLEAVE_TYPE_IQ4_NL:
+    case CLEAVE_TYPE_MXFP4: return CPU_ACT_Q32;
     case CLEAVE_TYPE_Q2_K:
     case CLEAVE_TYPE_Q3_K:
     case CLEAVE_TYPE_Q4_K:
@@ -172,6 +173,7 @@ static const cpu_qavx2_row cpu_qavx2_table[] = {
     CPU_QROW(Q4_0, q4_0), CPU_QROW(Q4_1, q4_1),     CPU_QROW(Q5_0, q5_0), CPU_QROW(Q5_1, q5_1),
     CPU_QROW(Q8_0, q8_0), CPU_QROW(IQ4_NL, iq4_nl), CPU_QROW(Q2_K, q2_K), CPU_QROW(Q3_K, q3_K),
     CPU_QROW(Q4_K, q4_K), CPU_QROW(Q5_K, q5_K),     CPU_QROW(Q6_K, q6_K), CPU_QROW(IQ4_XS, iq4_xs),
+    CPU_QROW(MXFP4, mxfp4),
 };
 
 static const cpu_qavx2_row *cpu_qavx2(cleave_type t) {

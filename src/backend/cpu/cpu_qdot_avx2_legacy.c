@@ -1,8 +1,8 @@
 /* AVX2 integer dots of the 32-wide types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * IQ4_NL) with q8 activations of 32: per block one maddubs and one madd
+ * IQ4_NL, MXFP4) with q8 activations of 32: per block one maddubs and one madd
  * (by ones) to int32, then one float multiply-add. Unsigned quants (4 or
  * 5 bits) go straight into maddubs and their zero point is taken off with
- * the activation block's sum; signed ones (Q8_0, IQ4_NL) use the sign
+ * the activation block's sum; signed ones (Q8_0, IQ4_NL, MXFP4) use the sign
  * trick (|w| times x with w's sign). The unpacking of a weight block is
  * shared by the MR activation rows of a tile. */
 #include <string.h>
@@ -76,8 +76,9 @@ CPU_QTILE_DEFINE(q5_0, block_q5_0, 32)
 CPU_TILE_UNSIGNED(q5_1, block_q5_1, CPU_Q5, 0, CPU_MIN)
 CPU_QTILE_DEFINE(q5_1, block_q5_1, 32)
 
-/* Body of the signed types: Q(w) gives the 32 signed quants. */
-#define CPU_TILE_SIGNED(T, BT, Q)                                                                  \
+/* Body of the signed types: Q(w) gives the 32 signed quants, D(w) the
+ * block's scale. */
+#define CPU_TILE_SIGNED(T, BT, Q, D)                                                                  \
     CPU_SIMD_INLINE void cpu_tile_##T(const int MR, const void *w, const char *xq, size_t xs,      \
                                       size_t n, float *y, size_t ldy) {                            \
         const BT *wb = w;                                                                          \
@@ -86,7 +87,7 @@ CPU_QTILE_DEFINE(q5_1, block_q5_1, 32)
         for (size_t b = 0; b < n / 32; b++, wb++) {                                                \
             __m256i q = Q(wb);                                                                     \
             __m256i aq = _mm256_sign_epi8(q, q);                                                   \
-            float d = _cvtsh_ss(wb->d);                                                            \
+            float d = D(wb);                                                                       \
             _Pragma("GCC unroll 4") for (int i = 0; i < MR; i++) {                                 \
                 const cpu_qa32 *x = (const cpu_qa32 *)(xq + i * xs) + b;                           \
                 __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)x->qs), q);      \
@@ -103,9 +104,19 @@ CPU_QTILE_DEFINE(q5_1, block_q5_1, 32)
         _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_iq4nl)),              \
         cpu_nibbles32((wb)->qs))
 
-CPU_TILE_SIGNED(q8_0, block_q8_0, CPU_Q8)
+#define CPU_QMX(wb)                                                                                \
+    _mm256_shuffle_epi8(                                                                           \
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvalues_mxfp4)),              \
+        cpu_nibbles32((wb)->qs))
+#define CPU_D16(wb) _cvtsh_ss((wb)->d)
+#define CPU_DE8(wb) quant_e8m0_half((wb)->e)
+
+CPU_TILE_SIGNED(q8_0, block_q8_0, CPU_Q8, CPU_D16)
 CPU_QTILE_DEFINE(q8_0, block_q8_0, 32)
-CPU_TILE_SIGNED(iq4_nl, block_iq4_nl, CPU_QNL)
+CPU_TILE_SIGNED(iq4_nl, block_iq4_nl, CPU_QNL, CPU_D16)
 CPU_QTILE_DEFINE(iq4_nl, block_iq4_nl, 32)
+/* MXFP4: the doubled E2M1 levels (|v| <= 12) through the same sign trick */
+CPU_TILE_SIGNED(mxfp4, block_mxfp4, CPU_QMX, CPU_DE8)
+CPU_QTILE_DEFINE(mxfp4, block_mxfp4, 32)
 
 #endif /* CPU_X86 */

@@ -101,6 +101,21 @@ static float qd_iq4_nl(const void *w, const void *xq, size_t n) {
     return s;
 }
 
+/* MXFP4: the doubled E2M1 levels are integers, so the block's dot is one
+ * integer sum, scaled by half the E8M0 scale. */
+static float qd_mxfp4(const void *w, const void *xq, size_t n) {
+    const block_mxfp4 *b = w;
+    const cpu_qa32 *x = xq;
+    float s = 0;
+    for (size_t i = 0; i < n / 32; i++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 32; j++)
+            isum += kvalues_mxfp4[nib(b[i].qs, j)] * x[i].qs[j];
+        s += quant_e8m0_half(b[i].e) * x[i].d * (float)isum;
+    }
+    return s;
+}
+
 /* Sum of the activation quants of 32-sub-block j of a 256-block. */
 static int32_t bsum32(const cpu_qa256 *x, int j) { return x->bsums[2 * j] + x->bsums[2 * j + 1]; }
 
@@ -243,6 +258,7 @@ cpu_qdot_fn cpu_qdot_c_for(cleave_type t) {
     case CLEAVE_TYPE_Q5_K: return qd_q5_K;
     case CLEAVE_TYPE_Q6_K: return qd_q6_K;
     case CLEAVE_TYPE_IQ4_XS: return qd_iq4_xs;
+    case CLEAVE_TYPE_MXFP4: return qd_mxfp4;
     default: return NULL;
     }
 }
