@@ -1,5 +1,5 @@
 /* The block types beside q8_0 (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K,
- * IQ4_XS) on the GPU: their sizes, and the exact dequantization of one
+ * IQ4_XS, MXFP4) on the GPU: their sizes, and the exact dequantization of one
  * 32-weight group for the kernels that need the weights themselves (table
  * lookups, the f16 conversion for cuBLAS, the any-alignment GEMV). These
  * take the reference's products in its order (quant/dequant.c) with no
@@ -30,6 +30,7 @@ CQ_FMT(CLEAVE_TYPE_Q4_K, QK_K, block_q4_K);
 CQ_FMT(CLEAVE_TYPE_Q5_K, QK_K, block_q5_K);
 CQ_FMT(CLEAVE_TYPE_Q6_K, QK_K, block_q6_K);
 CQ_FMT(CLEAVE_TYPE_IQ4_XS, QK_K, block_iq4_xs);
+CQ_FMT(CLEAVE_TYPE_MXFP4, QK_MXFP4, block_mxfp4);
 #undef CQ_FMT
 
 /* Weights per block of one of these types, 0 for any other type (f32,
@@ -40,7 +41,8 @@ static inline size_t cuda_qk(cleave_type t) {
     case CLEAVE_TYPE_Q4_1:
     case CLEAVE_TYPE_Q5_0:
     case CLEAVE_TYPE_Q5_1:
-    case CLEAVE_TYPE_IQ4_NL: return 32;
+    case CLEAVE_TYPE_IQ4_NL:
+    case CLEAVE_TYPE_MXFP4: return 32;
     case CLEAVE_TYPE_Q2_K:
     case CLEAVE_TYPE_Q3_K:
     case CLEAVE_TYPE_Q4_K:
@@ -84,6 +86,7 @@ template <typename F> static inline bool cuda_dispatch_q(cleave_type t, F f) {
     case CLEAVE_TYPE_Q5_K: f.template operator()<CLEAVE_TYPE_Q5_K>(); return true;
     case CLEAVE_TYPE_Q6_K: f.template operator()<CLEAVE_TYPE_Q6_K>(); return true;
     case CLEAVE_TYPE_IQ4_XS: f.template operator()<CLEAVE_TYPE_IQ4_XS>(); return true;
+    case CLEAVE_TYPE_MXFP4: f.template operator()<CLEAVE_TYPE_MXFP4>(); return true;
     default: return false;
     }
 }
@@ -98,6 +101,28 @@ template <typename F> static inline bool cuda_dispatch_q(cleave_type t, F f) {
 CQ_HD int cq_iq4(int n) {
     uint32_t w = n < 8 ? (n < 4 ? CQ_IQ4_W0 : CQ_IQ4_W1) : (n < 12 ? CQ_IQ4_W2 : CQ_IQ4_W3);
     return (int)(int8_t)(uint8_t)(w >> (8 * (n & 3)));
+}
+
+/* The 16 doubled E2M1 levels of MXFP4 (quant.h's kvalues_mxfp4), in
+ * registers as cq_iq4's; and half the scale of an E8M0 byte, 2^(x - 128)
+ * (quant_e8m0_half). */
+#define CQ_MX_W0 0x03020100u
+#define CQ_MX_W1 0x0c080604u
+#define CQ_MX_W2 0xfdfeff00u
+#define CQ_MX_W3 0xf4f8fafcu
+CQ_HD int cq_mxfp4(int n) {
+    uint32_t w = n < 8 ? (n < 4 ? CQ_MX_W0 : CQ_MX_W1) : (n < 12 ? CQ_MX_W2 : CQ_MX_W3);
+    return (int)(int8_t)(uint8_t)(w >> (8 * (n & 3)));
+}
+CQ_HD float cq_e8m0_half(uint8_t x) {
+    uint32_t bits = x < 2 ? 0x00200000u << x : (uint32_t)(x - 1) << 23;
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(bits);
+#else
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+#endif
 }
 
 /* an f16 at any byte address */
@@ -135,7 +160,14 @@ CQ_HD int cq_q3_scale(int i, const uint8_t *p) {
 
 /* y[0..32) = weights 32 g .. 32 g + 31 of a row of type T. */
 template <int T> CQ_HD void cq_dequant32(const uint8_t *row, size_t g, float *y) {
-    if constexpr (cq_fmt<T>::QK == 32) {
+    if constexpr (T == CLEAVE_TYPE_MXFP4) { /* an exponent byte, then the IQ4_NL-like nibbles */
+        const uint8_t *b = row + g * cq_fmt<T>::BLK;
+        float d = cq_e8m0_half(b[0]);
+        for (int j = 0; j < 16; j++) {
+            y[j] = cq_mul(d, (float)cq_mxfp4(b[1 + j] & 0xF));
+            y[j + 16] = cq_mul(d, (float)cq_mxfp4(b[1 + j] >> 4));
+        }
+    } else if constexpr (cq_fmt<T>::QK == 32) {
         const uint8_t *b = row + g * cq_fmt<T>::BLK;
         float d = cq_f16(b);
         if constexpr (T == CLEAVE_TYPE_Q4_0 || T == CLEAVE_TYPE_IQ4_NL) {
