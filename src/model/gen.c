@@ -53,7 +53,7 @@ typedef struct {
     bool pure;
     quant_mix_model facts;
     const float *rnd;          /* GEN_BLOCK_ELEMS random f32 weights */
-    gen_tile tiles[CLEAVE_TYPE_BF16 + 1]; /* by type id */
+    gen_tile tiles[CLEAVE_TYPE_MXFP4 + 1]; /* by type id (the largest is MXFP4) */
     cleave_type *tensor_type;  /* by writer index */
     size_t n_tensor_type;
     float *ones;         /* norms are 1 */

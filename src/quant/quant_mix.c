@@ -21,9 +21,12 @@ static const quant_mix mixes[] = {
     {"Q4_K_S", 14, T(Q4_K)},   {"Q4_K_M", 15, T(Q4_K)},   {"Q5_K_S", 16, T(Q5_K)},
     {"Q5_K_M", 17, T(Q5_K)},   {"Q6_K", 18, T(Q6_K)},     {"IQ4_NL", 25, T(IQ4_NL)},
     {"IQ4_XS", 30, T(IQ4_XS)},
+    /* MXFP4_MOE: expert tensors in MXFP4, every other matrix in Q8_0 */
+    {"MXFP4_MOE", 38, T(MXFP4)}, {"MXFP4", 38, T(MXFP4)},
 };
 #define N_MIXES (sizeof mixes / sizeof mixes[0])
 
+#define FT_MXFP4_MOE 38
 enum { FT_Q2_K = 10, FT_Q3_K_S, FT_Q3_K_M, FT_Q3_K_L, FT_Q4_K_S, FT_Q4_K_M, FT_Q5_K_S, FT_Q5_K_M };
 #define FT_IQ4_NL 25
 #define FT_IQ4_XS 30
@@ -40,7 +43,7 @@ const quant_mix *quant_mix_find(const char *name) {
 
 const char *quant_mix_names(void) {
     return "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M (Q3_K), Q3_K_L, Q4_K_S, "
-           "Q4_K_M (Q4_K), Q5_K_S, Q5_K_M (Q5_K), Q6_K, IQ4_NL, IQ4_XS, F16, BF16 and F32";
+           "Q4_K_M (Q4_K), Q5_K_S, Q5_K_M (Q5_K), Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE, F16, BF16 and F32";
 }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -98,6 +101,8 @@ static cleave_type rules(const quant_mix *mix, const quant_mix_model *mm, const 
                          uint64_t ne0) {
     cleave_type t = mix->base;
     uint32_t ft = mix->ftype;
+    if (ft == FT_MXFP4_MOE) /* llama.cpp's rule: 3-D expert tensors MXFP4, the rest Q8_0 */
+        return strstr(name, "_exps.") ? T(MXFP4) : T(Q8_0);
     if (!strcmp(name, "output.weight") || (!mm->has_output && !strcmp(name, "token_embd.weight"))) {
         /* the logits are the most sensitive product of all */
         if (ne0 % block_of(t)) t = T(Q8_0);
