@@ -74,6 +74,7 @@
 #define CAP_tier_alloc BE_CAP_TIER
 #define CAP_tier_granularity BE_CAP_TIER
 #define CAP_sample BE_CAP_SAMPLE
+#define CAP_moe BE_CAP_MOE
 
 /* ---- options, counters, PRNG ---------------------------------------------- */
 
@@ -716,6 +717,174 @@ static void ref_matmul(const hmat *w, const float *x, size_t n, const float *bia
 }
 
 static double silu(double g) { return g / (1.0 + exp(-g)); }
+
+/* ---- mixtures of experts ------------------------------------------------------ */
+
+/* Each token's k experts and weights from its logits, by the definition
+ * (be_moe_ops.route) in double. */
+static void ref_route(const float *l, size_t n, size_t ne, size_t k, be_gating g, bool norm, float scale,
+                      int32_t *ids, double *w) {
+    for (size_t t = 0; t < n; t++) {
+        const float *r = l + t * ne;
+        int32_t *id = ids + t * k;
+        for (size_t j = 0; j < k; j++) {
+            int32_t best = -1;
+            for (size_t e = 0; e < ne; e++) {
+                bool taken = false;
+                for (size_t i = 0; i < j; i++) taken |= id[i] == (int32_t)e;
+                if (!taken && (best < 0 || r[e] > r[best])) best = (int32_t)e;
+            }
+            id[j] = best;
+        }
+        double mx = r[id[0]], sum = 0, chosen = 0;
+        if (g == BE_GATING_SOFTMAX)
+            for (size_t e = 0; e < ne; e++) sum += exp(r[e] - mx);
+        for (size_t j = 0; j < k; j++) {
+            w[t * k + j] = exp(r[id[j]] - mx);
+            chosen += w[t * k + j];
+        }
+        double div = g == BE_GATING_SOFTMAX ? (norm ? chosen : sum) : chosen;
+        for (size_t j = 0; j < k; j++) w[t * k + j] = w[t * k + j] / div * scale;
+    }
+}
+
+/* Random experts for n tokens: k distinct of ne each, some experts shared
+ * by many tokens (the first few), some by none. */
+static void rand_ids(int32_t *ids, size_t n, size_t ne, size_t k) {
+    for (size_t t = 0; t < n; t++)
+        for (size_t j = 0; j < k; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                e = (int32_t)(urand(3) ? urand(ne) : urand(ne < 3 ? ne : 3));
+                dup = false;
+                for (size_t i = 0; i < j; i++) dup |= ids[t * k + i] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+        }
+}
+
+static void test_moe(void) {
+    bool w_route = want("moe_route"), w_mm = want("matmul_id"), w_comb = want("moe_combine");
+    /* route: expert counts of the real models (8 Mixtral, 32 and 128
+     * gpt-oss and Qwen3) and odd ones; ties broken to the lower index */
+    static const size_t route_shapes[][3] = {{4, 1, 1}, {8, 2, 5}, {32, 4, 33}, {128, 8, 300}, {160, 7, 2}};
+    for (size_t si = 0; w_route && si < 5; si++) {
+        size_t ne = route_shapes[si][0], k = route_shapes[si][1], n = route_shapes[si][2];
+        float *l = xmalloc(n * ne * 4), *w = xmalloc(n * k * 4);
+        int32_t *ids = xmalloc(n * k * 4), *rids = xmalloc(n * k * 4);
+        double *rw = xmalloc(n * k * 8);
+        fill(l, n * ne, 4.0f);
+        if (n > 1) l[ne + 1] = l[ne + 0]; /* a tie in token 1 */
+        for (int gi = 0; gi < 2; gi++)
+            for (int norm = 0; norm < 2; norm++) {
+                be_gating g = gi ? BE_GATING_SOFTMAX_WEIGHT : BE_GATING_SOFTMAX;
+                if (gi && norm) continue; /* softmax over the chosen is normalised already */
+                float scale = norm ? 1.0f : 2.5f;
+                ref_route(l, n, ne, k, g, norm, scale, rids, rw);
+                for (int di = 0; di < n_devs; di++) {
+                    if (!BE_HAS(devs[di].d, moe)) continue;
+                    cx c;
+                    cx_init(&c, &devs[di]);
+                    float *ld = cx_up(&c, l, n * ne * 4), *wd = cx_out(&c, n * k);
+                    int32_t *idd = cx_alloc(&c, n * k * 4);
+                    RUN(&c, BE(c.d, moe_route, ld, n, ne, k, g, norm, scale, idd, wd));
+                    cx_get(&c, w, wd, n * k * 4);
+                    cx_get(&c, ids, idd, n * k * 4);
+                    cx_end(&c);
+                    erracc e = {0};
+                    bool same = !c.bad && memcmp(ids, rids, n * k * 4) == 0;
+                    if (!c.bad) err_add(&e, w, rw, n * k);
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "n=%zu %zu of %zu %s%s", n, k, ne, gi ? "softmax-weight" : "softmax",
+                             norm ? " norm" : "");
+                    report(&c, "moe_route", shape, "f32", same ? err_val(&e) : 1.0, tol_ew());
+                }
+            }
+        free(l), free(w), free(ids), free(rids), free(rw);
+    }
+    /* matmul_id: every weight type; a token's own row (gate, up) or a row
+     * per slot (down); batches across the decode kernels and the grouped
+     * prompt path */
+    static const size_t ns[] = {1, 3, 8, 33, 100};
+    for (int ti = 0; w_mm && ti < W_TYPES; ti++) {
+        cleave_type t = w_types[ti];
+        size_t ne0 = block_elems(t) == 256 ? 512 : 160, ne1 = 48, ne = 6;
+        hmat h = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
+        float *bias = xmalloc(ne * ne1 * 4);
+        fill(bias, ne * ne1, 1.0f);
+        for (size_t ni = 0; ni < 5; ni++)
+            for (size_t k = 1; k <= 3; k += 2)
+                for (int slots = 0; slots < 2; slots++) {
+                    size_t n = ns[ni], xs = slots ? k : 1, rows = n * xs;
+                    float *x = xmalloc(rows * ne0 * 4), *y = xmalloc(n * k * ne1 * 4);
+                    int32_t *ids = xmalloc(n * k * 4);
+                    double *ref = xmalloc(n * k * ne1 * 8);
+                    fill(x, rows * ne0, 1.0f);
+                    rand_ids(ids, n, ne, k);
+                    bool wb = slots; /* a bias with the per-slot rows (gpt-oss's down) */
+                    for (size_t p = 0; p < n * k; p++) {
+                        const float *xr = x + (slots ? p : p / k) * ne0;
+                        for (size_t r = 0; r < ne1; r++) {
+                            const float *wr = h.deq + ((size_t)ids[p] * ne1 + r) * ne0;
+                            double s = wb ? bias[(size_t)ids[p] * ne1 + r] : 0.0;
+                            for (size_t i = 0; i < ne0; i++) s += (double)xr[i] * wr[i];
+                            ref[p * ne1 + r] = s;
+                        }
+                    }
+                    for (int di = 0; di < n_devs; di++) {
+                        if (!BE_HAS(devs[di].d, moe)) continue;
+                        cx c;
+                        cx_init_w(&c, &devs[di], t);
+                        be_mat m = cx_mat(&c, &h, false);
+                        m.ne1 = ne1, m.ne2 = ne, m.nb2 = ne1 * m.nb1;
+                        float *xd = cx_up(&c, x, rows * ne0 * 4), *yd = cx_out(&c, n * k * ne1);
+                        float *bd = wb ? cx_up(&c, bias, ne * ne1 * 4) : NULL;
+                        int32_t *idd = cx_up(&c, ids, n * k * 4);
+                        RUN(&c, BE(c.d, matmul_id, &m, bd, xd, xs, n, k, idd, yd));
+                        cx_get(&c, y, yd, n * k * ne1 * 4);
+                        cx_end(&c);
+                        erracc e = {0};
+                        if (!c.bad) err_add(&e, y, ref, n * k * ne1);
+                        char shape[96];
+                        snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s%s", n, k, ne, ne1, ne0,
+                                 slots ? "row per slot" : "row per token", wb ? " +bias" : "");
+                        report(&c, "matmul_id", shape, tname(t), err_val(&e), tol_mm_n(&devs[di], t, n * k));
+                    }
+                    free(x), free(y), free(ids), free(ref);
+                }
+        free(bias);
+        hmat_free(&h);
+    }
+    static const size_t comb[][3] = {{1, 1, 64}, {7, 2, 96}, {100, 8, 2048}};
+    for (size_t si = 0; w_comb && si < 3; si++) {
+        size_t n = comb[si][0], k = comb[si][1], wd = comb[si][2];
+        float *y = xmalloc(n * k * wd * 4), *w = xmalloc(n * k * 4), *o = xmalloc(n * wd * 4);
+        double *ref = xmalloc(n * wd * 8);
+        fill(y, n * k * wd, 1.0f), fill(w, n * k, 1.0f);
+        for (size_t t = 0; t < n; t++)
+            for (size_t c = 0; c < wd; c++) {
+                double s = 0;
+                for (size_t j = 0; j < k; j++) s += (double)w[t * k + j] * y[(t * k + j) * wd + c];
+                ref[t * wd + c] = s;
+            }
+        for (int di = 0; di < n_devs; di++) {
+            if (!BE_HAS(devs[di].d, moe)) continue;
+            cx c;
+            cx_init(&c, &devs[di]);
+            float *yd = cx_up(&c, y, n * k * wd * 4), *wdd = cx_up(&c, w, n * k * 4), *od = cx_out(&c, n * wd);
+            RUN(&c, BE(c.d, moe_combine, yd, wdd, n, k, wd, od));
+            cx_get(&c, o, od, n * wd * 4);
+            cx_end(&c);
+            erracc e = {0};
+            if (!c.bad) err_add(&e, o, ref, n * wd);
+            char shape[64];
+            snprintf(shape, sizeof shape, "n=%zu k=%zu width %zu", n, k, wd);
+            report(&c, "moe_combine", shape, "f32", err_val(&e), tol_ew());
+        }
+        free(y), free(w), free(o), free(ref);
+    }
+}
 
 /* ---- memory ---------------------------------------------------------------- */
 
@@ -2742,6 +2911,7 @@ int main(int argc, char **argv) {
     test_matmul();
     test_matmul_multi();
     test_ffn();
+    test_moe();
     test_attention();
     /* on GPUs, once more with each decode kernel the default does not take
      * where another applies (options read the switch again) */

@@ -81,6 +81,56 @@ static void ref_matvec(const gguf_tensor *W, const gguf_tensor *b, const float *
     free(xr);
 }
 
+/* The mixture of experts on one token's normed input h, into o: the
+ * router's softmax, the k most probable experts (ties to the lower index),
+ * their probabilities renormalised, each expert's SwiGLU FFN (rows
+ * e * n_ff.. of the stacked gate and up, e * n_embd.. of down) weighted
+ * and summed. */
+static void ref_experts(const model_hparams *hp, const model_layer *L, const float *h, float *o) {
+    size_t e = hp->n_embd, ff = hp->n_ff, ne = hp->n_expert, k = hp->n_expert_used;
+    float *logit = malloc(ne * 4), *gw = deq(L->w_gate), *uw = deq(L->w_up), *dw = deq(L->w_down);
+    double *xr = malloc((e > ff ? e : ff) * sizeof *xr), *act = malloc(ff * sizeof *act);
+    ref_matvec(L->router, NULL, h, logit);
+    double mx = -INFINITY, sum = 0, chosen = 0, p[64];
+    int32_t ids[64];
+    for (size_t i = 0; i < ne; i++) mx = fmax(mx, logit[i]);
+    for (size_t i = 0; i < ne; i++) sum += exp(logit[i] - mx);
+    for (size_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (size_t i = 0; i < ne; i++) {
+            bool taken = false;
+            for (size_t u = 0; u < j; u++) taken |= ids[u] == (int32_t)i;
+            if (!taken && (best < 0 || logit[i] > logit[best])) best = (int32_t)i;
+        }
+        ids[j] = best;
+        chosen += p[j] = exp(logit[best] - mx) / sum;
+    }
+    for (size_t i = 0; i < e; i++) o[i] = 0;
+    for (size_t j = 0; j < k; j++) {
+        size_t x = (size_t)ids[j];
+        ref_round_act(L->w_gate->type, h, xr, e);
+        for (size_t r = 0; r < ff; r++) {
+            double g = 0, u = 0;
+            for (size_t c = 0; c < e; c++) {
+                g += (double)gw[(x * ff + r) * e + c] * xr[c];
+                u += (double)uw[(x * ff + r) * e + c] * xr[c];
+            }
+            g = (float)g, u = (float)u;
+            act[r] = (float)(g / (1.0 + exp(-g)) * u);
+        }
+        float *af = malloc(ff * 4);
+        for (size_t r = 0; r < ff; r++) af[r] = (float)act[r];
+        ref_round_act(L->w_down->type, af, xr, ff);
+        free(af);
+        for (size_t r = 0; r < e; r++) {
+            double acc = 0;
+            for (size_t c = 0; c < ff; c++) acc += (double)dw[(x * e + r) * ff + c] * xr[c];
+            o[r] += (float)(p[j] / chosen) * (float)acc;
+        }
+    }
+    free(logit), free(gw), free(uw), free(dw), free(xr), free(act);
+}
+
 static void ref_rmsnorm(const float *x, const gguf_tensor *wt, float *y, size_t n, float eps) {
     float *w = deq(wt);
     double ss = 0;
@@ -177,10 +227,14 @@ static void ref_token(ref_state *st, int32_t tok, size_t pos, float *logits) {
         ref_matvec(L->wo, NULL, att, o);
         for (size_t i = 0; i < e; i++) x[i] += o[i];
         ref_rmsnorm(x, L->ffn_norm, h, e, hp->norm_eps);
-        ref_matvec(L->w_gate, NULL, h, g);
-        ref_matvec(L->w_up, NULL, h, u);
-        for (size_t i = 0; i < hp->n_ff; i++) g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-        ref_matvec(L->w_down, NULL, g, o);
+        if (L->router) {
+            ref_experts(hp, L, h, o);
+        } else {
+            ref_matvec(L->w_gate, NULL, h, g);
+            ref_matvec(L->w_up, NULL, h, u);
+            for (size_t i = 0; i < hp->n_ff; i++) g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
+            ref_matvec(L->w_down, NULL, g, o);
+        }
         for (size_t i = 0; i < e; i++) x[i] += o[i];
     }
     ref_rmsnorm(x, m->output_norm, h, e, hp->norm_eps);
@@ -337,10 +391,10 @@ static void check_after(double after) {
 }
 
 int main(void) {
-    const char *archs[] = {"llama", "qwen2", "qwen3"};
+    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral"};
     const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
                                  CLEAVE_TYPE_Q8_0};
-    for (size_t a = 0; a < 3; a++) {
+    for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
         for (size_t t = 0; t < 4; t++) {
             const char *path = tu_tiny_model(archs[a], types[t]);
             if (!path) continue;

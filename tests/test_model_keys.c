@@ -152,8 +152,15 @@ static void test_refused(void) {
                    CLEAVE_ERR_FORMAT, "llama.rope.scaling.yarn_beta_fast", NULL);
     expect_refused("zero-orig-ctx", (kvs){{{"rope.scaling.original_context_length", 'u', 0, 0}}},
                    CLEAVE_ERR_FORMAT, "llama.rope.scaling.original_context_length", NULL);
+    /* llama with experts is Mixtral: its expert tensors must be there */
     expect_refused("moe", (kvs){{{"expert_count", 'u', 0, 8}, {"expert_used_count", 'u', 0, 2}}},
-                   CLEAVE_ERR_UNSUPPORTED, "llama.expert_count", "mixture-of-experts");
+                   CLEAVE_ERR_FORMAT, "missing tensor", "blk.0.ffn_gate_inp.weight");
+    expect_refused("moe-no-used", (kvs){{{"expert_count", 'u', 0, 8}}}, CLEAVE_ERR_FORMAT,
+                   "llama.expert_used_count", NULL);
+    expect_refused("moe-used-over", (kvs){{{"expert_count", 'u', 0, 4}, {"expert_used_count", 'u', 0, 8}}},
+                   CLEAVE_ERR_FORMAT, "8 experts used of 4", NULL);
+    expect_refused("shared-experts", (kvs){{{"expert_shared_count", 'u', 0, 2}}}, CLEAVE_ERR_UNSUPPORTED,
+                   "llama.expert_shared_count", "shared experts");
     expect_refused("logit-scale", (kvs){{{"logit_scale", 'f', 0, 0.125}}}, CLEAVE_ERR_UNSUPPORTED,
                    "llama.logit_scale", NULL);
     expect_refused("final-softcap", (kvs){{{"final_logit_softcapping", 'f', 0, 30}}},

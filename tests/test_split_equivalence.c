@@ -212,8 +212,8 @@ static void refusals(const char *path) {
 int main(void) {
     const char *stories = tu_stories_model();
     if (stories) compare_model("stories260K", stories);
-    const char *archs[] = {"llama", "qwen2", "qwen3"};
-    for (int a = 0; a < 3; a++) {
+    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral"};
+    for (int a = 0; a < 5; a++) {
         const char *p = tu_tiny_model(archs[a], CLEAVE_TYPE_F32);
         char label[32];
         snprintf(label, sizeof label, "tiny %s", archs[a]);
@@ -222,6 +222,9 @@ int main(void) {
     /* q8_0 weights: the tensor split cuts o and down between 32-blocks */
     const char *q8 = tu_tiny_model("llama", CLEAVE_TYPE_Q8_0);
     if (q8) compare_model("tiny llama q8_0", q8);
+    /* and each expert's rows and columns */
+    const char *moe_q8 = tu_tiny_model("qwen3moe", CLEAVE_TYPE_Q8_0);
+    if (moe_q8) compare_model("tiny qwen3moe q8_0", moe_q8);
     const char *p = tu_tiny_model("llama", CLEAVE_TYPE_F32);
     if (p) refusals(p);
     return tu_finish("test_split_equivalence");

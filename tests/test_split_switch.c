@@ -419,5 +419,7 @@ int main(void) {
     if (llama) check_model("tiny llama f32", llama, "cpu:2", uneven2, 2);
     const char *qwen3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F32);
     if (qwen3) check_model("tiny qwen3 f32", qwen3, "cpu:3", NULL, 3);
+    const char *moe = tu_tiny_model("qwen3moe", CLEAVE_TYPE_F32);
+    if (moe) check_model("tiny qwen3moe f32", moe, "cpu:2", uneven2, 2);
     return tu_finish("test_split_switch");
 }

@@ -339,6 +339,7 @@ int main(void) {
     const char *stories = tu_stories_model();
     const char *llama = tu_tiny_model("llama", CLEAVE_TYPE_F16);
     const char *qwen3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F16);
+    const char *mixtral = tu_tiny_model("mixtral", CLEAVE_TYPE_F16);
     const placement layer2 = {"cpu:2", CLEAVE_SPLIT_LAYER, CLEAVE_KV_VRAM_ALL, CLEAVE_TYPE_F16, "layer, cpu:2"};
     const placement to[] = {
         {NULL, CLEAVE_SPLIT_NONE, CLEAVE_KV_VRAM_ALL, CLEAVE_TYPE_F16, "none, cpu"},
@@ -351,7 +352,7 @@ int main(void) {
     /* the same arithmetic wherever a layer runs whole: bit for bit; a
      * tensor split adds partial sums in another order */
     const bool bitwise[] = {true, true, false, true, true, false};
-    const char *models[] = {stories, llama, qwen3};
+    const char *models[] = {stories, llama, qwen3, mixtral};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         if (models[i]) round_trips(models[i], &layer2, to, sizeof to / sizeof *to, bitwise);
     if (stories) corruption(stories, qwen3);

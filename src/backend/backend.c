@@ -23,6 +23,7 @@ unsigned be_caps(const be_device *d) {
     }
     if (o->tier) caps |= BE_CAP_TIER;
     if (o->sample) caps |= BE_CAP_SAMPLE;
+    if (o->moe) caps |= BE_CAP_MOE;
     return caps;
 }
 

@@ -24,12 +24,15 @@ extern "C" {
 typedef struct be_device be_device;
 
 /* A 2-D weight matrix stored on a device: ne1 rows of ne0 elements, rows
- * nb1 bytes apart. type is any cleave_type. */
+ * nb1 bytes apart. type is any cleave_type. A mixture of experts' weights
+ * are ne2 such matrices (one per expert), nb2 bytes apart; ne2 of 0 or 1
+ * is one matrix. */
 typedef struct be_mat {
     const void *data;
     cleave_type type;
     size_t ne0, ne1;
     size_t nb1;
+    size_t ne2, nb2;
     /* NULL: rows as in GGUF. Set by a device's upload_mat for Q8_0 in its
      * split layout: data holds the int8 weights ([ne1][ne0], nb1 = ne0)
      * and scales the f16 scale of every 32 ([ne1][ne0 / 32]). */
@@ -191,6 +194,40 @@ typedef struct be_fused_ops {
                          const float *x, size_t n, float *tmp, float *y);
 } be_fused_ops;
 
+/* How a token's expert weights come from its router logits. */
+typedef enum be_gating {
+    /* softmax over all experts; the k most probable chosen, their
+     * probabilities renormalised to sum to 1 where norm is set (Qwen3-MoE,
+     * Mixtral) */
+    BE_GATING_SOFTMAX,
+    /* the k largest logits chosen, softmax over those k (gpt-oss) */
+    BE_GATING_SOFTMAX_WEIGHT,
+} be_gating;
+
+/* Optional table (NULL = this device runs no mixture-of-experts layers),
+ * every member required within. Expert weights are be_mats of ne2
+ * experts; ids and weights are device memory. */
+typedef struct be_moe_ops {
+    /* Each of n tokens' k experts out of n_expert from its row of logits
+     * ([n][n_expert], unchanged): ids[n][k] in descending order of logit
+     * (ties to the lower index), weights[n][k] as gating says, then times
+     * scale. */
+    cleave_status (*route)(be_device *d, const float *logits, size_t n, size_t n_expert, size_t k,
+                           be_gating gating, bool norm, float scale, int32_t *ids, float *weights);
+    /* y[i][j] = x_ij . w[ids[i][j]]^T (+ bias[ids[i][j]]) for token i < n
+     * and slot j < k, y being [n][k][w.ne1]: the k experts each token
+     * chose. x_ij is row i of x ([n][w.ne0]) when x_slots is 1 (the gate
+     * and up projections read the token's one input), row i * k + j when
+     * x_slots is k (the down projection reads each slot's own).
+     * bias: [w.ne2][w.ne1] f32, or NULL. */
+    cleave_status (*matmul_id)(be_device *d, const be_mat *w, const float *bias, const float *x,
+                               size_t x_slots, size_t n, size_t k, const int32_t *ids, float *y);
+    /* out[i] = sum over j < k of weights[i][j] * y[i][j], rows of width
+     * floats (y as matmul_id writes it). */
+    cleave_status (*combine)(be_device *d, const float *y, const float *weights, size_t n, size_t k,
+                             size_t width, float *out);
+} be_moe_ops;
+
 /* Optional table (NULL = unsupported), every member required within:
  * record the ops issued between begin and end into a graph that launch
  * replays with the same pointers (CUDA graphs). Memory ops
@@ -276,6 +313,7 @@ typedef struct be_ops {
     const be_graph_ops *graph;     /* optional */
     const be_peer_ops *peer;       /* optional */
     const be_tier_ops *tier;       /* optional */
+    const be_moe_ops *moe;         /* optional */
     /* Optional: samples n_rows rows of logits (device memory, ld floats
      * apart) by the algorithm of sample/sample_rows.h, rows[i] the
      * parameters of row i (host memory); tokens[i] and outcomes[i]
@@ -303,6 +341,7 @@ typedef enum be_cap {
     BE_CAP_COPY2D = 1u << 9, /* copy2d_from (implies BE_CAP_PEER) */
     BE_CAP_TIER = 1u << 10,
     BE_CAP_SAMPLE = 1u << 11,
+    BE_CAP_MOE = 1u << 12,
 } be_cap;
 
 /* The capability bits of d, from which tables and members it fills (0 for

@@ -190,6 +190,26 @@ static inline cleave_status be_copy2d_from(be_device *d, void *dst, size_t dpitc
     return d->ops->peer->copy2d_from(d, dst, dpitch, from, src, spitch, width, height, ready);
 }
 
+/* ---- mixtures of experts (optional) ---------------------------------- */
+
+static inline cleave_status be_moe_route(be_device *d, const float *logits, size_t n,
+                                         size_t n_expert, size_t k, be_gating gating, bool norm,
+                                         float scale, int32_t *ids, float *weights) {
+    if (!d->ops->moe) return be_unsupported(d, "mixture-of-experts ops");
+    return d->ops->moe->route(d, logits, n, n_expert, k, gating, norm, scale, ids, weights);
+}
+static inline cleave_status be_matmul_id(be_device *d, const be_mat *w, const float *bias,
+                                         const float *x, size_t x_slots, size_t n, size_t k,
+                                         const int32_t *ids, float *y) {
+    if (!d->ops->moe) return be_unsupported(d, "mixture-of-experts ops");
+    return d->ops->moe->matmul_id(d, w, bias, x, x_slots, n, k, ids, y);
+}
+static inline cleave_status be_moe_combine(be_device *d, const float *y, const float *weights,
+                                           size_t n, size_t k, size_t width, float *out) {
+    if (!d->ops->moe) return be_unsupported(d, "mixture-of-experts ops");
+    return d->ops->moe->combine(d, y, weights, n, k, width, out);
+}
+
 /* ---- tiered KV cache (optional) -------------------------------------- */
 
 static inline size_t be_tier_granularity(be_device *d) {

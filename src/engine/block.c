@@ -83,9 +83,31 @@ cleave_status engine_attention(placement *pl, const engine_layer *E,
     return be_matmul(d, &E->wo, s->att, n, NULL, out);
 }
 
+/* A mixture of experts: the router's logits, each token's chosen experts
+ * and weights, their gate and up projections (a row per token and expert),
+ * SwiGLU, their down projections, and the weighted sum into out. Under a
+ * tensor split every device routes alike and runs its rows of each
+ * expert; the all-reduce sums the parts as for a dense FFN. */
+static cleave_status experts_ffn(placement *pl, const engine_layer *E, const engine_scratch *s, size_t n,
+                                 float *out) {
+    const model_hparams *hp = &pl->model->hp;
+    be_device *d = pl->devs[E->dev].dev;
+    size_t k = hp->n_expert_used;
+    be_gating g = hp->expert_gating == GATING_SOFTMAX_WEIGHT ? BE_GATING_SOFTMAX_WEIGHT : BE_GATING_SOFTMAX;
+    TRY(be_matmul(d, &E->router, s->h, n, NULL, s->router));
+    TRY(be_moe_route(d, s->router, n, hp->n_expert, k, g, hp->expert_norm, hp->expert_scale, s->expert_ids,
+                     s->expert_w));
+    TRY(be_matmul_id(d, &E->w_gate, NULL, s->h, 1, n, k, s->expert_ids, s->gate));
+    TRY(be_matmul_id(d, &E->w_up, NULL, s->h, 1, n, k, s->expert_ids, s->up));
+    TRY(be_swiglu(d, s->gate, s->up, s->gate, n * k * E->w_up.ne1));
+    TRY(be_matmul_id(d, &E->w_down, NULL, s->gate, k, n, k, s->expert_ids, s->expert_out));
+    return be_moe_combine(d, s->expert_out, s->expert_w, n, k, hp->n_embd, out);
+}
+
 cleave_status engine_ffn(placement *pl, const engine_layer *E, const engine_scratch *s,
                          size_t n, float *out) {
     be_device *d = pl->devs[E->dev].dev;
+    if (E->router.data) return experts_ffn(pl, E, s, n, out);
     if (be_has(d, BE_CAP_FFN)) return be_ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
     if (be_has(d, BE_CAP_MATMUL_SWIGLU)) {
         TRY(be_matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));

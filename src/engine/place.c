@@ -152,6 +152,51 @@ static cleave_status place_cols(placement *pl, const placement *src, int d, cons
     return st;
 }
 
+/* Expert tensor t ([ne0, ne1, n_expert]) onto device d as one be_mat of
+ * n_expert matrices: rows [lo, hi) of each expert, or (by_cols) columns
+ * [lo, hi) of every row. Bytes as the file has them (no upload_mat
+ * layout: the expert kernels read GGUF's blocks), mapped where the device
+ * reads the file in place. Always from the file: a switch reads the
+ * mapped file for experts instead of copying them from the other
+ * placement. */
+static cleave_status place_experts(placement *pl, int d, const gguf_tensor *t, bool by_cols, size_t lo,
+                                   size_t hi, be_mat *m) {
+    size_t ne0 = (size_t)t->ne[0], ne1 = (size_t)t->ne[1], ne2 = (size_t)t->ne[2], be = 1;
+    size_t nb1 = quant_row_bytes(t->type, ne0);
+    bool whole = lo == 0 && hi == (by_cols ? ne0 : ne1);
+    memset(m, 0, sizeof *m);
+    if (!quant_type_info(t->type, NULL, &be, NULL)) return err_set(CLEAVE_ERR_UNSUPPORTED, "%s: type", t->name);
+    if (by_cols && !whole && (lo % be || (hi % be && hi != ne0)))
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "tensor split: columns [%zu, %zu) of %s cut through its %zu-element blocks", lo, hi,
+                       t->name, be);
+    m->type = (cleave_type)t->type;
+    m->ne0 = by_cols ? hi - lo : ne0;
+    m->ne1 = by_cols ? ne1 : hi - lo;
+    m->nb1 = by_cols ? quant_row_bytes(t->type, m->ne0) : nb1;
+    m->ne2 = ne2;
+    m->nb2 = m->ne1 * m->nb1;
+    size_t bytes = ne2 * m->nb2;
+    if (!bytes) return CLEAVE_OK;
+    if (whole && maps_file(pl, d) && (m->data = be_map_host(pl->devs[d].dev, t->data, bytes))) return CLEAVE_OK;
+    const char *host = t->data;
+    char *buf = NULL;
+    if (!whole) { /* gather the slice of every row (by_cols) or of every expert */
+        if (!(buf = mem_alloc(bytes, t->name))) return CLEAVE_ERR_OOM;
+        size_t off = by_cols ? quant_row_bytes(t->type, lo) : 0;
+        for (size_t e = 0; e < ne2; e++)
+            for (size_t r = 0; r < m->ne1; r++)
+                memcpy(buf + e * m->nb2 + r * m->nb1,
+                       (const char *)t->data + (e * ne1 + (by_cols ? r : lo + r)) * nb1 + off, m->nb1);
+        host = buf;
+    }
+    void *p = engine_dev_alloc(pl, d, bytes, t->name);
+    cleave_status st = p ? be_write(pl->devs[d].dev, p, host, bytes) : CLEAVE_ERR_OOM;
+    free(buf);
+    m->data = p;
+    return st ? st : placed(pl, bytes);
+}
+
 /* Elements [i0, i0 + n) of a vector as f32 on device d (NULL tensor or
  * n == 0 -> NULL). */
 static cleave_status place_vec_range(placement *pl, const placement *src, int d, const gguf_tensor *t,
@@ -215,6 +260,14 @@ static cleave_status place_block_piece(placement *pl, const placement *src, enum
     size_t f0 = f.lo, f1 = f.hi;
     size_t q0 = h.lo * G * hd, q1 = h.hi * G * hd, k0 = h.lo * hd, k1 = h.hi * hd;
     cleave_status st;
+    if (p == RESHARD_FF_ROWS && L->router) { /* experts: the router whole, each expert's rows */
+        if ((st = place_mat(pl, src, d, L->router, &E->router)) ||
+            (st = place_experts(pl, d, L->w_gate, false, f0, f1, &E->w_gate)) ||
+            (st = place_experts(pl, d, L->w_up, false, f0, f1, &E->w_up)) ||
+            (st = place_experts(pl, d, L->w_down, true, f0, f1, &E->w_down)))
+            return st;
+        return CLEAVE_OK;
+    }
     if (p == RESHARD_FF_ROWS) {
         const gguf_tensor *ft[2] = {L->w_gate, L->w_up};
         const size_t fr0[2] = {f0, f0}, fr1[2] = {f1, f1};
@@ -324,6 +377,7 @@ void engine_release_piece(placement *pl, enum reshard_piece p, uint32_t l, int d
         engine_layer *E = tensor ? &pl->slices[d][l] : &pl->layers[l];
         if (p == RESHARD_FF_ROWS) {
             release_mat(pl, d, &E->w_gate), release_mat(pl, d, &E->w_up), release_mat(pl, d, &E->w_down);
+            release_mat(pl, d, &E->router);
             return;
         }
         release_mat(pl, d, &E->wq), release_mat(pl, d, &E->wk), release_mat(pl, d, &E->wv);

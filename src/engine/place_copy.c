@@ -2,7 +2,8 @@
  * devices (a split-mode switch): each slice a device needs is copied from
  * the devices that hold it now, device to device (peer copies, or staged
  * through pinned host memory), in the layout the devices keep it in.
- * Nothing is read from the model file. */
+ * Nothing is read from the model file, except experts' weights (place.c
+ * places those from the file). */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@ static const struct {
     {offsetof(model_layer, bv), offsetof(engine_layer, bv), RANGE_K, true, false},
     {offsetof(model_layer, q_norm), offsetof(engine_layer, q_norm), RANGE_ALL, true, false},
     {offsetof(model_layer, k_norm), offsetof(engine_layer, k_norm), RANGE_ALL, true, false},
+    {offsetof(model_layer, router), offsetof(engine_layer, router), RANGE_ALL, false, false},
 };
 
 /* One device's part of a tensor: its matrix or vector, and the range of

@@ -33,6 +33,8 @@ static cleave_status alloc_scratch(placement *pl, int d) {
         [PLAN_SCRATCH_IDS] = (void **)&s->ids, [PLAN_SCRATCH_POS] = (void **)&s->pos,
         [PLAN_SCRATCH_SEQ] = (void **)&s->seq, [PLAN_SCRATCH_CELLS] = (void **)&s->cells,
         [PLAN_SCRATCH_WIN] = (void **)&s->win, [PLAN_SCRATCH_LIVE] = (void **)&s->n_kv_live,
+        [PLAN_SCRATCH_ROUTER] = (void **)&s->router, [PLAN_SCRATCH_EXPERT_IDS] = (void **)&s->expert_ids,
+        [PLAN_SCRATCH_EXPERT_W] = (void **)&s->expert_w, [PLAN_SCRATCH_EXPERT_OUT] = (void **)&s->expert_out,
     };
     for (size_t i = 0; i < PLAN_SCRATCH_COUNT; i++) {
         if (!bytes[i]) continue;
@@ -72,7 +74,7 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
         const model_layer *L = &m->layers[l];
         const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
                                    L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->w_gate, L->w_up,
-                                   L->w_down};
+                                   L->w_down, L->router};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) layer_bytes[l] += tensor_bytes(ts[j]);
         /* what a tensor split divides by kv head, and by FFN row */
         const gguf_tensor *at[] = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv};
@@ -229,6 +231,12 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
     for (uint32_t l = 0; !tensor && l < model->hp.n_layer; l++) pl->devs[pl->plan.layer_device[l]].active = true;
     for (size_t d = 0; tensor && d < pl->n_dev; d++) pl->devs[d].active = pl->plan.shares[d] > 0;
     for (size_t d = 0; d < pl->n_dev; d++) n_active += pl->devs[d].active;
+    for (size_t d = 0; model->hp.n_expert && d < pl->n_dev; d++)
+        if (pl->devs[d].active && !be_has(pl->devs[d].dev, BE_CAP_MOE)) {
+            st = err_set(CLEAVE_ERR_UNSUPPORTED, "device '%s' runs no mixture-of-experts layers (%s has %u experts)",
+                         be_name(pl->devs[d].dev), model->hp.arch_name, model->hp.n_expert);
+            goto fail;
+        }
     pl->progress = p->progress;
     pl->progress_user = p->progress_user;
     pl->n_ubatch = p->n_ubatch;

@@ -20,7 +20,8 @@
  * next block's attn_norm, or output_norm), on this block's device. */
 typedef struct engine_layer {
     int dev;
-    be_mat wq, wk, wv, wo, w_gate, w_up, w_down;
+    be_mat wq, wk, wv, wo, w_gate, w_up, w_down; /* experts: gate, up and down of each */
+    be_mat router;                               /* experts: the router, else empty */
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *next_norm;
 } engine_layer;
 
@@ -65,6 +66,10 @@ typedef struct engine_scratch {
     int32_t *ids, *pos, *seq, *cells;
     int32_t *win; /* [n][2]: each token's cell window (kv_cells_window), with sequence regions */
     int32_t *n_kv_live; /* live cell count for recorded decode graphs */
+    float *router;        /* experts: [n][n_expert] router logits */
+    int32_t *expert_ids;  /* [n][n_expert_used] each token's chosen experts */
+    float *expert_w;      /* [n][n_expert_used] their weights */
+    float *expert_out;    /* [n][n_expert_used][n_embd] their outputs */
 } engine_scratch;
 
 /* One device of the placement: its activation scratch (on devices that

@@ -23,21 +23,39 @@ typedef struct {
     uint32_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_base;
     bool tied, llama3_rope;
+    /* experts: how many, how many a token uses, and the dense FFN width the
+     * file's feed_forward_length states (n_ff is each expert's); family:
+     * what --arch calls it where that is not the GGUF architecture
+     * (Mixtral is llama with experts) */
+    uint32_t n_expert, n_expert_used, n_ff_key;
+    const char *family;
 } gen_preset;
 
 static const gen_preset presets[] = {
     /* small shapes that exercise GQA, odd-ish sizes, and head_dim != n_embd/n_head (qwen3) */
-    {"tiny", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 10000.0f, false, false},
-    {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 16, 128, 320, 512, 1000000.0f, true, false},
-    {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 32, 96, 320, 512, 1000000.0f, false, false},
+    {"tiny", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 10000.0f, false, false, 0, 0, 0, NULL},
+    {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 16, 128, 320, 512, 1000000.0f, true, false, 0, 0, 0, NULL},
+    {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 32, 96, 320, 512, 1000000.0f, false, false, 0, 0, 0, NULL},
     /* small but GPU-shaped: rows of whole 256-weight groups, head size 64 */
-    {"small", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, false, false},
+    {"small", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, false, false, 0, 0, 0, NULL},
     /* real model shapes */
-    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, true, true},
-    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, true},
-    {"32b", "qwen2", 5120, 64, 40, 8, 128, 27648, 152064, 32768, 1000000.0f, false, false},
-    {"70b", "llama", 8192, 80, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false, false},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, true, true, 0, 0, 0, NULL},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, true, 0, 0, 0, NULL},
+    {"32b", "qwen2", 5120, 64, 40, 8, 128, 27648, 152064, 32768, 1000000.0f, false, false, 0, 0, 0, NULL},
+    {"70b", "llama", 8192, 80, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false, false, 0, 0, 0, NULL},
+    /* mixtures of experts: tiny ones for tests (k of 3 and 2, rows of whole
+     * 32-weight blocks so a tensor split can cut them), and real shapes */
+    {"tiny-qwen3moe", "qwen3moe", 64, 2, 4, 2, 32, 64, 320, 512, 1000000.0f, false, false, 8, 3, 192, NULL},
+    {"tiny-mixtral", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 1000000.0f, false, false, 4, 2, 96, "mixtral"},
+    {"small-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 256, 512, 2048, 1000000.0f, false, false, 16, 4, 1024, NULL},
+    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 768, 151936, 40960, 1000000.0f, false, false, 128, 8,
+     6144, NULL},
+    {"mixtral-8x7b", "llama", 4096, 32, 32, 8, 128, 14336, 32000, 32768, 1000000.0f, false, false, 8, 2, 14336,
+     "mixtral"},
 };
+
+/* What --arch names a preset by. */
+static const char *family_of(const gen_preset *p) { return p->family ? p->family : p->arch; }
 
 /* One random block of whole quant blocks, tiled over every tensor. */
 #define GEN_BLOCK_ELEMS (1u << 16)
@@ -102,16 +120,24 @@ static cleave_status fill_tiled(void *user, size_t index, size_t at, void *dst, 
     return CLEAVE_OK;
 }
 
-static cleave_status add_matrix(gguf_writer *w, gen_state *g, const char *name, uint64_t ne0,
-                                uint64_t ne1) {
-    uint64_t ne[2] = {ne0, ne1};
+/* A matrix, or with ne2 > 1 a stack of ne2 (experts), in the mixture's
+ * type for it; the router stays f32, as llama.cpp's quantizer leaves it. */
+static cleave_status add_tensor(gguf_writer *w, gen_state *g, const char *name, uint64_t ne0, uint64_t ne1,
+                                uint64_t ne2) {
+    uint64_t ne[3] = {ne0, ne1, ne2};
     cleave_type wanted, type = quant_mix_tensor_type(g->mix, g->pure, &g->facts, name, ne0, &wanted);
+    if (strstr(name, "ffn_gate_inp")) type = CLEAVE_TYPE_F32;
     size_t index;
-    cleave_status st = gguf_writer_add_tensor(w, name, type, 2, ne, NULL, fill_tiled, g, &index);
+    cleave_status st = gguf_writer_add_tensor(w, name, type, ne2 > 1 ? 3 : 2, ne, NULL, fill_tiled, g, &index);
     if (st) return st;
     if (index >= g->n_tensor_type) return err_set(CLEAVE_ERR_INTERNAL, "gen: tensor table too small");
     g->tensor_type[index] = type;
     return CLEAVE_OK;
+}
+
+static cleave_status add_matrix(gguf_writer *w, gen_state *g, const char *name, uint64_t ne0,
+                                uint64_t ne1) {
+    return add_tensor(w, g, name, ne0, ne1, 1);
 }
 
 static cleave_status add_vector(gguf_writer *w, const char *name, const float *data, uint64_t n) {
@@ -124,7 +150,8 @@ static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, const quan
         .n_vocab = p->n_vocab, .n_embd = p->n_embd, .n_layer = p->n_layer, .n_head = p->n_head,
         .n_head_kv = p->n_head_kv, .head_dim = p->head_dim, .n_ff = p->n_ff,
         .n_ctx_train = p->n_ctx, .n_rot = p->head_dim, .norm_eps = 1e-5f,
-        .rope_freq_base = p->rope_base,
+        .rope_freq_base = p->rope_base, .n_expert = p->n_expert, .n_expert_used = p->n_expert_used,
+        .n_ff_key = p->n_ff_key,
     };
     snprintf(hp.arch_name, sizeof hp.arch_name, "%s", p->arch);
     char name[64];
@@ -140,7 +167,7 @@ static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, const quan
 static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_preset *p) {
     uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim,
              kv = (uint64_t)p->n_head_kv * p->head_dim, ff = p->n_ff;
-    bool bias = strcmp(p->arch, "qwen2") == 0, qk_norm = strcmp(p->arch, "qwen3") == 0;
+    bool bias = strcmp(p->arch, "qwen2") == 0, qk_norm = !strcmp(p->arch, "qwen3") || !strcmp(p->arch, "qwen3moe");
     cleave_status st = add_matrix(w, g, "token_embd.weight", e, p->n_vocab);
     if (!st) st = add_vector(w, "output_norm.weight", g->ones, e);
     if (!st && !p->tied) st = add_matrix(w, g, "output.weight", e, p->n_vocab);
@@ -148,6 +175,7 @@ static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_pre
     char name[96];
     for (uint32_t l = 0; !st && l < p->n_layer; l++) {
 #define M(fmt, a, b) if (!st) { snprintf(name, sizeof name, fmt, l); st = add_matrix(w, g, name, a, b); }
+#define E(fmt, a, b, c) if (!st) { snprintf(name, sizeof name, fmt, l); st = add_tensor(w, g, name, a, b, c); }
 #define V(fmt, data, n) if (!st) { snprintf(name, sizeof name, fmt, l); st = add_vector(w, name, data, n); }
         V("blk.%u.attn_norm.weight", g->ones, e);
         M("blk.%u.attn_q.weight", e, q);
@@ -165,10 +193,19 @@ static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_pre
         }
         M("blk.%u.attn_output.weight", q, e);
         V("blk.%u.ffn_norm.weight", g->ones, e);
-        M("blk.%u.ffn_gate.weight", e, ff);
-        M("blk.%u.ffn_up.weight", e, ff);
-        M("blk.%u.ffn_down.weight", ff, e);
+        if (p->n_expert) {
+            uint64_t ne = p->n_expert;
+            M("blk.%u.ffn_gate_inp.weight", e, ne);
+            E("blk.%u.ffn_gate_exps.weight", e, ff, ne);
+            E("blk.%u.ffn_up_exps.weight", e, ff, ne);
+            E("blk.%u.ffn_down_exps.weight", ff, e, ne);
+        } else {
+            M("blk.%u.ffn_gate.weight", e, ff);
+            M("blk.%u.ffn_up.weight", e, ff);
+            M("blk.%u.ffn_down.weight", ff, e);
+        }
 #undef M
+#undef E
 #undef V
     }
     return st;
@@ -196,7 +233,7 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
                               void *progress_user) {
     if (!preset || !out_gguf) return err_set(CLEAVE_ERR_INVALID_ARG, "gen: preset and output required");
     char want[32];
-    if (arch && strcmp(preset, "tiny") == 0 && strcmp(arch, "llama") != 0)
+    if (arch && (!strcmp(preset, "tiny") || !strcmp(preset, "small")) && strcmp(arch, "llama") != 0)
         snprintf(want, sizeof want, "tiny-%s", arch);
     else
         snprintf(want, sizeof want, "%s", preset);
@@ -204,10 +241,11 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, want) == 0) p = &presets[i];
     if (!p) return err_set(CLEAVE_ERR_INVALID_ARG,
-                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3], small, 1b, 8b, 32b, 70b)",
+                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3|qwen3moe|mixtral], small [--arch qwen3moe], "
+                           "1b, 8b, 32b, 70b, qwen3-30b-a3b, mixtral-8x7b)",
                            want);
-    if (arch && strcmp(arch, p->arch) != 0)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "preset %s is a %s model", p->name, p->arch);
+    if (arch && strcmp(arch, family_of(p)) != 0)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "preset %s is a %s model", p->name, family_of(p));
 
     gen_state g = {.mix = mix, .pure = pure};
     g.facts = (quant_mix_model){

@@ -11,17 +11,22 @@
 #include "base/mem.h"
 #include "quant/quant.h"
 
+/* Whether an architecture's blocks have a mixture of experts. */
+enum arch_experts { EXPERTS_NEVER, EXPERTS_OPTIONAL, EXPERTS_ALWAYS };
+
 typedef struct {
     const char *name;
     enum model_arch arch;
     bool rope_neox, qkv_bias, qk_norm;
+    enum arch_experts experts; /* llama with expert_count > 0 is Mixtral */
 } arch_row;
 
 static const arch_row arch_table[] = {
-    {"llama", ARCH_LLAMA, false, false, false},
-    {"mistral", ARCH_LLAMA, false, false, false},
-    {"qwen2", ARCH_QWEN2, true, true, false},
-    {"qwen3", ARCH_QWEN3, true, false, true},
+    {"llama", ARCH_LLAMA, false, false, false, EXPERTS_OPTIONAL},
+    {"mistral", ARCH_LLAMA, false, false, false, EXPERTS_NEVER},
+    {"qwen2", ARCH_QWEN2, true, true, false, EXPERTS_NEVER},
+    {"qwen3", ARCH_QWEN3, true, false, true, EXPERTS_NEVER},
+    {"qwen3moe", ARCH_QWEN3MOE, true, false, true, EXPERTS_ALWAYS},
 };
 
 static const arch_row *arch_find(const char *name, size_t len) {
@@ -46,6 +51,42 @@ static cleave_status hp_f32(const gguf_file *f, const char *arch, const char *su
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (!required && gguf_find_key(f, key) < 0) return CLEAVE_OK;
     return gguf_get_f32(f, key, out);
+}
+
+/* The mixture of experts, as llama.cpp reads it for these architectures:
+ * softmax routing renormalised over the chosen experts, each expert's FFN
+ * expert_feed_forward_length wide (n_ff / n_expert_used without it, as
+ * llama.cpp), no scale (the key is not read for these architectures). */
+static cleave_status read_experts(const gguf_file *f, const arch_row *ar, const char *arch,
+                                  model_hparams *hp) {
+    cleave_status st;
+    hp->n_ff_key = hp->n_ff;
+    hp->expert_scale = 1.0f;
+    if ((st = hp_u32(f, arch, "expert_count", ar->experts == EXPERTS_ALWAYS, &hp->n_expert)) ||
+        (st = hp_u32(f, arch, "expert_used_count", hp->n_expert > 0, &hp->n_expert_used)))
+        return st;
+    if (!hp->n_expert && !hp->n_expert_used) {
+        if (ar->experts == EXPERTS_ALWAYS)
+            return err_set(CLEAVE_ERR_FORMAT, "%s.expert_count is 0: a %s model has experts", arch, arch);
+        return CLEAVE_OK;
+    }
+    if (ar->experts == EXPERTS_NEVER)
+        return err_set(CLEAVE_ERR_UNSUPPORTED,
+                       "%s.expert_count = %u: cleave runs experts in llama (Mixtral) and qwen3moe "
+                       "models, not in %s", arch, hp->n_expert, arch);
+    if (hp->n_expert > 512 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert ||
+        hp->n_expert_used > 32)
+        return err_set(CLEAVE_ERR_FORMAT,
+                       "%s: %u experts used of %u: need 1 to 32 used of at most 512", arch,
+                       hp->n_expert_used, hp->n_expert);
+    uint32_t ff = hp->n_ff / hp->n_expert_used;
+    if ((st = hp_u32(f, arch, "expert_feed_forward_length", false, &ff))) return st;
+    if (ff == 0 || ff > (1u << 22))
+        return err_set(CLEAVE_ERR_FORMAT, "%s.expert_feed_forward_length %u", arch, ff);
+    hp->n_ff = ff;
+    hp->expert_gating = GATING_SOFTMAX;
+    hp->expert_norm = true;
+    return CLEAVE_OK;
 }
 
 static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const char *arch,
@@ -77,6 +118,7 @@ static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const 
                        "implausible hyperparameters: n_embd=%u n_layer=%u n_ff=%u n_head=%u "
                        "n_head_kv=%u (n_head must be a multiple of n_head_kv)",
                        hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv);
+    if ((st = read_experts(f, ar, arch, hp))) return st;
     hp->head_dim = hp->n_embd / hp->n_head;
     if ((st = hp_u32(f, arch, "attention.key_length", false, &hp->head_dim))) return st;
     uint32_t v_len = hp->head_dim;
@@ -99,6 +141,14 @@ static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const 
     return model_read_arith_keys(f, hp);
 }
 
+static cleave_status type_ok(const gguf_tensor *t, const char *name) {
+    if (quant_type_supported(t->type)) return CLEAVE_OK;
+    const char *tn = "unknown";
+    quant_type_info(t->type, &tn, NULL, NULL);
+    return err_set(CLEAVE_ERR_UNSUPPORTED, "tensor '%s' has type %s; cleave runs %s", name, tn,
+                   quant_supported_list());
+}
+
 /* Finds a tensor, checks dims and type. ne1 == 0 means a 1-D tensor. */
 static cleave_status want(const gguf_shards *f, bool required, const gguf_tensor **out,
                           uint64_t ne0, uint64_t ne1, const char *fmt, int layer) {
@@ -115,14 +165,30 @@ static cleave_status want(const gguf_shards *f, bool required, const gguf_tensor
                        name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                        (unsigned long long)t->ne[2], t->n_dims, (unsigned long long)ne0,
                        (unsigned long long)(ne1 ? ne1 : 1));
-    if (!quant_type_supported(t->type)) {
-        const char *tn = "unknown";
-        quant_type_info(t->type, &tn, NULL, NULL);
+    return type_ok(t, name);
+}
+
+/* An expert tensor: [ne0, ne1, n_expert]. A file with one tensor per
+ * expert (llama.cpp's older Mixtral conversions) is refused by name. */
+static cleave_status want_experts(const gguf_shards *f, const gguf_tensor **out, uint64_t ne0,
+                                  uint64_t ne1, uint64_t n_expert, const char *what, int layer) {
+    char name[96], old[96];
+    snprintf(name, sizeof name, "blk.%d.%s_exps.weight", layer, what);
+    snprintf(old, sizeof old, "blk.%d.%s.0.weight", layer, what);
+    const gguf_tensor *t = *out = gguf_shards_find_tensor(f, name);
+    if (!t && gguf_shards_find_tensor(f, old))
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "tensor '%s' has type %s; cleave runs %s", name, tn,
-                       quant_supported_list());
-    }
-    return CLEAVE_OK;
+                       "tensor '%s': one tensor per expert (an older conversion); cleave reads "
+                       "experts merged as '%s', as current llama.cpp conversions write them",
+                       old, name);
+    if (!t) return err_set(CLEAVE_ERR_FORMAT, "missing tensor '%s'", name);
+    if (t->n_dims != 3 || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != n_expert)
+        return err_set(CLEAVE_ERR_FORMAT,
+                       "tensor '%s' has shape [%llu, %llu, %llu] (%u dims), expected [%llu, %llu, %llu]",
+                       name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                       (unsigned long long)t->ne[2], t->n_dims, (unsigned long long)ne0,
+                       (unsigned long long)ne1, (unsigned long long)n_expert);
+    return type_ok(t, name);
 }
 
 static cleave_status find_tensors(struct cleave_model *m, const arch_row *ar) {
@@ -145,11 +211,20 @@ static cleave_status find_tensors(struct cleave_model *m, const arch_row *ar) {
             (st = want(f, true, &L->wk, e, kd, "blk.%d.attn_k.weight", l)) ||
             (st = want(f, true, &L->wv, e, kd, "blk.%d.attn_v.weight", l)) ||
             (st = want(f, true, &L->wo, qd, e, "blk.%d.attn_output.weight", l)) ||
-            (st = want(f, true, &L->ffn_norm, e, 0, "blk.%d.ffn_norm.weight", l)) ||
-            (st = want(f, true, &L->w_gate, e, ff, "blk.%d.ffn_gate.weight", l)) ||
-            (st = want(f, true, &L->w_up, e, ff, "blk.%d.ffn_up.weight", l)) ||
-            (st = want(f, true, &L->w_down, ff, e, "blk.%d.ffn_down.weight", l)))
+            (st = want(f, true, &L->ffn_norm, e, 0, "blk.%d.ffn_norm.weight", l)))
             return st;
+        if (hp->n_expert) {
+            uint64_t ne = hp->n_expert;
+            if ((st = want(f, true, &L->router, e, ne, "blk.%d.ffn_gate_inp.weight", l)) ||
+                (st = want_experts(f, &L->w_gate, e, ff, ne, "ffn_gate", l)) ||
+                (st = want_experts(f, &L->w_up, e, ff, ne, "ffn_up", l)) ||
+                (st = want_experts(f, &L->w_down, ff, e, ne, "ffn_down", l)))
+                return st;
+        } else if ((st = want(f, true, &L->w_gate, e, ff, "blk.%d.ffn_gate.weight", l)) ||
+                   (st = want(f, true, &L->w_up, e, ff, "blk.%d.ffn_up.weight", l)) ||
+                   (st = want(f, true, &L->w_down, ff, e, "blk.%d.ffn_down.weight", l))) {
+            return st;
+        }
         /* Biases are required for qwen2 and accepted on llama (some
          * Mistral-style exports carry them). */
         bool rb = ar->qkv_bias;
@@ -179,7 +254,7 @@ cleave_status model_load(const char *path, struct cleave_model **out) {
     const arch_row *ar = arch_find(arch, arch_len);
     if (!ar) {
         st = err_set(CLEAVE_ERR_UNSUPPORTED,
-                     "unknown architecture '%.*s' (cleave runs llama, mistral, qwen2, qwen3)",
+                     "unknown architecture '%.*s' (cleave runs llama, mistral, qwen2, qwen3, qwen3moe)",
                      (int)(arch_len > 64 ? 64 : arch_len), arch);
         goto wrap;
     }
@@ -252,7 +327,7 @@ void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, voi
         const model_layer *L = &m->layers[i];
         const gguf_tensor *ts[] = {L->attn_norm, L->wq,     L->wk,   L->wv,     L->wo,
                                    L->bq,        L->bk,     L->bv,   L->q_norm, L->k_norm,
-                                   L->ffn_norm,  L->w_gate, L->w_up, L->w_down};
+                                   L->ffn_norm,  L->w_gate, L->w_up, L->w_down, L->router};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
             if (ts[j]) fn(ts[j], user);
     }
@@ -265,7 +340,8 @@ cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const
         uint32_t v;
     } u32[] = {
         {"context_length", hp->n_ctx_train},  {"embedding_length", hp->n_embd},
-        {"block_count", hp->n_layer},         {"feed_forward_length", hp->n_ff},
+        {"block_count", hp->n_layer},
+        {"feed_forward_length", hp->n_ff_key ? hp->n_ff_key : hp->n_ff},
         {"attention.head_count", hp->n_head}, {"attention.head_count_kv", hp->n_head_kv},
         {"attention.key_length", hp->head_dim}, {"attention.value_length", hp->head_dim},
         {"rope.dimension_count", hp->n_rot},  {"vocab_size", hp->n_vocab},
@@ -286,6 +362,18 @@ cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const
         st = gguf_set_f32(w, key, hp->rope_freq_base);
     }
     if (!st) st = model_write_arith_keys(w, hp);
+    if (!st && hp->n_expert) {
+        const struct {
+            const char *suffix;
+            uint32_t v;
+        } moe[] = {{"expert_count", hp->n_expert},
+                   {"expert_used_count", hp->n_expert_used},
+                   {"expert_feed_forward_length", hp->n_ff}};
+        for (size_t i = 0; !st && i < sizeof moe / sizeof moe[0]; i++) {
+            snprintf(key, sizeof key, "%s.%s", hp->arch_name, moe[i].suffix);
+            st = gguf_set_u32(w, key, moe[i].v);
+        }
+    }
     /* llama.cpp's numbering: 0 all f32, 1 mostly f16, 7 mostly q8_0, 32 mostly bf16 */
     uint32_t ft = main_type == CLEAVE_TYPE_F32    ? 0
                   : main_type == CLEAVE_TYPE_F16  ? 1

@@ -1,7 +1,8 @@
 /* Architecture table and model description: hyperparameters from GGUF
  * metadata, the tensors each layer needs with their expected shapes, and
- * validation, for llama (Llama 2/3, Mistral), qwen2 (q/k/v bias) and qwen3
- * (per-head q/k RMS norm). Tensors stay in the mapped file; placing them on
+ * validation, for llama (Llama 2/3, Mistral; with experts, Mixtral),
+ * qwen2 (q/k/v bias), qwen3 (per-head q/k RMS norm) and qwen3moe (qwen3
+ * with a mixture of experts in every block). Tensors stay in the mapped file; placing them on
  * devices is the plan's and the engine's job. */
 #ifndef CLEAVE_MODEL_H
 #define CLEAVE_MODEL_H
@@ -15,7 +16,7 @@
 #include "gguf_shards.h"
 #include "vocab/tokenizer.h"
 
-enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE };
 
 /* {arch}.rope.scaling.type; a factor with no type is linear, as llama.cpp
  * reads it. */
@@ -57,6 +58,13 @@ typedef struct model_rope_ext {
     uint32_t n_ctx_orig;
 } model_rope_ext;
 
+/* How a token's expert weights come from the router's logits (the
+ * backends' be_gating). */
+enum model_gating {
+    GATING_SOFTMAX,        /* softmax over all experts, the top k kept */
+    GATING_SOFTMAX_WEIGHT, /* the top k logits, softmax over them */
+};
+
 typedef struct model_hparams {
     enum model_arch arch;
     char arch_name[32];
@@ -66,7 +74,16 @@ typedef struct model_hparams {
     uint32_t n_head;      /* query heads */
     uint32_t n_head_kv;   /* key/value heads (GQA when < n_head) */
     uint32_t head_dim;    /* attention.key_length, default n_embd / n_head */
-    uint32_t n_ff;        /* FFN inner size */
+    uint32_t n_ff;        /* FFN inner size; with experts, each expert's */
+    uint32_t n_ff_key;    /* feed_forward_length as the file gives it (written back as is) */
+    /* A mixture of experts in every block (0: a dense FFN): a router picks
+     * n_expert_used of n_expert FFNs per token, their outputs summed with
+     * the router's weights (gating, renormalised where expert_norm, times
+     * expert_scale). */
+    uint32_t n_expert, n_expert_used;
+    enum model_gating expert_gating;
+    bool expert_norm;
+    float expert_scale;
     uint32_t n_ctx_train;
     uint32_t n_rot;       /* rope.dimension_count, default head_dim */
     float norm_eps;
@@ -86,8 +103,9 @@ typedef struct model_layer {
     const gguf_tensor *bq, *bk, *bv;  /* qwen2: [n_head*head_dim], [n_head_kv*head_dim] x2 */
     const gguf_tensor *q_norm, *k_norm; /* qwen3: [head_dim] */
     const gguf_tensor *ffn_norm;      /* [n_embd] */
-    const gguf_tensor *w_gate, *w_up; /* [n_embd, n_ff] */
-    const gguf_tensor *w_down;        /* [n_ff, n_embd] */
+    const gguf_tensor *w_gate, *w_up; /* [n_embd, n_ff], with experts [n_embd, n_ff, n_expert] */
+    const gguf_tensor *w_down;        /* [n_ff, n_embd], with experts [n_ff, n_embd, n_expert] */
+    const gguf_tensor *router;        /* experts: ffn_gate_inp [n_embd, n_expert] */
 } model_layer;
 
 struct cleave_model {

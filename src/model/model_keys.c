@@ -1,6 +1,6 @@
 /* Metadata keys that change the arithmetic beyond the shapes: RoPE context
  * scaling (none, linear, YaRN) and the sliding window are read and honoured;
- * every other such key (experts, logit and residual scales, soft-capping,
+ * every other such key (shared experts, logit and residual scales, soft-capping,
  * ...) must be absent or at its neutral value. Running a model while
  * ignoring one would give wrong output without a word, so it is refused
  * naming the key. Key names and defaults follow llama.cpp. */
@@ -163,9 +163,7 @@ static const struct {
     double neutral;
     const char *what;
 } refused[] = {
-    {"expert_count", K_U32, 0, "mixture-of-experts models are not supported yet"},
-    {"expert_used_count", K_U32, 0, "mixture-of-experts models are not supported yet"},
-    {"expert_shared_count", K_U32, 0, "mixture-of-experts models are not supported yet"},
+    {"expert_shared_count", K_U32, 0, "cleave runs no shared experts"},
     {"logit_scale", K_F32, 1, "cleave does not scale the output logits"},
     {"final_logit_softcapping", K_F32, 0, "cleave does not soft-cap the output logits"},
     {"attn_logit_softcapping", K_F32, 0, "cleave does not soft-cap the attention scores"},

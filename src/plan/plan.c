@@ -25,7 +25,7 @@ const char *cleave_split_mode_name(cleave_split_mode mode) {
 const char *const plan_scratch_names[PLAN_SCRATCH_COUNT] = {
     "hidden state", "normed state", "queries", "keys", "values", "attention output", "ffn gate", "ffn up",
     "logits", "partial sums", "token ids", "positions", "sequence ids", "cache cells", "cell windows",
-    "live cell count",
+    "live cell count", "router logits", "expert ids", "expert weights", "expert outputs",
 };
 
 size_t plan_scratch(const model_hparams *hp, uint32_t n_batch, plan_scratch_role role,
@@ -33,15 +33,18 @@ size_t plan_scratch(const model_hparams *hp, uint32_t n_batch, plan_scratch_role
     size_t n = n_batch, e = hp->n_embd * sizeof(float), q = (size_t)hp->n_head * hp->head_dim * sizeof(float),
            kv = (size_t)hp->n_head_kv * hp->head_dim * sizeof(float), ff = hp->n_ff * sizeof(float),
            id = sizeof(int32_t);
+    size_t k = hp->n_expert ? hp->n_expert_used : 0, slots = k ? k : 1; /* FFN rows per token */
     size_t b[PLAN_SCRATCH_COUNT] = {
         [PLAN_SCRATCH_X] = n * e, [PLAN_SCRATCH_H] = n * e, [PLAN_SCRATCH_Q] = n * q,
         [PLAN_SCRATCH_K] = n * kv, [PLAN_SCRATCH_V] = n * kv, [PLAN_SCRATCH_ATT] = n * q,
-        [PLAN_SCRATCH_GATE] = n * ff, [PLAN_SCRATCH_UP] = n * ff,
+        [PLAN_SCRATCH_GATE] = n * slots * ff, [PLAN_SCRATCH_UP] = n * slots * ff,
         [PLAN_SCRATCH_LOGITS] = n * role.vocab_rows * sizeof(float),
         [PLAN_SCRATCH_PART] = role.tensor ? n * e : 0,
         [PLAN_SCRATCH_IDS] = role.embd || role.tensor ? n * id : 0,
         [PLAN_SCRATCH_POS] = n * id, [PLAN_SCRATCH_SEQ] = n * id, [PLAN_SCRATCH_CELLS] = n * id,
         [PLAN_SCRATCH_WIN] = 2 * n * id, [PLAN_SCRATCH_LIVE] = id,
+        [PLAN_SCRATCH_ROUTER] = n * hp->n_expert * sizeof(float), [PLAN_SCRATCH_EXPERT_IDS] = n * k * id,
+        [PLAN_SCRATCH_EXPERT_W] = n * k * sizeof(float), [PLAN_SCRATCH_EXPERT_OUT] = n * k * e,
     };
     size_t sum = 0;
     for (size_t i = 0; i < PLAN_SCRATCH_COUNT; i++) sum += b[i];

@@ -108,6 +108,10 @@ enum {
     PLAN_SCRATCH_X, PLAN_SCRATCH_H, PLAN_SCRATCH_Q, PLAN_SCRATCH_K, PLAN_SCRATCH_V, PLAN_SCRATCH_ATT,
     PLAN_SCRATCH_GATE, PLAN_SCRATCH_UP, PLAN_SCRATCH_LOGITS, PLAN_SCRATCH_PART, PLAN_SCRATCH_IDS,
     PLAN_SCRATCH_POS, PLAN_SCRATCH_SEQ, PLAN_SCRATCH_CELLS, PLAN_SCRATCH_WIN, PLAN_SCRATCH_LIVE,
+    /* experts (none for a dense model): the router's logits, each token's
+     * chosen experts and their weights, the experts' outputs before their
+     * weighted sum; gate and up then hold a row per token and chosen expert */
+    PLAN_SCRATCH_ROUTER, PLAN_SCRATCH_EXPERT_IDS, PLAN_SCRATCH_EXPERT_W, PLAN_SCRATCH_EXPERT_OUT,
     PLAN_SCRATCH_COUNT
 };
 extern const char *const plan_scratch_names[PLAN_SCRATCH_COUNT];

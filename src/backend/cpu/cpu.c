@@ -162,6 +162,7 @@ static void cpu_destroy(be_device *d) {
         mem_free_aligned(b);
     }
     mem_free_aligned(c->scratch);
+    mem_free_aligned(c->moe_buf);
     pthread_mutex_destroy(&c->mu);
     be_budget_destroy(&c->budget);
     free(c);
@@ -207,6 +208,7 @@ static const be_ops cpu_ops = {
     .graph = NULL,
     .peer = &cpu_peer_ops,
     .tier = &cpu_tier_ops,
+    .moe = &cpu_moe_ops,
     .sample = cpu_sample,
 };
 

@@ -33,6 +33,8 @@ typedef struct cpu_device {
      * demand, never shrunk, not counted against the budget. */
     void *scratch;
     size_t scratch_bytes;
+    void *moe_buf; /* the same for the expert ops (cpu_moe.c), which call matmul */
+    size_t moe_bytes;
 } cpu_device;
 
 static inline cpu_device *cpu_dev(be_device *d) { return (cpu_device *)d->impl; }
@@ -41,6 +43,8 @@ static inline cpu_device *cpu_dev(be_device *d) { return (cpu_device *)d->impl; 
  * staging as a GPU's, made of shared memory mapped twice, so CI runs the
  * logic a GPU runs. */
 extern const be_tier_ops cpu_tier_ops;
+/* Routing, expert matmuls and their weighted sum (cpu_moe.c). */
+extern const be_moe_ops cpu_moe_ops;
 /* The batched sampler's rows by its reference (cpu_sample.c). */
 cleave_status cpu_sample(be_device *d, const float *logits, size_t ld, size_t n_rows, uint32_t n_vocab,
                          const sample_row *rows, int32_t *tokens, int *outcomes);
