@@ -330,7 +330,9 @@ cleave_status cleave_kv_seq_rm(cleave_context *ctx, int32_t seq, int32_t p0, int
 /* ---- chat templates ------------------------------------------------------ */
 
 /* A conversation as the prompt text of a model family: "llama3", "chatml"
- * (Qwen and others), "mistral" or "llama2". cleave_chat_template_of names
+ * (Qwen and others), "mistral", "llama2", "qwen3" (chatml; the model thinks
+ * first), "qwen3-nothink" (an empty think block after the assistant's
+ * start) or "gpt-oss" (harmony). cleave_chat_template_of names
  * the family of the model's tokenizer.chat_template by its markers, or
  * fails (UNSUPPORTED, saying so) when the model has none or another.
  * cleave_chat_apply writes the text (n_out: its length; too little room

@@ -856,6 +856,31 @@ static void test_moe(void) {
         free(bias);
         hmat_free(&h);
     }
+    /* gpt-oss's clamped SwiGLU, values across its clamps (+-7) */
+    for (size_t n = 5; want("swiglu_oai") && n <= 50000; n *= 100) {
+        float *g = xmalloc(n * 4), *u = xmalloc(n * 4), *o = xmalloc(n * 4);
+        double *ref = xmalloc(n * 8);
+        fill(g, n, 10.0f), fill(u, n, 10.0f);
+        for (size_t i = 0; i < n; i++) {
+            double gc = fmin(g[i], 7.0), uc = fmax(fmin(u[i], 7.0), -7.0);
+            ref[i] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
+        }
+        for (int di = 0; di < n_devs; di++) {
+            if (!BE_HAS(devs[di].d, moe)) continue;
+            cx c;
+            cx_init(&c, &devs[di]);
+            float *gd = cx_up(&c, g, n * 4), *ud = cx_up(&c, u, n * 4), *od = cx_out(&c, n);
+            RUN(&c, BE(c.d, swiglu_oai, gd, ud, od, n, 1.702f, 7.0f));
+            cx_get(&c, o, od, n * 4);
+            cx_end(&c);
+            erracc e = {0};
+            if (!c.bad) err_add(&e, o, ref, n);
+            char shape[32];
+            snprintf(shape, sizeof shape, "n=%zu", n);
+            report(&c, "swiglu_oai", shape, "f32", err_val(&e), tol_ew());
+        }
+        free(g), free(u), free(o), free(ref);
+    }
     static const size_t comb[][3] = {{1, 1, 64}, {7, 2, 96}, {100, 8, 2048}};
     for (size_t si = 0; w_comb && si < 3; si++) {
         size_t n = comb[si][0], k = comb[si][1], wd = comb[si][2];
@@ -2047,6 +2072,8 @@ typedef struct {
     bool mixed;                  /* a V cache of type vt (else t, as K) */
     cleave_type vt;
     bool ragged;                 /* sequences of different lengths */
+    uint32_t swa;                /* a sliding window (0: none) */
+    bool sinks;                  /* attention sinks, one random logit a head */
 } attn_cfg;
 
 static cleave_type attn_vt(const attn_cfg *a) { return a->mixed ? a->vt : a->t; }
@@ -2151,7 +2178,8 @@ static void attn_batch_free(attn_batch *b) {
 
 /* out rows of the tokens `toks` (all when NULL; n_t of them) */
 static void ref_attention(const attn_cfg *a, const attn_batch *b, const float *q, const float *kd,
-                          const float *vd, float scale, const size_t *toks, size_t n_t, double *out) {
+                          const float *vd, float scale, const float *sinks, const size_t *toks, size_t n_t,
+                          double *out) {
     size_t hd = a->hd, kw = a->n_head_kv * hd, qw = a->n_head * hd, g = a->n_head / a->n_head_kv;
     size_t live = a->live ? a->live : b->n_kv;
     double *s = xmalloc(live * 8), *o = xmalloc(hd * 8);
@@ -2165,6 +2193,7 @@ static void ref_attention(const attn_cfg *a, const attn_batch *b, const float *q
                 s[c] = NAN;
                 if (b->cell_seq[c] != b->tok_seq[t] || b->cell_pos[c] < 0 || b->cell_pos[c] > b->tok_pos[t])
                     continue;
+                if (a->swa && b->tok_pos[t] - b->cell_pos[c] >= (int32_t)a->swa) continue;
                 const float *kr = kd + c * kw + off;
                 double d = 0;
                 for (size_t i = 0; i < hd; i++) d += (double)qr[i] * kr[i];
@@ -2172,6 +2201,10 @@ static void ref_attention(const attn_cfg *a, const attn_batch *b, const float *q
                 if (s[c] > mx) mx = s[c];
             }
             double sum = 0;
+            if (sinks) { /* a logit with a value of zero joins the softmax */
+                if (sinks[h] > mx) mx = sinks[h];
+                sum = exp(sinks[h] - mx);
+            }
             for (size_t i = 0; i < hd; i++) o[i] = 0;
             for (size_t c = 0; c < live; c++) {
                 if (isnan(s[c])) continue;
@@ -2187,9 +2220,12 @@ static void ref_attention(const attn_cfg *a, const attn_batch *b, const float *q
 }
 
 static void attn_shape(const attn_cfg *a, const attn_batch *b, char *buf, size_t n) {
-    snprintf(buf, n, "hd%zu h%zu/%zu t%zu(%zu seq%s) kv%zu%s%s%s%s", a->hd, a->n_head, a->n_head_kv,
+    char swa[24] = "";
+    if (a->swa) snprintf(swa, sizeof swa, " swa%u", a->swa);
+    snprintf(buf, n, "hd%zu h%zu/%zu t%zu(%zu seq%s) kv%zu%s%s%s%s%s%s", a->hd, a->n_head, a->n_head_kv,
              b->n_tokens, a->n_seq, a->ragged ? ", ragged" : "", b->n_kv, a->live ? " live" : "",
-             a->win ? " win" : "", a->no_cells_seq ? " +nocells" : "", a->big ? " bench" : "");
+             a->win ? " win" : "", a->no_cells_seq ? " +nocells" : "", a->big ? " bench" : "", swa,
+             a->sinks ? " sinks" : "");
     if (a->live) {
         char tmp[24];
         snprintf(tmp, sizeof tmp, "=%zu", a->live);
@@ -2227,7 +2263,9 @@ static void attn_case(const attn_cfg *a) {
     size_t toks_buf[4] = {0, nt / 3, nt / 2, nt - 1}, *toks = NULL, n_chk = nt;
     if (a->big && nt > 4) toks = toks_buf, n_chk = 4;
     double *ref = xmalloc(n_chk * qw * 8);
-    ref_attention(a, &b, q, kd, vd, scale, toks, n_chk, ref);
+    float *sinks = a->sinks ? xmalloc(a->n_head * 4) : NULL;
+    if (sinks) fill(sinks, a->n_head, 3.0f);
+    ref_attention(a, &b, q, kd, vd, scale, sinks, toks, n_chk, ref);
     float *out = xmalloc(nt * qw * 4);
     int32_t live32 = (int32_t)a->live;
     char shape[128];
@@ -2258,6 +2296,8 @@ static void attn_case(const attn_cfg *a) {
             .out = cx_out(&c, nt * qw),
             .n_seq_runs = b.n_runs,
             .tok_win = a->win ? cx_up(&c, b.win, nt * 8) : NULL,
+            .window = a->swa,
+            .sinks = sinks ? cx_up(&c, sinks, a->n_head * 4) : NULL,
         };
         RUN(&c, BE(c.d, attention, &at));
         cx_get(&c, out, at.out, nt * qw * 4);
@@ -2277,7 +2317,7 @@ static void attn_case(const attn_cfg *a) {
         cx_end(&c);
         report(&c, "attention", shape, types, err_val(&e), tol_attn(&devs[di], a->t));
     }
-    free(q), free(kd), free(vd), free(kc), free(vc), free(ref), free(out);
+    free(q), free(kd), free(vd), free(kc), free(vc), free(ref), free(out), free(sinks);
     attn_batch_free(&b);
 }
 
@@ -2366,6 +2406,23 @@ static void test_attention(void) {
                           .fresh = 20, .cached = 30, .n_kv = 200, .win = win};
             attn_case(&a);
         }
+    /* gpt-oss: a sliding window (16 positions) and sinks, on decode steps,
+     * batched decode (scattered and in regions) and prompts (mma.sync
+     * tiles; head size 128 too, which the wgmma prefill does not take with
+     * them), groups of 8 */
+    for (int ti = 0; ti < 4; ti++)
+        for (int form = 0; form < 3; form++)
+            for (int shape = 0; shape < 5; shape++) {
+                if (opt.quick && (shape + form) % 2) continue;
+                attn_cfg a = {.hd = shape == 4 ? 128 : 64, .n_head = 8, .n_head_kv = 1, .t = all_types[ti],
+                              .swa = form == 1 ? 0 : 16, .sinks = form >= 1};
+                if (shape == 0) a.n_seq = 1, a.fresh = 1, a.cached = 100, a.n_kv = 140;
+                if (shape == 1) a.n_seq = 4, a.fresh = 1, a.cached = 40, a.n_kv = 300, a.win = true;
+                if (shape == 2) a.n_seq = 3, a.fresh = 1, a.cached = 30, a.n_kv = 200;
+                if (shape >= 3) a.n_seq = 1, a.fresh = 40, a.cached = 30, a.n_kv = 90;
+                if (shape == 4) a.n_head_kv = 2, a.fresh = 130, a.n_kv = 200;
+                attn_case(&a);
+            }
     /* long prompts at depth, head size 128 (on Hopper the wgmma kernel's
      * blocks of 128 query rows and tiles of 128 cells): part-filled row
      * blocks and tiles, cell counts off the 4-cell copies, groups of 1, 4,
@@ -2488,7 +2545,7 @@ static void test_tiers(const tdev *td) {
         deq_cache(t, kq, n_kv, kw, kd);
         deq_cache(t, vq, n_kv, kw, vd);
         double *ref = xmalloc(qw * 8);
-        ref_attention(&a, &b, q, kd, vd, scale, NULL, 1, ref);
+        ref_attention(&a, &b, q, kd, vd, scale, NULL, NULL, 1, ref);
         float *out = xmalloc(qw * 4), *out2 = xmalloc(qw * 4);
 
         cx c;

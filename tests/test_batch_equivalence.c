@@ -75,8 +75,8 @@ static void check_model(const char *label, const char *path, cleave_type kv) {
 int main(void) {
     const char *stories = tu_stories_model();
     if (stories) check_model("stories260K", stories, CLEAVE_TYPE_F32);
-    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral"};
-    for (int a = 0; a < 5; a++) {
+    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gpt-oss"};
+    for (int a = 0; a < 6; a++) {
         const char *p = tu_tiny_model(archs[a], CLEAVE_TYPE_F32);
         if (p) check_model(archs[a], p, CLEAVE_TYPE_F32);
     }

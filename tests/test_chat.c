@@ -67,6 +67,15 @@ int main(void) {
     expect("chatml", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                      "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n"
                      "<|im_start|>assistant\n");
+    expect("qwen3", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                    "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n"
+                    "<|im_start|>assistant\n");
+    expect("qwen3-nothink", "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                            "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n"
+                            "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    expect("gpt-oss", "<|start|>system<|message|>Be brief.<|end|><|start|>user<|message|>Hi<|end|>"
+                      "<|start|>assistant<|message|>Hello.<|return|><|start|>user<|message|>Name a colour.<|end|>"
+                      "<|start|>assistant");
     expect("llama2", "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello. </s>[INST] Name a colour. [/INST]");
     expect("mistral", "[INST] Be brief.\n\nHi [/INST]Hello.</s>[INST] Name a colour. [/INST]");
     size_t n;
@@ -77,6 +86,8 @@ int main(void) {
 
     detect("{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>{% endfor %}", "llama3");
     detect("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}", "chatml");
+    detect("{%- if enable_thinking %}<|im_start|>assistant\n<think>\n{% endif %}", "qwen3");
+    detect("<|start|>{{ m.role }}<|channel|>final<|message|>{{ m.content }}<|end|>", "gpt-oss");
     detect("{{ bos_token }}[INST] <<SYS>>\n{{ system }}\n<</SYS>>\n\n{{ user }} [/INST]", "llama2");
     detect("{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}", "mistral");
     detect("{% for m in messages %}<|user|>{{ m.content }}{% endfor %}", NULL);

@@ -89,8 +89,9 @@ static void ref_matvec(const gguf_tensor *W, const gguf_tensor *b, const float *
 static void ref_experts(const model_hparams *hp, const model_layer *L, const float *h, float *o) {
     size_t e = hp->n_embd, ff = hp->n_ff, ne = hp->n_expert, k = hp->n_expert_used;
     float *logit = malloc(ne * 4), *gw = deq(L->w_gate), *uw = deq(L->w_up), *dw = deq(L->w_down);
+    float *gb = deq(L->b_gate), *ub = deq(L->b_up), *db = deq(L->b_down);
     double *xr = malloc((e > ff ? e : ff) * sizeof *xr), *act = malloc(ff * sizeof *act);
-    ref_matvec(L->router, NULL, h, logit);
+    ref_matvec(L->router, L->router_b, h, logit);
     double mx = -INFINITY, sum = 0, chosen = 0, p[64];
     int32_t ids[64];
     for (size_t i = 0; i < ne; i++) mx = fmax(mx, logit[i]);
@@ -105,30 +106,38 @@ static void ref_experts(const model_hparams *hp, const model_layer *L, const flo
         ids[j] = best;
         chosen += p[j] = exp(logit[best] - mx) / sum;
     }
+    /* Qwen3-MoE and Mixtral renormalise the chosen probabilities; gpt-oss
+     * takes the softmax of the chosen logits: the same weights */
     for (size_t i = 0; i < e; i++) o[i] = 0;
     for (size_t j = 0; j < k; j++) {
         size_t x = (size_t)ids[j];
         ref_round_act(L->w_gate->type, h, xr, e);
         for (size_t r = 0; r < ff; r++) {
-            double g = 0, u = 0;
+            double g = gb ? gb[x * ff + r] : 0, u = ub ? ub[x * ff + r] : 0;
             for (size_t c = 0; c < e; c++) {
                 g += (double)gw[(x * ff + r) * e + c] * xr[c];
                 u += (double)uw[(x * ff + r) * e + c] * xr[c];
             }
             g = (float)g, u = (float)u;
-            act[r] = (float)(g / (1.0 + exp(-g)) * u);
+            if (hp->swiglu_oai) { /* gpt-oss: gate clamped above, up both ways, then (up + 1) */
+                double lim = hp->swiglu_limit;
+                g = fmin(g, lim), u = fmax(fmin(u, lim), -lim);
+                act[r] = (float)(g / (1.0 + exp(-hp->swiglu_alpha * g)) * (u + 1.0));
+            } else {
+                act[r] = (float)(g / (1.0 + exp(-g)) * u);
+            }
         }
         float *af = malloc(ff * 4);
         for (size_t r = 0; r < ff; r++) af[r] = (float)act[r];
         ref_round_act(L->w_down->type, af, xr, ff);
         free(af);
         for (size_t r = 0; r < e; r++) {
-            double acc = 0;
+            double acc = db ? db[x * e + r] : 0;
             for (size_t c = 0; c < ff; c++) acc += (double)dw[(x * e + r) * ff + c] * xr[c];
             o[r] += (float)(p[j] / chosen) * (float)acc;
         }
     }
-    free(logit), free(gw), free(uw), free(dw), free(xr), free(act);
+    free(logit), free(gw), free(uw), free(dw), free(gb), free(ub), free(db), free(xr), free(act);
 }
 
 static void ref_rmsnorm(const float *x, const gguf_tensor *wt, float *y, size_t n, float eps) {
@@ -204,16 +213,21 @@ static void ref_token(ref_state *st, int32_t tok, size_t pos, float *logits) {
             ref_rope(kc + hh * hd, pos, hp, ff, st->sc);
         }
         size_t group = hp->n_head / hp->n_head_kv;
+        uint32_t window = hp->swa_pattern && l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
+        size_t oldest = window && pos >= window ? pos - window + 1 : 0; /* a sliding window's first key */
+        float *sinks = deq(L->sinks);
         for (size_t hh = 0; hh < hp->n_head; hh++) {
             size_t kh = hh / group;
-            double mx = -INFINITY, sum = 0;
-            for (size_t t = 0; t <= pos; t++) {
+            double mx = sinks ? sinks[hh] : -INFINITY, sum = sinks ? 1.0 : 0.0; /* a sink: exp(0) once mx is it */
+            for (size_t t = 0; t < oldest; t++) sc[t] = -INFINITY;
+            for (size_t t = oldest; t <= pos; t++) {
                 const float *kt = st->k_cache + ((size_t)l * st->max_pos + t) * kd + kh * hd;
                 double s = 0;
                 for (size_t i = 0; i < hd; i++) s += (double)q[hh * hd + i] * kt[i];
                 sc[t] = (float)(s / sqrt((double)hd));
                 if (sc[t] > mx) mx = sc[t];
             }
+            if (sinks) sum = exp(sinks[hh] - mx);
             for (size_t t = 0; t <= pos; t++) sum += exp(sc[t] - mx);
             for (size_t i = 0; i < hd; i++) {
                 double acc = 0;
@@ -224,7 +238,8 @@ static void ref_token(ref_state *st, int32_t tok, size_t pos, float *logits) {
                 att[hh * hd + i] = (float)acc;
             }
         }
-        ref_matvec(L->wo, NULL, att, o);
+        free(sinks);
+        ref_matvec(L->wo, L->bo, att, o);
         for (size_t i = 0; i < e; i++) x[i] += o[i];
         ref_rmsnorm(x, L->ffn_norm, h, e, hp->norm_eps);
         if (L->router) {
@@ -391,7 +406,8 @@ static void check_after(double after) {
 }
 
 int main(void) {
-    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral"};
+    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gpt-oss"};
+    const ref_scaling oss_yarn = {"yarn", 4, 128, false}; /* tiny gpt-oss's, as its file states */
     const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16,
                                  CLEAVE_TYPE_Q8_0};
     for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
@@ -400,7 +416,8 @@ int main(void) {
             if (!path) continue;
             /* Same dequantized weights on both sides and f32 activations (or
              * the same int8 rounding of them): only rounding differs. */
-            double after, err = compare(path, 12, 2, NULL, &after);
+            bool oss = !strcmp(archs[a], "gpt-oss"); /* 12 tokens: past its window of 8 */
+            double after, err = compare(path, 12, 2, oss ? &oss_yarn : NULL, &after);
             fprintf(stderr, "%-6s %-5s max rel logit error %.2e (tolerance %.0e)", archs[a],
                     cleave_type_name(types[t]), err, TOL);
             check_after(after);

@@ -212,8 +212,8 @@ static void refusals(const char *path) {
 int main(void) {
     const char *stories = tu_stories_model();
     if (stories) compare_model("stories260K", stories);
-    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral"};
-    for (int a = 0; a < 5; a++) {
+    const char *archs[] = {"llama", "qwen2", "qwen3", "qwen3moe", "mixtral", "gpt-oss"};
+    for (int a = 0; a < 6; a++) {
         const char *p = tu_tiny_model(archs[a], CLEAVE_TYPE_F32);
         char label[32];
         snprintf(label, sizeof label, "tiny %s", archs[a]);

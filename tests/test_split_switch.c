@@ -421,5 +421,7 @@ int main(void) {
     if (qwen3) check_model("tiny qwen3 f32", qwen3, "cpu:3", NULL, 3);
     const char *moe = tu_tiny_model("qwen3moe", CLEAVE_TYPE_F32);
     if (moe) check_model("tiny qwen3moe f32", moe, "cpu:2", uneven2, 2);
+    const char *oss = tu_tiny_model("gpt-oss", CLEAVE_TYPE_F32);
+    if (oss) check_model("tiny gpt-oss f32", oss, "cpu:3", NULL, 3);
     return tu_finish("test_split_switch");
 }

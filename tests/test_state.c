@@ -340,6 +340,7 @@ int main(void) {
     const char *llama = tu_tiny_model("llama", CLEAVE_TYPE_F16);
     const char *qwen3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F16);
     const char *mixtral = tu_tiny_model("mixtral", CLEAVE_TYPE_F16);
+    const char *oss = tu_tiny_model("gpt-oss", CLEAVE_TYPE_F16);
     const placement layer2 = {"cpu:2", CLEAVE_SPLIT_LAYER, CLEAVE_KV_VRAM_ALL, CLEAVE_TYPE_F16, "layer, cpu:2"};
     const placement to[] = {
         {NULL, CLEAVE_SPLIT_NONE, CLEAVE_KV_VRAM_ALL, CLEAVE_TYPE_F16, "none, cpu"},
@@ -352,7 +353,7 @@ int main(void) {
     /* the same arithmetic wherever a layer runs whole: bit for bit; a
      * tensor split adds partial sums in another order */
     const bool bitwise[] = {true, true, false, true, true, false};
-    const char *models[] = {stories, llama, qwen3, mixtral};
+    const char *models[] = {stories, llama, qwen3, mixtral, oss};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         if (models[i]) round_trips(models[i], &layer2, to, sizeof to / sizeof *to, bitwise);
     if (stories) corruption(stories, qwen3);

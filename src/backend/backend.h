@@ -63,7 +63,9 @@ typedef struct be_rope {
 } be_rope;
 
 /* Causal attention over the cache. A token (pos p, seq s) sees cell c iff
- * cell_seq[c] == s and 0 <= cell_pos[c] <= p. */
+ * cell_seq[c] == s and 0 <= cell_pos[c] <= p, and p - cell_pos[c] < window
+ * where window is not 0 (a sliding window). sinks: a logit per query head
+ * that joins the softmax with a value of zero (gpt-oss), or NULL. */
 typedef struct be_attn {
     const float *q;        /* [n_tokens][n_head * head_dim] */
     const void *k, *v;     /* caches: [n_kv][n_head_kv * head_dim] of kv_type and v_type */
@@ -88,6 +90,8 @@ typedef struct be_attn {
      * can be skipped; NULL: all of [0, n_kv). Only a bound: the masks
      * still decide what a token sees. */
     const int32_t *tok_win;
+    uint32_t window;       /* sliding window in positions; 0: none */
+    const float *sinks;    /* [n_head] attention sinks, or NULL */
 } be_attn;
 
 typedef struct be_mem_stats {
@@ -226,6 +230,11 @@ typedef struct be_moe_ops {
      * floats (y as matmul_id writes it). */
     cleave_status (*combine)(be_device *d, const float *y, const float *weights, size_t n, size_t k,
                              size_t width, float *out);
+    /* gpt-oss's clamped SwiGLU, n elements: g = min(gate, limit), u =
+     * clamp(up, -limit, limit), out = g * sigmoid(alpha * g) * (u + 1);
+     * out may alias gate. */
+    cleave_status (*swiglu_oai)(be_device *d, const float *gate, const float *up, float *out, size_t n,
+                                float alpha, float limit);
 } be_moe_ops;
 
 /* Optional table (NULL = unsupported), every member required within:

@@ -210,6 +210,12 @@ static inline cleave_status be_moe_combine(be_device *d, const float *y, const f
     return d->ops->moe->combine(d, y, weights, n, k, width, out);
 }
 
+static inline cleave_status be_swiglu_oai(be_device *d, const float *gate, const float *up, float *out,
+                                          size_t n, float alpha, float limit) {
+    if (!d->ops->moe) return be_unsupported(d, "mixture-of-experts ops");
+    return d->ops->moe->swiglu_oai(d, gate, up, out, n, alpha, limit);
+}
+
 /* ---- tiered KV cache (optional) -------------------------------------- */
 
 static inline size_t be_tier_granularity(be_device *d) {

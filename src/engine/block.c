@@ -77,10 +77,11 @@ cleave_status engine_attention(placement *pl, const engine_layer *E,
         .head_dim = hd, .tok_pos = s->pos, .tok_seq = s->seq, .cell_pos = pl->store.dev_pos[E->dev],
         .cell_seq = pl->store.dev_seq[E->dev], .scale = 1.0f / sqrtf((float)hd), .out = s->att,
         .n_seq_runs = pl->batch_seq_runs, .tok_win = kv_cells_regions(pl->cells) ? s->win : NULL,
+        .window = model_layer_window(hp, l), .sinks = E->sinks,
     };
     TRY(be_attention(d, &a));
     TRY(kv_store_layer_end(&pl->store, (size_t)E->dev, l, n_kv));
-    return be_matmul(d, &E->wo, s->att, n, NULL, out);
+    return be_matmul(d, &E->wo, s->att, n, E->bo, out);
 }
 
 /* A mixture of experts: the router's logits, each token's chosen experts
@@ -94,13 +95,15 @@ static cleave_status experts_ffn(placement *pl, const engine_layer *E, const eng
     be_device *d = pl->devs[E->dev].dev;
     size_t k = hp->n_expert_used;
     be_gating g = hp->expert_gating == GATING_SOFTMAX_WEIGHT ? BE_GATING_SOFTMAX_WEIGHT : BE_GATING_SOFTMAX;
-    TRY(be_matmul(d, &E->router, s->h, n, NULL, s->router));
+    size_t act = n * k * E->w_up.ne1;
+    TRY(be_matmul(d, &E->router, s->h, n, E->router_b, s->router));
     TRY(be_moe_route(d, s->router, n, hp->n_expert, k, g, hp->expert_norm, hp->expert_scale, s->expert_ids,
                      s->expert_w));
-    TRY(be_matmul_id(d, &E->w_gate, NULL, s->h, 1, n, k, s->expert_ids, s->gate));
-    TRY(be_matmul_id(d, &E->w_up, NULL, s->h, 1, n, k, s->expert_ids, s->up));
-    TRY(be_swiglu(d, s->gate, s->up, s->gate, n * k * E->w_up.ne1));
-    TRY(be_matmul_id(d, &E->w_down, NULL, s->gate, k, n, k, s->expert_ids, s->expert_out));
+    TRY(be_matmul_id(d, &E->w_gate, E->b_gate, s->h, 1, n, k, s->expert_ids, s->gate));
+    TRY(be_matmul_id(d, &E->w_up, E->b_up, s->h, 1, n, k, s->expert_ids, s->up));
+    if (hp->swiglu_oai) TRY(be_swiglu_oai(d, s->gate, s->up, s->gate, act, hp->swiglu_alpha, hp->swiglu_limit));
+    else TRY(be_swiglu(d, s->gate, s->up, s->gate, act));
+    TRY(be_matmul_id(d, &E->w_down, E->b_down, s->gate, k, n, k, s->expert_ids, s->expert_out));
     return be_moe_combine(d, s->expert_out, s->expert_w, n, k, hp->n_embd, out);
 }
 

@@ -152,7 +152,7 @@ static cleave_status resolve(const cleave_model *model, cleave_context_params *p
     uint32_t n_ctx = p->n_ctx ? p->n_ctx : model->hp.n_ctx_train;
     if (!p->n_ctx && n_ctx > 4096) n_ctx = 4096;
     /* attention is full: a sliding-window model runs exactly only within one window */
-    uint32_t swa = model->hp.n_swa;
+    uint32_t swa = model->hp.swa_pattern ? 0 : model->hp.n_swa; /* windows on some layers: applied */
     if (swa && !p->n_ctx && n_ctx > swa) n_ctx = swa;
     if (swa && n_ctx > swa)
         return err_set(CLEAVE_ERR_UNSUPPORTED,

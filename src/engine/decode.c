@@ -61,7 +61,7 @@ static cleave_status check(const cleave_context *c, const int32_t *tokens, const
             return err_set(CLEAVE_ERR_INVALID_ARG, "decode: token %zu has a negative position or sequence", i);
         /* attention is full, so a sliding-window model is exact only while
          * no key can lie a window behind a query: positions below the window */
-        if (hp->n_swa && (uint32_t)pos[i] >= hp->n_swa)
+        if (hp->n_swa && !hp->swa_pattern && (uint32_t)pos[i] >= hp->n_swa)
             return err_set(CLEAVE_ERR_CONTEXT_FULL,
                            "decode: position %d is past the model's sliding window of %u tokens "
                            "(%s.attention.sliding_window); cleave has no sliding-window attention",

@@ -197,6 +197,24 @@ static cleave_status place_experts(placement *pl, int d, const gguf_tensor *t, b
     return st ? st : placed(pl, bytes);
 }
 
+/* Elements [lo, hi) of every `per`-element row of t (an expert bias:
+ * n_expert rows) as f32 on device d, rows packed; from the file. */
+static cleave_status place_rows_of_vec(placement *pl, int d, const gguf_tensor *t, size_t per, size_t lo,
+                                       size_t hi, float **out) {
+    *out = NULL;
+    if (!t || hi <= lo) return CLEAVE_OK;
+    size_t all = (size_t)t->n_elems, rows = all / per, w = hi - lo;
+    float *host = mem_alloc(all * sizeof(float), t->name);
+    if (!host) return CLEAVE_ERR_OOM;
+    quant_dequantize_row((cleave_type)t->type, t->data, host, all);
+    for (size_t r = 0; r < rows; r++) memmove(host + r * w, host + r * per + lo, w * sizeof(float));
+    float *p = engine_dev_alloc(pl, d, rows * w * sizeof(float), t->name);
+    cleave_status st = p ? be_write(pl->devs[d].dev, p, host, rows * w * sizeof(float)) : CLEAVE_ERR_OOM;
+    free(host);
+    *out = p;
+    return st ? st : placed(pl, rows * w * sizeof(float));
+}
+
 /* Elements [i0, i0 + n) of a vector as f32 on device d (NULL tensor or
  * n == 0 -> NULL). */
 static cleave_status place_vec_range(placement *pl, const placement *src, int d, const gguf_tensor *t,
@@ -261,10 +279,15 @@ static cleave_status place_block_piece(placement *pl, const placement *src, enum
     size_t q0 = h.lo * G * hd, q1 = h.hi * G * hd, k0 = h.lo * hd, k1 = h.hi * hd;
     cleave_status st;
     if (p == RESHARD_FF_ROWS && L->router) { /* experts: the router whole, each expert's rows */
+        size_t ff = hp->n_ff;
         if ((st = place_mat(pl, src, d, L->router, &E->router)) ||
             (st = place_experts(pl, d, L->w_gate, false, f0, f1, &E->w_gate)) ||
             (st = place_experts(pl, d, L->w_up, false, f0, f1, &E->w_up)) ||
-            (st = place_experts(pl, d, L->w_down, true, f0, f1, &E->w_down)))
+            (st = place_experts(pl, d, L->w_down, true, f0, f1, &E->w_down)) ||
+            (st = place_vec(pl, NULL, d, L->router_b, &E->router_b)) ||
+            (st = place_rows_of_vec(pl, d, L->b_gate, ff, f0, f1, &E->b_gate)) ||
+            (st = place_rows_of_vec(pl, d, L->b_up, ff, f0, f1, &E->b_up)) ||
+            (st = f0 == 0 && f1 > f0 ? place_vec(pl, NULL, d, L->b_down, &E->b_down) : CLEAVE_OK))
             return st;
         return CLEAVE_OK;
     }
@@ -287,6 +310,11 @@ static cleave_status place_block_piece(placement *pl, const placement *src, enum
         (st = place_vec_range(pl, src, d, L->bk, k0, k1 - k0, &E->bk)) ||
         (st = place_vec_range(pl, src, d, L->bv, k0, k1 - k0, &E->bv)) ||
         (st = place_vec(pl, src, d, L->q_norm, &E->q_norm)) || (st = place_vec(pl, src, d, L->k_norm, &E->k_norm)))
+        return st;
+    /* gpt-oss: o's bias once (the device with the first heads), the sinks
+     * of this device's query heads; from the file */
+    if ((st = h.lo == 0 && h.hi > h.lo ? place_vec(pl, NULL, d, L->bo, &E->bo) : CLEAVE_OK) ||
+        (st = place_vec_range(pl, NULL, d, L->sinks, h.lo * G, (h.hi - h.lo) * G, &E->sinks)))
         return st;
     return CLEAVE_OK;
 }
@@ -378,6 +406,8 @@ void engine_release_piece(placement *pl, enum reshard_piece p, uint32_t l, int d
         if (p == RESHARD_FF_ROWS) {
             release_mat(pl, d, &E->w_gate), release_mat(pl, d, &E->w_up), release_mat(pl, d, &E->w_down);
             release_mat(pl, d, &E->router);
+            float **vecs[] = {&E->router_b, &E->b_gate, &E->b_up, &E->b_down};
+            for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) release_vec(pl, d, vecs[i]);
             return;
         }
         release_mat(pl, d, &E->wq), release_mat(pl, d, &E->wk), release_mat(pl, d, &E->wv);
@@ -387,7 +417,8 @@ void engine_release_piece(placement *pl, enum reshard_piece p, uint32_t l, int d
         if (!tensor && E->next_norm && E->next_norm != pl->output_norm &&
             (l + 1 >= n || E->next_norm != pl->layers[l + 1].attn_norm))
             release_vec(pl, d, &E->next_norm);
-        float **vecs[] = {&E->attn_norm, &E->ffn_norm, &E->bq, &E->bk, &E->bv, &E->q_norm, &E->k_norm};
+        float **vecs[] = {&E->attn_norm, &E->ffn_norm, &E->bq, &E->bk, &E->bv, &E->q_norm, &E->k_norm,
+                          &E->bo,        &E->sinks};
         for (size_t i = 0; i < sizeof vecs / sizeof *vecs; i++) release_vec(pl, d, vecs[i]);
         kv_store_free_layer(&pl->store, (size_t)d, l);
         return;

@@ -74,7 +74,8 @@ static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
         const model_layer *L = &m->layers[l];
         const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
                                    L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->w_gate, L->w_up,
-                                   L->w_down, L->router};
+                                   L->w_down, L->router, L->bo, L->sinks, L->router_b, L->b_gate,
+                                   L->b_up, L->b_down};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) layer_bytes[l] += tensor_bytes(ts[j]);
         /* what a tensor split divides by kv head, and by FFN row */
         const gguf_tensor *at[] = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv};

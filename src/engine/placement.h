@@ -22,6 +22,11 @@ typedef struct engine_layer {
     int dev;
     be_mat wq, wk, wv, wo, w_gate, w_up, w_down; /* experts: gate, up and down of each */
     be_mat router;                               /* experts: the router, else empty */
+    /* gpt-oss (NULL otherwise): o's bias and the down experts' biases on
+     * one device of a tensor split only (the sums add them once); sinks of
+     * the device's query heads; the router's bias; gate's and up's biases
+     * for the device's rows of each expert ([n_expert][rows]) */
+    float *bo, *sinks, *router_b, *b_gate, *b_up, *b_down;
     float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm, *next_norm;
 } engine_layer;
 

@@ -29,29 +29,43 @@ typedef struct {
      * (Mixtral is llama with experts) */
     uint32_t n_expert, n_expert_used, n_ff_key;
     const char *family;
+    /* gpt-oss: the window of its even layers, and YaRN (factor over the
+     * original context) */
+    uint32_t n_swa;
+    float yarn_factor;
+    uint32_t yarn_ctx;
 } gen_preset;
 
 static const gen_preset presets[] = {
     /* small shapes that exercise GQA, odd-ish sizes, and head_dim != n_embd/n_head (qwen3) */
-    {"tiny", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 10000.0f, false, false, 0, 0, 0, NULL},
-    {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 16, 128, 320, 512, 1000000.0f, true, false, 0, 0, 0, NULL},
-    {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 32, 96, 320, 512, 1000000.0f, false, false, 0, 0, 0, NULL},
+    {"tiny", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 10000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
+    {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 16, 128, 320, 512, 1000000.0f, true, false, 0, 0, 0, NULL, 0, 0.0f, 0},
+    {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 32, 96, 320, 512, 1000000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
     /* small but GPU-shaped: rows of whole 256-weight groups, head size 64 */
-    {"small", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, false, false, 0, 0, 0, NULL},
+    {"small", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
     /* real model shapes */
-    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, true, true, 0, 0, 0, NULL},
-    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, true, 0, 0, 0, NULL},
-    {"32b", "qwen2", 5120, 64, 40, 8, 128, 27648, 152064, 32768, 1000000.0f, false, false, 0, 0, 0, NULL},
-    {"70b", "llama", 8192, 80, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false, false, 0, 0, 0, NULL},
+    {"1b", "llama", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f, true, true, 0, 0, 0, NULL, 0, 0.0f, 0},
+    {"8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, 131072, 500000.0f, false, true, 0, 0, 0, NULL, 0, 0.0f, 0},
+    {"32b", "qwen2", 5120, 64, 40, 8, 128, 27648, 152064, 32768, 1000000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
+    {"70b", "llama", 8192, 80, 64, 8, 128, 28672, 128256, 8192, 500000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
     /* mixtures of experts: tiny ones for tests (k of 3 and 2, rows of whole
      * 32-weight blocks so a tensor split can cut them), and real shapes */
-    {"tiny-qwen3moe", "qwen3moe", 64, 2, 4, 2, 32, 64, 320, 512, 1000000.0f, false, false, 8, 3, 192, NULL},
-    {"tiny-mixtral", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 1000000.0f, false, false, 4, 2, 96, "mixtral"},
-    {"small-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 256, 512, 2048, 1000000.0f, false, false, 16, 4, 1024, NULL},
+    {"tiny-qwen3moe", "qwen3moe", 64, 2, 4, 2, 32, 64, 320, 512, 1000000.0f, false, false, 8, 3, 192, NULL, 0, 0.0f, 0},
+    {"tiny-mixtral", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 1000000.0f, false, false, 4, 2, 96, "mixtral", 0, 0.0f, 0},
+    {"small-qwen3moe", "qwen3moe", 256, 2, 4, 2, 64, 256, 512, 2048, 1000000.0f, false, false, 16, 4, 1024, NULL, 0, 0.0f, 0},
     {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 768, 151936, 40960, 1000000.0f, false, false, 128, 8,
-     6144, NULL},
+     6144, NULL, 0, 0.0f, 0},
     {"mixtral-8x7b", "llama", 4096, 32, 32, 8, 128, 14336, 32000, 32768, 1000000.0f, false, false, 8, 2, 14336,
-     "mixtral"},
+     "mixtral", 0, 0.0f, 0},
+    /* gpt-oss: windows of 8 and 32 positions (the real 128 would hide
+     * them from tests' short sequences), then the real shapes */
+    {"tiny-gpt-oss", "gpt-oss", 64, 2, 4, 2, 16, 64, 320, 512, 150000.0f, false, false, 4, 2, 64, NULL, 8, 4.0f, 128},
+    {"small-gpt-oss", "gpt-oss", 256, 2, 4, 2, 64, 256, 512, 2048, 150000.0f, false, false, 8, 2, 256, NULL, 32, 4.0f,
+     512},
+    {"gpt-oss-20b", "gpt-oss", 2880, 24, 64, 8, 64, 2880, 201088, 131072, 150000.0f, false, false, 32, 4, 2880, NULL,
+     128, 32.0f, 4096},
+    {"gpt-oss-120b", "gpt-oss", 2880, 36, 64, 8, 64, 2880, 201088, 131072, 150000.0f, false, false, 128, 4, 2880,
+     NULL, 128, 32.0f, 4096},
 };
 
 /* What --arch names a preset by. */
@@ -75,6 +89,7 @@ typedef struct {
     cleave_type *tensor_type;  /* by writer index */
     size_t n_tensor_type;
     float *ones;         /* norms are 1 */
+    float *small;        /* biases and sinks: small random values, enough for any of them */
     float *rope_freqs;
 } gen_state;
 
@@ -144,6 +159,12 @@ static cleave_status add_vector(gguf_writer *w, const char *name, const float *d
     return gguf_writer_add_tensor(w, name, CLEAVE_TYPE_F32, 1, &n, data, NULL, NULL, NULL);
 }
 
+/* An f32 matrix from memory (gpt-oss's expert biases: [rows, n_expert]). */
+static cleave_status add_matrix_f32(gguf_writer *w, const char *name, const float *data, uint64_t ne0, uint64_t ne1) {
+    uint64_t ne[2] = {ne0, ne1};
+    return gguf_writer_add_tensor(w, name, CLEAVE_TYPE_F32, 2, ne, data, NULL, NULL, NULL);
+}
+
 static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, const quant_mix *mix,
                                  bool pure) {
     model_hparams hp = {
@@ -151,8 +172,13 @@ static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, const quan
         .n_head_kv = p->n_head_kv, .head_dim = p->head_dim, .n_ff = p->n_ff,
         .n_ctx_train = p->n_ctx, .n_rot = p->head_dim, .norm_eps = 1e-5f,
         .rope_freq_base = p->rope_base, .n_expert = p->n_expert, .n_expert_used = p->n_expert_used,
-        .n_ff_key = p->n_ff_key,
+        .n_ff_key = p->n_ff_key, .n_swa = p->n_swa, .swa_pattern = p->n_swa ? 2 : 0,
     };
+    if (p->yarn_factor > 0) {
+        hp.rope_scaling = (model_rope_scaling){.keys = ROPE_KEY_TYPE | ROPE_KEY_FACTOR | ROPE_KEY_CTX_ORIG,
+                                               .type = ROPE_SCALING_YARN, .factor = p->yarn_factor,
+                                               .n_ctx_orig = p->yarn_ctx};
+    }
     snprintf(hp.arch_name, sizeof hp.arch_name, "%s", p->arch);
     char name[64];
     snprintf(name, sizeof name, "cleave random %s %s", p->name,
@@ -167,7 +193,8 @@ static cleave_status set_hparams(gguf_writer *w, const gen_preset *p, const quan
 static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_preset *p) {
     uint64_t e = p->n_embd, q = (uint64_t)p->n_head * p->head_dim,
              kv = (uint64_t)p->n_head_kv * p->head_dim, ff = p->n_ff;
-    bool bias = strcmp(p->arch, "qwen2") == 0, qk_norm = !strcmp(p->arch, "qwen3") || !strcmp(p->arch, "qwen3moe");
+    bool oai = !strcmp(p->arch, "gpt-oss");
+    bool bias = !strcmp(p->arch, "qwen2") || oai, qk_norm = !strcmp(p->arch, "qwen3") || !strcmp(p->arch, "qwen3moe");
     cleave_status st = add_matrix(w, g, "token_embd.weight", e, p->n_vocab);
     if (!st) st = add_vector(w, "output_norm.weight", g->ones, e);
     if (!st && !p->tied) st = add_matrix(w, g, "output.weight", e, p->n_vocab);
@@ -176,6 +203,7 @@ static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_pre
     for (uint32_t l = 0; !st && l < p->n_layer; l++) {
 #define M(fmt, a, b) if (!st) { snprintf(name, sizeof name, fmt, l); st = add_matrix(w, g, name, a, b); }
 #define E(fmt, a, b, c) if (!st) { snprintf(name, sizeof name, fmt, l); st = add_tensor(w, g, name, a, b, c); }
+#define B(fmt, data, a, b) if (!st) { snprintf(name, sizeof name, fmt, l); st = add_matrix_f32(w, name, data, a, b); }
 #define V(fmt, data, n) if (!st) { snprintf(name, sizeof name, fmt, l); st = add_vector(w, name, data, n); }
         V("blk.%u.attn_norm.weight", g->ones, e);
         M("blk.%u.attn_q.weight", e, q);
@@ -192,7 +220,17 @@ static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_pre
             V("blk.%u.attn_k_norm.weight", g->ones, p->head_dim);
         }
         M("blk.%u.attn_output.weight", q, e);
-        V("blk.%u.ffn_norm.weight", g->ones, e);
+        if (oai) {
+            V("blk.%u.attn_output.bias", g->small, e);
+            V("blk.%u.attn_sinks.weight", g->small + 3, p->n_head);
+            V("blk.%u.post_attention_norm.weight", g->ones, e);
+            V("blk.%u.ffn_gate_inp.bias", g->small + 5, p->n_expert);
+            B("blk.%u.ffn_gate_exps.bias", g->small + 7, ff, p->n_expert);
+            B("blk.%u.ffn_up_exps.bias", g->small + 11, ff, p->n_expert);
+            B("blk.%u.ffn_down_exps.bias", g->small + 13, e, p->n_expert);
+        } else {
+            V("blk.%u.ffn_norm.weight", g->ones, e);
+        }
         if (p->n_expert) {
             uint64_t ne = p->n_expert;
             M("blk.%u.ffn_gate_inp.weight", e, ne);
@@ -206,6 +244,7 @@ static cleave_status add_all_tensors(gguf_writer *w, gen_state *g, const gen_pre
         }
 #undef M
 #undef E
+#undef B
 #undef V
     }
     return st;
@@ -241,8 +280,8 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, want) == 0) p = &presets[i];
     if (!p) return err_set(CLEAVE_ERR_INVALID_ARG,
-                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3|qwen3moe|mixtral], small [--arch qwen3moe], "
-                           "1b, 8b, 32b, 70b, qwen3-30b-a3b, mixtral-8x7b)",
+                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3|qwen3moe|mixtral|gpt-oss], small [--arch "
+                           "qwen3moe|gpt-oss], 1b, 8b, 32b, 70b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b)",
                            want);
     if (arch && strcmp(arch, family_of(p)) != 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "preset %s is a %s model", p->name, family_of(p));
@@ -253,15 +292,17 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
         .has_output = !p->tied,
         .is_70b = !strcmp(p->arch, "llama") && p->n_layer == 80 && p->n_head_kv != p->n_head};
     size_t n_ones = (size_t)p->n_embd + (size_t)p->n_head * p->head_dim + 64;
+    size_t n_small = ((size_t)(p->n_ff > p->n_embd ? p->n_ff : p->n_embd) + 16) * (p->n_expert ? p->n_expert : 1);
     float *rnd = mem_alloc(GEN_BLOCK_ELEMS * sizeof(float), "random block");
     g.rnd = rnd;
     g.ones = mem_alloc(n_ones * sizeof(float), "norm weights");
+    g.small = mem_alloc(n_small * sizeof(float), "biases");
     g.rope_freqs = mem_alloc(p->head_dim / 2 * sizeof(float), "rope factors");
-    g.n_tensor_type = 4 + (size_t)p->n_layer * 16; /* more than any preset adds */
+    g.n_tensor_type = 4 + (size_t)p->n_layer * 24; /* more than any preset adds (gpt-oss: 20 a layer) */
     g.tensor_type = mem_calloc(g.n_tensor_type, sizeof *g.tensor_type, "tensor types");
     gguf_writer *w = NULL;
     cleave_status st =
-        (rnd && g.ones && g.rope_freqs && g.tensor_type) ? CLEAVE_OK : CLEAVE_ERR_OOM;
+        (rnd && g.ones && g.small && g.rope_freqs && g.tensor_type) ? CLEAVE_OK : CLEAVE_ERR_OOM;
     if (!st) {
         /* uniform in +-sqrt(3/n_embd): unit-variance outputs keep activations sane */
         float scale = sqrtf(3.0f / (float)p->n_embd);
@@ -271,6 +312,7 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
         for (size_t i = 0; i < n_ones; i++) g.ones[i] = i < p->n_embd ? 1.0f : rnd[i] * 4.0f;
         /* norm weights near 1 but not exactly, so a wrong norm shows */
         for (size_t i = 0; i < p->n_embd; i++) g.ones[i] = 1.0f + rnd[(i * 31) % GEN_BLOCK_ELEMS];
+        for (size_t i = 0; i < n_small; i++) g.small[i] = rnd[(i * 17 + 5) % GEN_BLOCK_ELEMS] * 2.0f;
         llama3_rope_freqs(g.rope_freqs, p->head_dim, p->rope_base);
         st = gguf_writer_new(&w);
     }
@@ -283,6 +325,7 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     for (size_t i = 0; i < sizeof g.tiles / sizeof g.tiles[0]; i++) free(g.tiles[i].bytes);
     free(g.tensor_type);
     free(g.ones);
+    free(g.small);
     free(g.rope_freqs);
     return st;
 }

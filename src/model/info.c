@@ -45,6 +45,9 @@ cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file) {
     fprintf(out, "vocab:         %u   bos %d   eos %d\n", d.n_vocab, cleave_token_bos(m),
             cleave_token_eos(m));
     fprintf(out, "embedding:     %u   layers %u   ffn %u\n", d.n_embd, d.n_layer, d.n_ff);
+    if (hp->n_expert)
+        fprintf(out, "experts:       %u, %u used a token, each FFN %u wide%s\n", hp->n_expert, hp->n_expert_used,
+                hp->n_ff, hp->swiglu_oai ? " (clamped SwiGLU)" : "");
     fprintf(out, "heads:         %u query, %u kv (GQA %u), head size %u\n", d.n_head, d.n_head_kv,
             d.n_head / d.n_head_kv, d.head_dim);
     fprintf(out, "rope:          %s, base %g, %u dims%s\n", d.rope_neox ? "neox" : "normal",
@@ -55,7 +58,10 @@ cleave_status cleave_print_info(const char *path, uint32_t n_ctx, void *file) {
         fprintf(out, "rope scaling:  %s, factor %g, original context %u, attn factor %g%s\n",
                 model_rope_type_name(hp->rope_scaling.type), 1.0 / re.freq_scale, re.n_ctx_orig,
                 (double)re.attn_factor, re.ext_factor != 0 ? ", YaRN ramp" : "");
-    if (hp->n_swa) fprintf(out, "sliding window: %u (contexts stay within it)\n", hp->n_swa);
+    if (hp->n_swa && hp->swa_pattern)
+        fprintf(out, "sliding window: %u on %u of every %u layers\n", hp->n_swa, hp->swa_pattern - 1, hp->swa_pattern);
+    else if (hp->n_swa)
+        fprintf(out, "sliding window: %u (contexts stay within it)\n", hp->n_swa);
     fprintf(out, "norm eps:      %g\n", (double)d.norm_eps);
     fprintf(out, "output:        %s\n", d.tied_output ? "tied to the token embedding" : "separate");
     fprintf(out, "train context: %u\n", d.n_ctx_train);

@@ -19,14 +19,20 @@ typedef struct {
     enum model_arch arch;
     bool rope_neox, qkv_bias, qk_norm;
     enum arch_experts experts; /* llama with expert_count > 0 is Mixtral */
+    /* gpt-oss's own: biases on o, the router and the experts; attention
+     * sinks; the clamped SwiGLU; softmax over the chosen experts; a
+     * sliding window on alternate layers; the FFN's norm named
+     * post_attention_norm */
+    bool oai;
 } arch_row;
 
 static const arch_row arch_table[] = {
-    {"llama", ARCH_LLAMA, false, false, false, EXPERTS_OPTIONAL},
-    {"mistral", ARCH_LLAMA, false, false, false, EXPERTS_NEVER},
-    {"qwen2", ARCH_QWEN2, true, true, false, EXPERTS_NEVER},
-    {"qwen3", ARCH_QWEN3, true, false, true, EXPERTS_NEVER},
-    {"qwen3moe", ARCH_QWEN3MOE, true, false, true, EXPERTS_ALWAYS},
+    {"llama", ARCH_LLAMA, false, false, false, EXPERTS_OPTIONAL, false},
+    {"mistral", ARCH_LLAMA, false, false, false, EXPERTS_NEVER, false},
+    {"qwen2", ARCH_QWEN2, true, true, false, EXPERTS_NEVER, false},
+    {"qwen3", ARCH_QWEN3, true, false, true, EXPERTS_NEVER, false},
+    {"qwen3moe", ARCH_QWEN3MOE, true, false, true, EXPERTS_ALWAYS, false},
+    {"gpt-oss", ARCH_GPTOSS, true, true, false, EXPERTS_ALWAYS, true},
 };
 
 static const arch_row *arch_find(const char *name, size_t len) {
@@ -84,8 +90,28 @@ static cleave_status read_experts(const gguf_file *f, const arch_row *ar, const 
     if (ff == 0 || ff > (1u << 22))
         return err_set(CLEAVE_ERR_FORMAT, "%s.expert_feed_forward_length %u", arch, ff);
     hp->n_ff = ff;
-    hp->expert_gating = GATING_SOFTMAX;
-    hp->expert_norm = true;
+    hp->expert_gating = ar->oai ? GATING_SOFTMAX_WEIGHT : GATING_SOFTMAX;
+    hp->expert_norm = !ar->oai;
+    hp->swiglu_oai = ar->oai;
+    hp->swiglu_alpha = 1.702f, hp->swiglu_limit = 7.0f; /* gpt-oss's, as llama.cpp fixes them */
+    return CLEAVE_OK;
+}
+
+/* gpt-oss: the window on alternate layers (sliding_window_pattern, 2
+ * without it), and one rope base for all layers. */
+static cleave_status read_windows(const gguf_file *f, const arch_row *ar, const char *arch, model_hparams *hp) {
+    if (!ar->oai) return CLEAVE_OK;
+    cleave_status st;
+    hp->swa_pattern = 2;
+    if ((st = hp_u32(f, arch, "attention.sliding_window_pattern", false, &hp->swa_pattern))) return st;
+    if (!hp->n_swa || hp->swa_pattern < 2 || hp->swa_pattern > 64)
+        return err_set(CLEAVE_ERR_FORMAT, "%s: sliding window %u over a pattern of %u layers: need both", arch,
+                       hp->n_swa, hp->swa_pattern);
+    float base_swa = hp->rope_freq_base;
+    if ((st = hp_f32(f, arch, "rope.freq_base_swa", false, &base_swa))) return st;
+    if (base_swa != hp->rope_freq_base)
+        return err_set(CLEAVE_ERR_UNSUPPORTED, "%s.rope.freq_base_swa = %g: cleave runs one rope base (%g)", arch,
+                       (double)base_swa, (double)hp->rope_freq_base);
     return CLEAVE_OK;
 }
 
@@ -138,7 +164,8 @@ static cleave_status read_hparams(const gguf_file *f, const arch_row *ar, const 
     if (!(hp->norm_eps > 0 && hp->norm_eps < 1) || !(hp->rope_freq_base > 0))
         return err_set(CLEAVE_ERR_FORMAT, "implausible norm epsilon %g or rope base %g",
                        (double)hp->norm_eps, (double)hp->rope_freq_base);
-    return model_read_arith_keys(f, hp);
+    if ((st = model_read_arith_keys(f, hp))) return st;
+    return read_windows(f, ar, arch, hp);
 }
 
 static cleave_status type_ok(const gguf_tensor *t, const char *name) {
@@ -211,8 +238,19 @@ static cleave_status find_tensors(struct cleave_model *m, const arch_row *ar) {
             (st = want(f, true, &L->wk, e, kd, "blk.%d.attn_k.weight", l)) ||
             (st = want(f, true, &L->wv, e, kd, "blk.%d.attn_v.weight", l)) ||
             (st = want(f, true, &L->wo, qd, e, "blk.%d.attn_output.weight", l)) ||
-            (st = want(f, true, &L->ffn_norm, e, 0, "blk.%d.ffn_norm.weight", l)))
+            (st = want(f, true, &L->ffn_norm, e, 0,
+                       ar->oai ? "blk.%d.post_attention_norm.weight" : "blk.%d.ffn_norm.weight", l)))
             return st;
+        if (ar->oai) {
+            uint64_t ne = hp->n_expert;
+            if ((st = want(f, true, &L->bo, e, 0, "blk.%d.attn_output.bias", l)) ||
+                (st = want(f, true, &L->sinks, hp->n_head, 0, "blk.%d.attn_sinks.weight", l)) ||
+                (st = want(f, true, &L->router_b, ne, 0, "blk.%d.ffn_gate_inp.bias", l)) ||
+                (st = want(f, true, &L->b_gate, ff, ne, "blk.%d.ffn_gate_exps.bias", l)) ||
+                (st = want(f, true, &L->b_up, ff, ne, "blk.%d.ffn_up_exps.bias", l)) ||
+                (st = want(f, true, &L->b_down, e, ne, "blk.%d.ffn_down_exps.bias", l)))
+                return st;
+        }
         if (hp->n_expert) {
             uint64_t ne = hp->n_expert;
             if ((st = want(f, true, &L->router, e, ne, "blk.%d.ffn_gate_inp.weight", l)) ||
@@ -254,7 +292,7 @@ cleave_status model_load(const char *path, struct cleave_model **out) {
     const arch_row *ar = arch_find(arch, arch_len);
     if (!ar) {
         st = err_set(CLEAVE_ERR_UNSUPPORTED,
-                     "unknown architecture '%.*s' (cleave runs llama, mistral, qwen2, qwen3, qwen3moe)",
+                     "unknown architecture '%.*s' (cleave runs llama, mistral, qwen2, qwen3, qwen3moe, gpt-oss)",
                      (int)(arch_len > 64 ? 64 : arch_len), arch);
         goto wrap;
     }
@@ -327,7 +365,8 @@ void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, voi
         const model_layer *L = &m->layers[i];
         const gguf_tensor *ts[] = {L->attn_norm, L->wq,     L->wk,   L->wv,     L->wo,
                                    L->bq,        L->bk,     L->bv,   L->q_norm, L->k_norm,
-                                   L->ffn_norm,  L->w_gate, L->w_up, L->w_down, L->router};
+                                   L->ffn_norm,  L->w_gate, L->w_up, L->w_down, L->router,
+                                   L->bo,        L->sinks,  L->router_b, L->b_gate, L->b_up, L->b_down};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
             if (ts[j]) fn(ts[j], user);
     }
@@ -381,6 +420,11 @@ cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const
                                                   : 32;
     if (!st) st = gguf_set_u32(w, "general.file_type", ft);
     return st;
+}
+
+uint32_t model_layer_window(const model_hparams *hp, uint32_t l) {
+    if (!hp->swa_pattern) return 0; /* a window over all layers: contexts stay within it */
+    return l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
 }
 
 size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type k_type, cleave_type v_type) {

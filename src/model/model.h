@@ -16,7 +16,7 @@
 #include "gguf_shards.h"
 #include "vocab/tokenizer.h"
 
-enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE };
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN3MOE, ARCH_GPTOSS };
 
 /* {arch}.rope.scaling.type; a factor with no type is linear, as llama.cpp
  * reads it. */
@@ -84,13 +84,22 @@ typedef struct model_hparams {
     enum model_gating expert_gating;
     bool expert_norm;
     float expert_scale;
+    /* the experts' activation: SwiGLU, or gpt-oss's clamped form
+     * (swiglu_alpha, swiglu_limit; be_moe_ops.swiglu_oai) */
+    bool swiglu_oai;
+    float swiglu_alpha, swiglu_limit;
     uint32_t n_ctx_train;
     uint32_t n_rot;       /* rope.dimension_count, default head_dim */
     float norm_eps;
     float rope_freq_base;
     bool rope_neox;       /* qwen: rotate (i, i + n_rot/2); llama: (2i, 2i+1) */
     model_rope_scaling rope_scaling;
-    uint32_t n_swa;       /* attention.sliding_window; 0: none. Contexts stay within it. */
+    uint32_t n_swa;       /* attention.sliding_window; 0: none */
+    /* Which layers the window applies to: 0, all of them, and contexts
+     * stay within it (cleave needs no window then); else layer l is
+     * windowed where l % swa_pattern < swa_pattern - 1 (llama.cpp's
+     * pattern: gpt-oss's 2 windows the even layers). */
+    uint32_t swa_pattern;
 } model_hparams;
 
 /* One transformer block; optional tensors are NULL when absent. Shapes in
@@ -106,6 +115,10 @@ typedef struct model_layer {
     const gguf_tensor *w_gate, *w_up; /* [n_embd, n_ff], with experts [n_embd, n_ff, n_expert] */
     const gguf_tensor *w_down;        /* [n_ff, n_embd], with experts [n_ff, n_embd, n_expert] */
     const gguf_tensor *router;        /* experts: ffn_gate_inp [n_embd, n_expert] */
+    /* gpt-oss: the o projection's bias [n_embd], attention sinks [n_head],
+     * the router's bias [n_expert] and the experts' biases ([n_ff,
+     * n_expert] for gate and up, [n_embd, n_expert] for down) */
+    const gguf_tensor *bo, *sinks, *router_b, *b_gate, *b_up, *b_down;
 } model_layer;
 
 struct cleave_model {
@@ -152,6 +165,9 @@ cleave_status model_write_arith_keys(gguf_writer *w, const model_hparams *hp);
 void model_rope_resolve(const model_hparams *hp, model_rope_ext *out);
 /* "none", "linear" or "yarn". */
 const char *model_rope_type_name(enum model_rope_type t);
+
+/* The sliding window of layer l (0: it sees the whole context). */
+uint32_t model_layer_window(const model_hparams *hp, uint32_t l);
 
 /* Bytes of K+V per cached token for all layers. */
 size_t model_kv_bytes_per_token(const model_hparams *hp, cleave_type k_type, cleave_type v_type);

@@ -264,5 +264,9 @@ cleave_status model_write_arith_keys(gguf_writer *w, const model_hparams *hp) {
         arch_key(key, sizeof key, hp, "attention.sliding_window");
         st = gguf_set_u32(w, key, hp->n_swa);
     }
+    if (!st && hp->swa_pattern && hp->swa_pattern != 2) { /* 2: gpt-oss's, which llama.cpp assumes */
+        arch_key(key, sizeof key, hp, "attention.sliding_window_pattern");
+        st = gguf_set_u32(w, key, hp->swa_pattern);
+    }
     return st;
 }

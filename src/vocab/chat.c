@@ -9,7 +9,13 @@
 #include "model/gguf.h"
 #include "model/model.h"
 
-static const char *const NAMES[] = {"llama3", "chatml", "mistral", "llama2"};
+/* qwen3: chatml, the model thinking first as its template does by
+ * default; qwen3-nothink: the empty think block its template writes with
+ * enable_thinking false. gpt-oss: the harmony format as llama.cpp writes
+ * it without Jinja. */
+static const char *const NAMES[] = {"llama3", "chatml", "mistral", "llama2", "qwen3", "qwen3-nothink", "gpt-oss"};
+#define N_NAMES (sizeof NAMES / sizeof NAMES[0])
+#define NAME_LIST "llama3, chatml, mistral, llama2, qwen3, qwen3-nothink, gpt-oss"
 
 cleave_status cleave_chat_template_of(const cleave_model *m, const char **name) {
     if (!m || !name) return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: model and name required");
@@ -18,18 +24,20 @@ cleave_status cleave_chat_template_of(const cleave_model *m, const char **name) 
     size_t n;
     if (gguf_find_key(m->file, "tokenizer.chat_template") < 0 || gguf_get_str(m->file, "tokenizer.chat_template", &t, &n))
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "the model has no chat template (tokenizer.chat_template); name one (llama3, chatml, "
-                       "mistral, llama2), e.g. the fallback chatml");
+                       "the model has no chat template (tokenizer.chat_template); name one (" NAME_LIST
+                       "), e.g. the fallback chatml");
     char buf[8192];
     snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf - 1 ? n : sizeof buf - 1), t);
     if (strstr(buf, "<|start_header_id|>")) *name = "llama3";
+    else if (strstr(buf, "<|start|>") && strstr(buf, "<|channel|>")) *name = "gpt-oss";
+    else if (strstr(buf, "<|im_start|>") && strstr(buf, "<think>")) *name = "qwen3";
     else if (strstr(buf, "<|im_start|>")) *name = "chatml";
     else if (strstr(buf, "[INST]") && strstr(buf, "<<SYS>>")) *name = "llama2";
     else if (strstr(buf, "[INST]")) *name = "mistral";
     if (*name) return CLEAVE_OK;
     return err_set(CLEAVE_ERR_UNSUPPORTED,
-                   "the model's chat template is not one cleave knows (markers of llama3, chatml, mistral, llama2 "
-                   "not found); name one, e.g. the fallback chatml");
+                   "the model's chat template is not one cleave knows (markers of " NAME_LIST
+                   " not found); name one, e.g. the fallback chatml");
 }
 
 typedef struct {
@@ -48,10 +56,9 @@ cleave_status cleave_chat_apply(const char *name, const cleave_chat_message *msg
     if (!name || (!msgs && n_msgs) || !n_out || (!buf && cap))
         return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: arguments required");
     int kind = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < (int)N_NAMES; i++)
         if (!strcmp(name, NAMES[i])) kind = i;
-    if (kind < 0)
-        return err_set(CLEAVE_ERR_UNSUPPORTED, "chat template '%s' unknown (llama3, chatml, mistral, llama2)", name);
+    if (kind < 0) return err_set(CLEAVE_ERR_UNSUPPORTED, "chat template '%s' unknown (" NAME_LIST ")", name);
     for (size_t i = 0; i < n_msgs; i++)
         if (!msgs[i].role || !msgs[i].content)
             return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: message %zu has no role or content", i);
@@ -66,7 +73,13 @@ cleave_status cleave_chat_apply(const char *name, const cleave_chat_message *msg
             put(&o, msg->content), put(&o, "<|eot_id|>");
             break;
         case 1: /* chatml */
+        case 4: /* qwen3 */
+        case 5: /* qwen3-nothink */
             put(&o, "<|im_start|>"), put(&o, msg->role), put(&o, "\n"), put(&o, msg->content), put(&o, "<|im_end|>\n");
+            break;
+        case 6: /* gpt-oss */
+            put(&o, "<|start|>"), put(&o, msg->role), put(&o, "<|message|>"), put(&o, msg->content);
+            put(&o, strcmp(msg->role, "assistant") ? "<|end|>" : "<|return|>");
             break;
         default: /* mistral, llama2: the system text goes into the first user turn */
             if (sys) {
@@ -83,7 +96,9 @@ cleave_status cleave_chat_apply(const char *name, const cleave_chat_message *msg
         }
     }
     if (add_assistant && kind == 0) put(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    if (add_assistant && kind == 1) put(&o, "<|im_start|>assistant\n");
+    if (add_assistant && (kind == 1 || kind == 4 || kind == 5)) put(&o, "<|im_start|>assistant\n");
+    if (add_assistant && kind == 5) put(&o, "<think>\n\n</think>\n\n");
+    if (add_assistant && kind == 6) put(&o, "<|start|>assistant");
     *n_out = o.n;
     if (o.n > cap) return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: %zu bytes, room for %zu", o.n, cap);
     return CLEAVE_OK;

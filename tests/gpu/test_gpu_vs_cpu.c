@@ -230,6 +230,28 @@ int main(void) {
             if (types[t] == CLEAVE_TYPE_Q8_0) tol = 1e-1;
             if (p) compare(label, p, CLEAVE_TYPE_F32, tol);
         }
+    /* Mixtures of experts with f32 weights, so that both devices choose
+     * the same experts for every token (with rounded weights a router
+     * logit within a rounding of the k-th largest may choose another
+     * expert on each side; the expert kernels of every weight type are
+     * test_backend_ops's matmul_id cases): routing on the device, the
+     * decode kernel, and the grouped prompt path (40 tokens x 3 experts) */
+    static const char *const moe_archs[] = {"qwen3moe", "mixtral", "gpt-oss"};
+    for (int a = 0; a < 3; a++) {
+        const char *p = tu_tiny_model(moe_archs[a], CLEAVE_TYPE_F32);
+        char label[64];
+        snprintf(label, sizeof label, "tiny %s f32", moe_archs[a]);
+        if (p) compare(label, p, CLEAVE_TYPE_F32, 1e-4);
+    }
+    const char *moe_small = tu_gen_model("small", "qwen3moe", CLEAVE_TYPE_F32, 7);
+    if (moe_small) compare("small qwen3moe f32", moe_small, CLEAVE_TYPE_F16, 1e-2);
+    /* gpt-oss's window (32 here) and sinks in the GPU's prompt and decode
+     * attention, over 40 + 280 positions */
+    const char *oss_small = tu_gen_model("small", "gpt-oss", CLEAVE_TYPE_F32, 7);
+    if (oss_small) compare("small gpt-oss f32", oss_small, CLEAVE_TYPE_F16, 1e-2);
+    /* batched decode: 12 sequences x 3 experts, recorded as graphs */
+    const char *moe_tiny = tu_tiny_model("qwen3moe", CLEAVE_TYPE_F32);
+    if (moe_tiny) compare_batch("tiny qwen3moe f32", moe_tiny, 12, 20, 8, 1024, false, CLEAVE_TYPE_F32, 1e-4);
     /* GPU-shaped rows and heads (the staged q8_0 GEMV, tensor-core prefill
      * attention and grouped decode attention), with the default f16 cache */
     for (int t = 0; t < 4; t++) {

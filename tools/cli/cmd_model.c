@@ -76,9 +76,9 @@ int cmd_gen(int argc, char **argv) {
     if (!preset || !out) {
         fprintf(stderr,
                 "usage: cleave gen --preset PRESET [--arch ARCH] [--type TYPE] [--seed N] -o OUT.gguf\n"
-                "  PRESET: tiny or small (test shapes, with --arch llama|qwen2|qwen3|qwen3moe|mixtral;\n"
-                "  small: llama or qwen3moe), 1b, 8b, 32b, 70b (dense real shapes), qwen3-30b-a3b,\n"
-                "  mixtral-8x7b (mixtures of experts)\n"
+                "  PRESET: tiny or small (test shapes, with --arch llama|qwen2|qwen3|qwen3moe|mixtral|\n"
+                "  gpt-oss; small: llama, qwen3moe or gpt-oss), 1b, 8b, 32b, 70b (dense real shapes),\n"
+                "  qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b (mixtures of experts)\n"
                 "  TYPE: a weight type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
                 "  q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4; default f16) or a llama.cpp file type whose\n"
                 "  per-tensor choices cleave quantize makes (Q4_K_M, Q5_K_S, Q3_K_L, ...)\n");

@@ -128,8 +128,21 @@ static cleave_status cpu_moe_combine(be_device *dev, const float *y, const float
     return CLEAVE_OK;
 }
 
+static cleave_status cpu_swiglu_oai(be_device *dev, const float *gate, const float *up, float *out, size_t n,
+                                    float alpha, float limit) {
+    cpu_device *d = cpu_dev(dev);
+    if (!gate || !up || !out) return cpu_null(d, "swiglu_oai", "a buffer");
+    if (!n) return cpu_zero(d, "swiglu_oai", "n");
+    for (size_t i = 0; i < n; i++) {
+        float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
+        out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    }
+    return CLEAVE_OK;
+}
+
 const be_moe_ops cpu_moe_ops = {
     .route = cpu_moe_route,
     .matmul_id = cpu_matmul_id,
     .combine = cpu_moe_combine,
+    .swiglu_oai = cpu_swiglu_oai,
 };

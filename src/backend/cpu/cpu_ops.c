@@ -279,8 +279,10 @@ static void cpu_attn_task(void *vc, size_t task, int thread) {
         size_t wl = (size_t)a->tok_win[2 * t], wh = (size_t)a->tok_win[2 * t + 1];
         lo = wl, hi = wh < hi ? wh : hi;
     }
+    int32_t oldest = a->window ? pos - (int32_t)a->window + 1 : 0; /* the sliding window's first position */
+    if (oldest < 0) oldest = 0;
     for (size_t i = lo; i < hi; i++) {
-        if (a->cell_seq[i] == seq && a->cell_pos[i] >= 0 && a->cell_pos[i] <= pos) {
+        if (a->cell_seq[i] == seq && a->cell_pos[i] >= oldest && a->cell_pos[i] <= pos) {
             float s = c->dot(k + i * c->row_bytes + kv_off, q, hd) * a->scale;
             sc[i] = s;
             if (s > mx) mx = s;
@@ -291,12 +293,15 @@ static void cpu_attn_task(void *vc, size_t task, int thread) {
         }
     }
     memset(out, 0, hd * sizeof(float));
-    if (first == a->n_kv) return; /* sees nothing: zeros, not NaN */
+    if (first == a->n_kv) return; /* sees nothing (or only a sink): zeros, not NaN */
 
     /* Pass 2: softmax with the max subtracted, then the weighted V sum,
-     * normalized once at the end. */
+     * normalized once at the end; a sink adds its share to the sum only. */
+    float sink = a->sinks ? a->sinks[h] : -INFINITY;
+    if (sink > mx) mx = sink;
     size_t span = last + 1 - first;
     float sum = cpu_exp_sub_sum(c->simd, sc + first, span, mx);
+    if (a->sinks) sum += expf(sink - mx);
     for (size_t i = first; i <= last; i++)
         if (sc[i] != 0.0f) c->axpy(v + i * c->v_row_bytes + v_off, sc[i], out, hd);
     cpu_scale_row(c->simd, out, 1.0f / sum, hd);

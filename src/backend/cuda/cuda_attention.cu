@@ -26,7 +26,7 @@ __device__ __forceinline__ void att_visible_runs(const att_args &a, size_t c0, s
         bool vis = false;
         if (c < c1) {
             int32_t cp = a.cell_pos[c];
-            vis = a.cell_seq[c] == ts && cp >= 0 && cp <= tp;
+            vis = a.cell_seq[c] == ts && att_sees(cp, tp, a.window);
         }
         unsigned mask = __ballot_sync(0xffffffffu, vis);
         while (mask) {
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) k_attn_gqa(att_args a, int G) 
  * aligned, so float2 loads. */
 __global__ void __launch_bounds__(ATT_WARPS * 32)
     k_attn_merge(const float *part, size_t n_split, size_t hd, size_t n_head, size_t qw, float *out,
-                 const int32_t *n_kv_live) {
+                 const int32_t *n_kv_live, const float *sinks) {
     __shared__ float sacc[ATT_WARPS][ATT_MAX_HD], sl[ATT_WARPS], s_max[ATT_WARPS];
     size_t pair = blockIdx.x, t = pair / n_head, h = pair % n_head;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
         float v = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) v += sacc[w][dim];
-        out[t * qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
+        out[t * qw + h * hd + dim] = L > 0.0f ? v / (sinks ? L + __expf(sinks[h] - M) : L) : 0.0f;
     }
 }
 
@@ -472,7 +472,13 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     att_args a = {x->q, (const char *)x->k, (const char *)x->v, row_bytes, x->n_kv, x->n_head,
                   x->n_head_kv, x->head_dim, x->n_head * x->head_dim, x->tok_pos, x->tok_seq,
                   x->cell_pos, x->cell_seq, x->scale, 1, x->n_kv ? x->n_kv : 1, x->n_kv_live,
-                  x->out, NULL, x->tok_win, v_row_bytes, (int)x->kv_type, (int)x->v_type};
+                  x->out, NULL, x->tok_win, v_row_bytes, (int)x->kv_type, (int)x->v_type,
+                  (int32_t)x->window, x->sinks};
+    if (x->window > INT32_MAX) return err_set(CLEAVE_ERR_INVALID_ARG, "attention: window of %u", x->window);
+    /* sliding windows and sinks (gpt-oss): the kernels below that take
+     * them (mma.sync prefill, the decode kernels); not the Hopper wgmma
+     * prefill nor the scalar tiles */
+    bool plain = !x->window && !x->sinks;
     /* Prefill-sized batches: query tiles share each K/V tile; on Hopper's
      * warpgroup MMAs where cuda_attn_wg_eligible says so (f16 and bf16,
      * head size 128), else on mma.sync where cuda_attn_mma_eligible does
@@ -482,10 +488,10 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
      * kernel below spreads the cells over the GPU (8B bf16 on an H200,
      * 16 sequences of 512 + 128 tokens: decode 914 -> 1590 tok/s) */
     bool tiles_pay = !x->n_seq_runs || x->n_tokens >= 16 * x->n_seq_runs;
-    if (tiles_pay && cuda_attn_wg_eligible(d, x)) return cuda_attn_wg(d, a, x->n_tokens, x->kv_type);
+    if (plain && tiles_pay && cuda_attn_wg_eligible(d, x)) return cuda_attn_wg(d, a, x->n_tokens, x->kv_type);
     if (tiles_pay && cuda_attn_mma_eligible(x)) return cuda_attn_mma(d, a, x->n_tokens, x->kv_type, x->v_type);
     size_t group = x->n_head / x->n_head_kv;
-    if (tiles_pay && x->n_tokens >= 16 && !x->n_kv_live && x->head_dim <= TILE_MAX_HD &&
+    if (plain && tiles_pay && x->n_tokens >= 16 && !x->n_kv_live && x->head_dim <= TILE_MAX_HD &&
         x->head_dim % 4 == 0 && group <= TILE_Q && TILE_Q % group == 0) {
         cleave_status st = CLEAVE_OK;
         cuda_dispatch_kv(x->kv_type, x->v_type,
@@ -549,6 +555,6 @@ cleave_status cuda_op_attention(be_device *dev, const be_attn *x) {
     if (e != cudaSuccess) return cuda_fail(e, "attention kernel", __FILE__, __LINE__);
     if (a.n_split > 1)
         CUDA_LAUNCH(d, k_attn_merge, (unsigned)pairs, 128, 0, (const float *)a.part, a.n_split,
-                    x->head_dim, x->n_head, a.qw, x->out, x->n_kv_live);
+                    x->head_dim, x->n_head, a.qw, x->out, x->n_kv_live, x->sinks);
     return CLEAVE_OK;
 }

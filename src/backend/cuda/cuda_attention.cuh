@@ -25,7 +25,20 @@ struct att_args {
     const int32_t *tok_win; /* [n_tokens][2] or NULL: be_attn.tok_win */
     size_t v_row_bytes;     /* one cell of the V cache */
     int k_type, v_type;     /* the caches' types, for kernels that take them at run time */
+    int32_t window;         /* be_attn.window: 0, or a token sees positions within it */
+    const float *sinks;     /* be_attn.sinks: [n_head] or NULL */
 };
+
+/* Whether a token at position tp sees a cell at position cp of its
+ * sequence: causal, and within the sliding window where there is one. */
+static __device__ __forceinline__ bool att_sees(int32_t cp, int32_t tp, int32_t window) {
+    return cp >= 0 && cp <= tp && (!window || tp - cp < window);
+}
+/* The denominator of head h's softmax: its sum L at running max M, plus
+ * the head's sink (a logit with a value of zero) where there are sinks. */
+static __device__ __forceinline__ float att_denom(const att_args &a, size_t h, float M, float L) {
+    return a.sinks ? L + __expf(a.sinks[h] - M) : L;
+}
 
 
 /* With a live count (recorded graphs, sized for the whole context) the
@@ -76,7 +89,7 @@ static __device__ __forceinline__ void att_merge_warps(const att_args &a, const 
         if (p)
             p[dim] = v;
         else
-            a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / L : 0.0f;
+            a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / att_denom(a, h, M, L) : 0.0f;
     }
     if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
 }

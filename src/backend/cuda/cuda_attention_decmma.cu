@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, 4) k_attn_decmma(att_args a, i
     if (grp < n_groups && lane < DM_CELLS && c0 + grp * DM_CELLS + lane < c1)
         cp = a.cell_pos[c0 + grp * DM_CELLS + lane], cs = a.cell_seq[c0 + grp * DM_CELLS + lane];
     for (; grp < n_groups; grp += ATT_WARPS) {
-        const unsigned vis = __ballot_sync(0xffffffffu, cs == ts && cp >= 0 && cp <= tp);
+        const unsigned vis = __ballot_sync(0xffffffffu, cs == ts && att_sees(cp, tp, a.window));
         const size_t base = c0 + grp * DM_CELLS, nx = grp + ATT_WARPS;
         cp = -1, cs = -1;
         if (nx < n_groups && lane < DM_CELLS && c0 + nx * DM_CELLS + lane < c1)

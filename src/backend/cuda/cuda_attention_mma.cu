@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
         /* mask, then the online softmax; lane holds rows g and g + 8 and
          * cells 8 j + 2 q4 + {0, 1}. Tiles every row of this warp sees
          * whole (all but the causal diagonal, usually) skip the mask. */
-        bool whole = seq_one && tp[lane] >= 0 && tp[lane] <= wmin_pos && tsq[lane] == wseq &&
+        bool whole = seq_one && !a.window && tp[lane] >= 0 && tp[lane] <= wmin_pos && tsq[lane] == wseq &&
                      tp[lane + 32] >= 0 && tp[lane + 32] <= wmin_pos && tsq[lane + 32] == wseq;
         whole = __all_sync(0xffffffffu, whole);
         if (!whole) {
@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
                 for (int e = 0; e < 4; e++) {
                     int cell = 8 * j + 2 * q4 + (e & 1), r = e >> 1;
                     int32_t cp = tp[cell];
-                    bool vis = cp >= 0 && tsq[cell] == rseq[r] && cp <= rpos[r];
+                    bool vis = tsq[cell] == rseq[r] && att_sees(cp, rpos[r], a.window);
                     s[j][e] = vis ? s[j][e] : -INFINITY;
                 }
         }
@@ -242,7 +242,9 @@ __global__ void __launch_bounds__(FA_THREADS, 2)
         int r = warp * 16 + g + 8 * j;
         size_t t = t0 + r / group, h = kvh * group + r % group;
         if (r >= rows_used || t >= n_tokens) continue;
-        float inv = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+        /* a sink joins the sum; m is in log2 units, as the scores */
+        float den = a.sinks ? l[j] + fast_exp2(a.sinks[h] * 1.4426950408889634f - m[j]) : l[j];
+        float inv = l[j] > 0.0f ? 1.0f / den : 0.0f;
         float *dst = a.out + t * a.qw + h * HD + 2 * q4;
 #pragma unroll
         for (int n = 0; n < NT; n++)

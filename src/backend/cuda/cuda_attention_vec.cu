@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32, GM >= 8 ? 2 : 4) k_attn_vec(at
     int32_t cp = -1, cs = -1;
     if (base + lane < c1) cp = a.cell_pos[base + lane], cs = a.cell_seq[base + lane];
     for (; base < c1; base += 32 * ATT_WARPS) {
-        unsigned mask = __ballot_sync(0xffffffffu, cs == ts && cp >= 0 && cp <= tp);
+        unsigned mask = __ballot_sync(0xffffffffu, cs == ts && att_sees(cp, tp, a.window));
         const size_t next = base + 32 * ATT_WARPS + lane;
         cp = -1, cs = -1;
         if (next < c1) cp = a.cell_pos[next], cs = a.cell_seq[next];

@@ -34,6 +34,7 @@ enum {
     CUDA_SCRATCH_ATTN,
     CUDA_SCRATCH_FFN, /* unfused gate/up fallback */
     CUDA_SCRATCH_SAMPLE, /* sampled rows' logits, parameters and choices */
+    CUDA_SCRATCH_MOE, /* experts: a batch's rows grouped by expert (cuda_moe.cu) */
     CUDA_SCRATCH_OPS, /* the count of the above, and the first twin */
     CUDA_SCRATCH_COUNT = 2 * CUDA_SCRATCH_OPS
 };
@@ -101,6 +102,8 @@ struct cuda_device {
     cudaEvent_t tier_issued;
 };
 
+/* Routing, expert matmuls and their weighted sum (cuda_moe.cu). */
+extern const be_moe_ops cuda_moe_ops;
 /* The tiered KV cache's buffers (cuda_tier.cu). */
 extern const be_tier_ops cuda_tier_ops;
 void cuda_tier_destroy(cuda_device *d); /* at the device's end */

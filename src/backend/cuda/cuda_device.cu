@@ -249,6 +249,7 @@ static const be_ops cuda_ops = {
     .graph = &cuda_graph_ops,
     .peer = &cuda_peer_ops,
     .tier = &cuda_tier_ops,
+    .moe = &cuda_moe_ops,
     .sample = cuda_op_sample,
 };
 
