@@ -764,6 +764,15 @@ static void rand_ids(int32_t *ids, size_t n, size_t ne, size_t k) {
         }
 }
 
+/* matmul_id: a GPU's decode form (up to 256 pairs) dots f32 x with
+ * exactly dequantized weights (the decode GEMV's bound); a prompt's
+ * grouped form runs each expert's rows through the matmul, whose int8
+ * GEMM a block type's few rows take (the int8 bound). */
+static double tol_id(const tdev *td, cleave_type t, size_t pairs) {
+    if (td->lowp && is_qtype(t) && pairs > 256) return 2e-2 * opt.tol_scale;
+    return tol_mm_n(td, t, 1);
+}
+
 static void test_moe(void) {
     bool w_route = want("moe_route"), w_mm = want("matmul_id"), w_comb = want("moe_combine");
     /* route: expert counts of the real models (8 Mixtral, 32 and 128
@@ -807,9 +816,11 @@ static void test_moe(void) {
      * per slot (down); batches across the decode kernels and the grouped
      * prompt path */
     static const size_t ns[] = {1, 3, 8, 33, 100};
-    for (int ti = 0; w_mm && ti < W_TYPES; ti++) {
+    for (int ti = 0; w_mm && ti < W_TYPES; ti++)
+    for (int wide = 0; wide < 2; wide++) { /* rows of 160 (32-block types) and of 512 (16-byte loads of 16-bit rows) */
         cleave_type t = w_types[ti];
-        size_t ne0 = block_elems(t) == 256 ? 512 : 160, ne1 = 48, ne = 6;
+        if (wide && block_elems(t) == 256) continue;
+        size_t ne0 = block_elems(t) == 256 || wide ? 512 : 160, ne1 = 48, ne = 6;
         hmat h = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
         float *bias = xmalloc(ne * ne1 * 4);
         fill(bias, ne * ne1, 1.0f);
@@ -849,12 +860,67 @@ static void test_moe(void) {
                         char shape[96];
                         snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s%s", n, k, ne, ne1, ne0,
                                  slots ? "row per slot" : "row per token", wb ? " +bias" : "");
-                        report(&c, "matmul_id", shape, tname(t), err_val(&e), tol_mm_n(&devs[di], t, n * k));
+                        report(&c, "matmul_id", shape, tname(t), err_val(&e), tol_id(&devs[di], t, n * k));
                     }
                     free(x), free(y), free(ids), free(ref);
                 }
         free(bias);
         hmat_free(&h);
+    }
+    /* matmul_id_glu (where a device has it): gate and up of each chosen
+     * expert with their biases, then SwiGLU or the clamped form */
+    for (int ti = 0; want("matmul_id_glu") && ti < W_TYPES; ti++) {
+        cleave_type t = w_types[ti];
+        size_t ne0 = block_elems(t) == 256 ? 512 : 160, ne1 = 40, ne = 5;
+        hmat hg = hmat_make(t, ne1 * ne, ne0, 0, 1.0f), hu = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
+        float *bg = xmalloc(ne * ne1 * 4), *bu = xmalloc(ne * ne1 * 4);
+        fill(bg, ne * ne1, 1.0f), fill(bu, ne * ne1, 1.0f);
+        for (size_t ni = 0; ni < 5; ni++)
+            for (int oai = 0; oai < 2; oai++) {
+                size_t n = ns[ni], k = oai ? 2 : 3;
+                float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * k * ne1 * 4);
+                int32_t *ids = xmalloc(n * k * 4);
+                double *ref = xmalloc(n * k * ne1 * 8);
+                fill(x, n * ne0, 1.0f);
+                rand_ids(ids, n, ne, k);
+                for (size_t p = 0; p < n * k; p++)
+                    for (size_t r = 0; r < ne1; r++) {
+                        size_t row = (size_t)ids[p] * ne1 + r;
+                        double g = oai ? bg[row] : 0, u = oai ? bu[row] : 0;
+                        for (size_t i = 0; i < ne0; i++) {
+                            g += (double)x[(p / k) * ne0 + i] * hg.deq[row * ne0 + i];
+                            u += (double)x[(p / k) * ne0 + i] * hu.deq[row * ne0 + i];
+                        }
+                        if (oai) {
+                            double gc = fmin(g, 7.0), uc = fmax(fmin(u, 7.0), -7.0);
+                            ref[p * ne1 + r] = gc / (1.0 + exp(-1.702 * gc)) * (uc + 1.0);
+                        } else {
+                            ref[p * ne1 + r] = silu(g) * u;
+                        }
+                    }
+                for (int di = 0; di < n_devs; di++) {
+                    if (!BE_HAS(devs[di].d, moe) || !be_has_matmul_id_glu(devs[di].d)) continue;
+                    cx c;
+                    cx_init_w(&c, &devs[di], t);
+                    be_mat mg = cx_mat(&c, &hg, false), mu = cx_mat(&c, &hu, false);
+                    mg.ne1 = mu.ne1 = ne1, mg.ne2 = mu.ne2 = ne, mg.nb2 = mu.nb2 = ne1 * mg.nb1;
+                    float *xd = cx_up(&c, x, n * ne0 * 4), *yd = cx_out(&c, n * k * ne1);
+                    float *bgd = oai ? cx_up(&c, bg, ne * ne1 * 4) : NULL, *bud = oai ? cx_up(&c, bu, ne * ne1 * 4) : NULL;
+                    int32_t *idd = cx_up(&c, ids, n * k * 4);
+                    RUN(&c, BE(c.d, matmul_id_glu, &mg, &mu, bgd, bud, xd, n, k, idd, oai, 1.702f, 7.0f, yd));
+                    cx_get(&c, y, yd, n * k * ne1 * 4);
+                    cx_end(&c);
+                    erracc e = {0};
+                    if (!c.bad) err_add(&e, y, ref, n * k * ne1);
+                    char shape[96];
+                    snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s", n, k, ne, ne1, ne0,
+                             oai ? "clamped +bias" : "swiglu");
+                    report(&c, "matmul_id_glu", shape, tname(t), err_val(&e), 2 * tol_id(&devs[di], t, n * k));
+                }
+                free(x), free(y), free(ids), free(ref);
+            }
+        free(bg), free(bu);
+        hmat_free(&hg), hmat_free(&hu);
     }
     /* gpt-oss's clamped SwiGLU, values across its clamps (+-7) */
     for (size_t n = 5; want("swiglu_oai") && n <= 50000; n *= 100) {

@@ -209,7 +209,8 @@ typedef enum be_gating {
 } be_gating;
 
 /* Optional table (NULL = this device runs no mixture-of-experts layers),
- * every member required within. Expert weights are be_mats of ne2
+ * every member required within but the one marked optional. Expert
+ * weights are be_mats of ne2
  * experts; ids and weights are device memory. */
 typedef struct be_moe_ops {
     /* Each of n tokens' k experts out of n_expert from its row of logits
@@ -235,6 +236,13 @@ typedef struct be_moe_ops {
      * out may alias gate. */
     cleave_status (*swiglu_oai)(be_device *d, const float *gate, const float *up, float *out, size_t n,
                                 float alpha, float limit);
+    /* Optional (NULL: the engine composes it): y = act(x . gate[id]^T +
+     * bias_g, x . up[id]^T + bias_u) for each token's k experts, act
+     * SwiGLU or (oai) swiglu_oai's; x a row per token, y as matmul_id's
+     * (gate and up of one type and shape). */
+    cleave_status (*matmul_id_glu)(be_device *d, const be_mat *gate, const be_mat *up, const float *bias_g,
+                                   const float *bias_u, const float *x, size_t n, size_t k, const int32_t *ids,
+                                   bool oai, float alpha, float limit, float *y);
 } be_moe_ops;
 
 /* Optional table (NULL = unsupported), every member required within:

@@ -216,6 +216,17 @@ static inline cleave_status be_swiglu_oai(be_device *d, const float *gate, const
     return d->ops->moe->swiglu_oai(d, gate, up, out, n, alpha, limit);
 }
 
+static inline bool be_has_matmul_id_glu(const be_device *d) {
+    return d->ops->moe && d->ops->moe->matmul_id_glu;
+}
+static inline cleave_status be_matmul_id_glu(be_device *d, const be_mat *gate, const be_mat *up,
+                                             const float *bias_g, const float *bias_u, const float *x,
+                                             size_t n, size_t k, const int32_t *ids, bool oai, float alpha,
+                                             float limit, float *y) {
+    if (!be_has_matmul_id_glu(d)) return be_unsupported(d, "matmul_id_glu");
+    return d->ops->moe->matmul_id_glu(d, gate, up, bias_g, bias_u, x, n, k, ids, oai, alpha, limit, y);
+}
+
 /* ---- tiered KV cache (optional) -------------------------------------- */
 
 static inline size_t be_tier_granularity(be_device *d) {

@@ -99,10 +99,15 @@ static cleave_status experts_ffn(placement *pl, const engine_layer *E, const eng
     TRY(be_matmul(d, &E->router, s->h, n, E->router_b, s->router));
     TRY(be_moe_route(d, s->router, n, hp->n_expert, k, g, hp->expert_norm, hp->expert_scale, s->expert_ids,
                      s->expert_w));
-    TRY(be_matmul_id(d, &E->w_gate, E->b_gate, s->h, 1, n, k, s->expert_ids, s->gate));
-    TRY(be_matmul_id(d, &E->w_up, E->b_up, s->h, 1, n, k, s->expert_ids, s->up));
-    if (hp->swiglu_oai) TRY(be_swiglu_oai(d, s->gate, s->up, s->gate, act, hp->swiglu_alpha, hp->swiglu_limit));
-    else TRY(be_swiglu(d, s->gate, s->up, s->gate, act));
+    if (be_has_matmul_id_glu(d)) {
+        TRY(be_matmul_id_glu(d, &E->w_gate, &E->w_up, E->b_gate, E->b_up, s->h, n, k, s->expert_ids,
+                             hp->swiglu_oai, hp->swiglu_alpha, hp->swiglu_limit, s->gate));
+    } else {
+        TRY(be_matmul_id(d, &E->w_gate, E->b_gate, s->h, 1, n, k, s->expert_ids, s->gate));
+        TRY(be_matmul_id(d, &E->w_up, E->b_up, s->h, 1, n, k, s->expert_ids, s->up));
+        if (hp->swiglu_oai) TRY(be_swiglu_oai(d, s->gate, s->up, s->gate, act, hp->swiglu_alpha, hp->swiglu_limit));
+        else TRY(be_swiglu(d, s->gate, s->up, s->gate, act));
+    }
     TRY(be_matmul_id(d, &E->w_down, E->b_down, s->gate, k, n, k, s->expert_ids, s->expert_out));
     return be_moe_combine(d, s->expert_out, s->expert_w, n, k, hp->n_embd, out);
 }
