@@ -727,15 +727,7 @@ static void ref_route(const float *l, size_t n, size_t ne, size_t k, be_gating g
     for (size_t t = 0; t < n; t++) {
         const float *r = l + t * ne;
         int32_t *id = ids + t * k;
-        for (size_t j = 0; j < k; j++) {
-            int32_t best = -1;
-            for (size_t e = 0; e < ne; e++) {
-                bool taken = false;
-                for (size_t i = 0; i < j; i++) taken |= id[i] == (int32_t)e;
-                if (!taken && (best < 0 || r[e] > r[best])) best = (int32_t)e;
-            }
-            id[j] = best;
-        }
+        tu_top_k(r, ne, k, id);
         double mx = r[id[0]], sum = 0, chosen = 0;
         if (g == BE_GATING_SOFTMAX)
             for (size_t e = 0; e < ne; e++) sum += exp(r[e] - mx);

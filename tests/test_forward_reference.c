@@ -96,16 +96,8 @@ static void ref_experts(const model_hparams *hp, const model_layer *L, const flo
     int32_t ids[64];
     for (size_t i = 0; i < ne; i++) mx = fmax(mx, logit[i]);
     for (size_t i = 0; i < ne; i++) sum += exp(logit[i] - mx);
-    for (size_t j = 0; j < k; j++) {
-        int32_t best = -1;
-        for (size_t i = 0; i < ne; i++) {
-            bool taken = false;
-            for (size_t u = 0; u < j; u++) taken |= ids[u] == (int32_t)i;
-            if (!taken && (best < 0 || logit[i] > logit[best])) best = (int32_t)i;
-        }
-        ids[j] = best;
-        chosen += p[j] = exp(logit[best] - mx) / sum;
-    }
+    tu_top_k(logit, ne, k, ids);
+    for (size_t j = 0; j < k; j++) chosen += p[j] = exp(logit[ids[j]] - mx) / sum;
     /* Qwen3-MoE and Mixtral renormalise the chosen probabilities; gpt-oss
      * takes the softmax of the chosen logits: the same weights */
     for (size_t i = 0; i < e; i++) o[i] = 0;

@@ -271,3 +271,15 @@ void tu_random_blocks(cleave_type t, void *dst, size_t n, float scale, uint64_t 
             memcpy(p + b * bb + off[f], &h, 2);
         }
 }
+
+void tu_top_k(const float *v, size_t n, size_t k, int32_t *ids) {
+    for (size_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (size_t e = 0; e < n; e++) {
+            bool taken = false;
+            for (size_t i = 0; i < j; i++) taken |= ids[i] == (int32_t)e;
+            if (!taken && (best < 0 || v[e] > v[best])) best = (int32_t)e;
+        }
+        ids[j] = best;
+    }
+}

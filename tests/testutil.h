@@ -52,6 +52,9 @@ void tu_skip(const char *why);
  * weight type into the test temp dir and returns its path, or NULL. */
 const char *tu_tiny_model(const char *arch, cleave_type type);
 /* The same for any `cleave gen` preset and seed. */
+/* The k largest of n values, in descending order, ties to the lower
+ * index: the experts a router's logits choose, by definition. */
+void tu_top_k(const float *v, size_t n, size_t k, int32_t *ids);
 const char *tu_gen_model(const char *preset, const char *arch, cleave_type type, uint64_t seed);
 /* The same with per-tensor types as the quantizer picks them for a file
  * type such as "Q4_K_M" (cleave_generate_model_mix). */

@@ -87,10 +87,9 @@ static cleave_status cpu_matmul_id(be_device *dev, const be_mat *w, const float 
                            d->name, (int)ids[i], n_expert);
     /* room: the gathered inputs, their outputs, and which slot each row is */
     size_t in = n * k * w->ne0, out = n * k * w->ne1;
-    float *buf = NULL;
-    if ((st = moe_room(d, (in + out) * sizeof(float) + n * k * sizeof(size_t), (void **)&buf))) return st;
-    float *gx = buf, *gy = buf + in;
-    size_t *slot = (size_t *)(gy + out);
+    size_t *slot = NULL; /* first: the room is aligned for it, the floats after it need 4 bytes only */
+    if ((st = moe_room(d, n * k * sizeof(size_t) + (in + out) * sizeof(float), (void **)&slot))) return st;
+    float *gx = (float *)(slot + n * k), *gy = gx + in;
     for (size_t e = 0; e < n_expert; e++) {
         size_t m = 0;
         for (size_t i = 0; i < n * k; i++)

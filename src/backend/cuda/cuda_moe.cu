@@ -106,7 +106,10 @@ __global__ void k_moe_group(const int32_t *ids, int P, int ne, moe_groups g) {
     __shared__ int32_t cnt[ROUTE_MAX_EXPERTS], cur[ROUTE_MAX_EXPERTS];
     for (int e = threadIdx.x; e < ne; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < P; i += blockDim.x) atomicAdd(&cnt[ids[i]], 1);
+    /* an id out of range (never from moe_route) is left out: its pair's
+     * output is not written, and nothing outside cnt is */
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        if (ids[i] >= 0 && ids[i] < ne) atomicAdd(&cnt[ids[i]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
         int at = 0, na = 0;
@@ -119,7 +122,8 @@ __global__ void k_moe_group(const int32_t *ids, int P, int ne, moe_groups g) {
         *g.n_active = na;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < P; i += blockDim.x) g.perm[atomicAdd(&cur[ids[i]], 1)] = i;
+    for (int i = threadIdx.x; i < P; i += blockDim.x)
+        if (ids[i] >= 0 && ids[i] < ne) g.perm[atomicAdd(&cur[ids[i]], 1)] = i;
 }
 
 /* x's value i of a staged row, one float of padding every 32 so lanes
