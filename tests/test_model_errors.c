@@ -48,7 +48,38 @@ static void expect(const char *label, const blob *b, cleave_status want, const c
     cleave_model_free(m);
 }
 
+/* Mixtures of experts: an expert tensor missing or of the wrong shape,
+ * expert counts out of range, gpt-oss without its sinks. */
+static void expert_files(void) {
+    const char *moe = tu_tiny_model("qwen3moe", CLEAVE_TYPE_F32), *oss = tu_tiny_model("gpt-oss", CLEAVE_TYPE_F32);
+    if (!moe || !oss) return;
+    blob b = load(moe);
+    size_t at = tensor_info(&b, "blk.0.ffn_up_exps.weight");
+    CHECK(at != 0);
+    b.data[at - 8] = 'q'; /* ffn_up_exps -> ffn_up_expq */
+    expect("missing-experts", &b, CLEAVE_ERR_FORMAT, "missing tensor 'blk.0.ffn_up_exps.weight'");
+    b.data[at - 8] = 's';
+    uint64_t ne2 = 7; /* 8 experts in the keys, 7 in the tensor */
+    memcpy(b.data + at + 4 + 16, &ne2, 8);
+    expect("expert-count-shape", &b, CLEAVE_ERR_FORMAT, "expected [64, 64, 8]");
+    ne2 = 8;
+    memcpy(b.data + at + 4 + 16, &ne2, 8);
+    unsigned char *key = memmem(b.data, b.size, "qwen3moe.expert_used_count", 26);
+    CHECK(key != NULL);
+    uint32_t used = 9; /* more than the 8 experts */
+    if (key) memcpy(key + 26 + 4, &used, 4);
+    expect("experts-used-over", &b, CLEAVE_ERR_FORMAT, "9 experts used of 8");
+    free(b.data);
+    b = load(oss);
+    at = tensor_info(&b, "blk.1.attn_sinks.weight");
+    CHECK(at != 0);
+    b.data[at - 8] = 'z'; /* attn_sinks -> attn_sinkz */
+    expect("missing-sinks", &b, CLEAVE_ERR_FORMAT, "missing tensor 'blk.1.attn_sinks.weight'");
+    free(b.data);
+}
+
 int main(void) {
+    expert_files();
     const char *good = tu_tiny_model("llama", CLEAVE_TYPE_F32);
     if (!good) return tu_finish("test_model_errors");
     blob b = load(good);
