@@ -417,6 +417,22 @@ static void test_bad_vocabs(void) {
         tokenizer_free(gt);
         gguf_close(gf);
     }
+    o.pre = "gpt-4o"; /* gpt-oss's pre-tokenizer: known, and text goes through it (this vocabulary has
+                       * no byte-level tokens, so not every byte comes back; no gpt-4o vocabulary with
+                       * llama.cpp's cases is at hand to compare splits with) */
+    {
+        const char *path = tu_tmp("gpt4o.gguf");
+        gguf_file *gf = NULL;
+        tokenizer *gt = NULL;
+        CHECK_OK(write_vocab(path, o));
+        cleave_status tst = gguf_open(path, &gf) ? CLEAVE_ERR_IO : tokenizer_from_gguf(gf, &gt);
+        CHECK_MSG(!tst || strstr(cleave_last_error(), "no PCRE2"), "%s", cleave_last_error());
+        const char *text = "Hello World's CAPS they'LL 12345 x\n\n  y/z \xc3\xa9t\xc3\xa9";
+        int32_t toks[256];
+        if (gt) CHECK(encode(gt, text, strlen(text), toks, 256) > 0);
+        tokenizer_free(gt);
+        gguf_close(gf);
+    }
     o.pre = "gpt-2"; /* and one it knows loads */
     {
         const char *path = tu_tmp("gpt2_ok.gguf");

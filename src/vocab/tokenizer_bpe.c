@@ -29,6 +29,14 @@
 #define QWEN2_RE                                                                                          \
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "      \
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* gpt-4o (o200k, gpt-oss): the pattern of its tokenizer.json, which PCRE2
+ * takes as it is (llama.cpp rewrites its letter classes for its own
+ * regex engine) */
+#define GPT4O_RE                                                                                                  \
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"                    \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"                       \
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"           \
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define MAX_RE 6
 
 static const struct {
@@ -56,6 +64,7 @@ static const struct {
       "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+", "\\p{N}+"}},
     {"llama3 llama-bpe dbrx smaug-bpe", {LLAMA3_RE}},
     {"qwen2", {QWEN2_RE}},
+    {"gpt-4o", {GPT4O_RE}},
     {"default", {"[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2_RE, "\\p{N}+", "[0-9][0-9][0-9]"}},
 };
 
@@ -130,7 +139,7 @@ cleave_status tok_bpe_load(tokenizer *t, const gguf_file *f) {
     if (which < 0)
         return err_set(CLEAVE_ERR_UNSUPPORTED,
                        "BPE pre-tokenizer '%.*s' is not supported (known: gpt-2, mpt, starcoder, refact, falcon, "
-                       "deepseek-coder, deepseek-llm, llama3, qwen2, default and their aliases)",
+                       "deepseek-coder, deepseek-llm, llama3, qwen2, gpt-4o, default and their aliases)",
                        (int)(pre_len > 64 ? 64 : pre_len), pre);
     struct tok_bpe *b = mem_calloc(1, sizeof *b, "BPE tokenizer");
     if (!b) return CLEAVE_ERR_OOM;
