@@ -58,6 +58,20 @@ for args in "" "--devices cpu:2 -sm tensor" "--devices cpu:2 -psm layer -sm tens
   done
 done
 
+# mixtures of experts (routing, experts; gpt-oss's window of 8 and sinks):
+# the same bytes with the cache in two tiers, under the splits and a switch
+for arch in qwen3moe gpt-oss; do
+  "$cli" gen --preset tiny --arch $arch -o "$tmp/$arch.gguf" >/dev/null 2>&1 || { echo "FAIL: gen $arch"; exit 1; }
+  e=$tmp/$arch.gguf
+  ref=$("$cli" run -m "$e" -p "hello world" -n 200 --temp 0 -t 1 -c 512 2>/dev/null | sha)
+  for args in "" "--devices cpu:2 -sm tensor" "--devices cpu:2 -psm layer -sm tensor"; do
+    for n in 0 70; do
+      got=$("$cli" run -m "$e" -p "hello world" -n 200 --temp 0 -t 1 -c 512 --kv-vram-cells "$n" $args 2>"$tmp/err" | sha)
+      if [ "$got" != "$ref" ]; then echo "FAIL: $arch --kv-vram-cells $n $args"; cat "$tmp/err"; fail=1; fi
+    done
+  done
+done
+
 # bench at a depth, tiered: a row per test and depth, each run starting
 # from the same filled cache
 out=$("$cli" bench -m "$q" -p 16 -n 4 -d 0,100 -r 2 -t 1 --kv-vram-cells 0 2>"$tmp/err")
