@@ -416,6 +416,21 @@ int main(void) {
             CHECK_MSG(err < TOL, "%s %s: %g", archs[a], cleave_type_name(types[t]), err);
         }
     }
+    /* the GPU-shaped expert models (256 wide, 16 and 8 experts) */
+    const char *small_moe[] = {"qwen3moe", "gpt-oss"};
+    for (size_t a = 0; a < 2; a++) {
+        const char *path = tu_gen_model("small", small_moe[a], CLEAVE_TYPE_F32, 7);
+        if (!path) continue;
+        cleave_model *m = NULL;
+        CHECK_OK(cleave_model_load(path, NULL, &m));
+        CHECK_MSG(m && m->hp.n_embd == 256 && m->hp.n_expert >= 8, "small %s: the small preset's shapes", small_moe[a]);
+        cleave_model_free(m);
+        const ref_scaling small_yarn = {"yarn", 4, 512, false}; /* small gpt-oss's, as its file states */
+        double after, err = compare(path, 12, 2, a ? &small_yarn : NULL, &after);
+        fprintf(stderr, "small %-8s f32 max rel logit error %.2e (tolerance %.0e)", small_moe[a], err, TOL);
+        check_after(after);
+        CHECK_MSG(err < TOL, "small %s: %g", small_moe[a], err);
+    }
     /* RoPE scaling: linear x4, the older linear key, YaRN x4 from an
      * original context of 64 (the ramp over pairs 0..3 of llama's 8 and
      * qwen3's 16) on both pairings */

@@ -273,7 +273,7 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     if (!preset || !out_gguf) return err_set(CLEAVE_ERR_INVALID_ARG, "gen: preset and output required");
     char want[32];
     if (arch && (!strcmp(preset, "tiny") || !strcmp(preset, "small")) && strcmp(arch, "llama") != 0)
-        snprintf(want, sizeof want, "tiny-%s", arch);
+        snprintf(want, sizeof want, "%s-%s", preset, arch);
     else
         snprintf(want, sizeof want, "%s", preset);
     const gen_preset *p = NULL;
