@@ -103,6 +103,23 @@ static void test_mixtures(void) {
     CHECK(pick("Q3_K_M", "blk.1.attn_v.weight", 4096, &from) == CLEAVE_TYPE_Q5_K);
     CHECK(pick("Q4_0", "output.weight", 4096, &from) == CLEAVE_TYPE_Q6_K);
     CHECK(pick("Q8_0", "output.weight", 4096, &from) == CLEAVE_TYPE_Q8_0);
+    /* Mixtral (8 experts): attn_k and attn_v in Q8_0, attn_output in Q5_K;
+     * the merged ffn_down_exps takes its layer's ffn_down rule */
+    quant_mix_model mx = {.n_layer = 32, .n_gqa = 4, .n_attn_v = 32, .has_output = true, .n_expert = 8};
+    const quant_mix *km = quant_mix_find("Q4_K_M");
+    CHECK(quant_mix_tensor_type(km, false, &mx, "blk.4.attn_v.weight", 4096, &from) == CLEAVE_TYPE_Q8_0);
+    CHECK(quant_mix_tensor_type(km, false, &mx, "blk.4.attn_k.weight", 4096, &from) == CLEAVE_TYPE_Q8_0);
+    CHECK(quant_mix_tensor_type(km, false, &mx, "blk.4.attn_output.weight", 4096, &from) == CLEAVE_TYPE_Q5_K);
+    CHECK(quant_mix_tensor_type(km, false, &mx, "blk.6.ffn_down_exps.weight", 14336, &from) == CLEAVE_TYPE_Q6_K);
+    CHECK(quant_mix_tensor_type(km, false, &mx, "blk.5.ffn_gate_exps.weight", 4096, &from) == CLEAVE_TYPE_Q4_K);
+    /* MXFP4_MOE: experts MXFP4, the rest Q8_0 */
+    const quant_mix *mxm = quant_mix_find("MXFP4_MOE");
+    CHECK(mxm && mxm->ftype == 38);
+    if (mxm) {
+        CHECK(quant_mix_tensor_type(mxm, false, &mx, "blk.0.ffn_up_exps.weight", 2880, &from) == CLEAVE_TYPE_MXFP4);
+        CHECK(quant_mix_tensor_type(mxm, false, &mx, "blk.0.attn_q.weight", 2880, &from) == CLEAVE_TYPE_Q8_0);
+        CHECK(quant_mix_tensor_type(mxm, false, &mx, "output.weight", 2880, &from) == CLEAVE_TYPE_Q8_0);
+    }
     /* fallbacks for rows that are not whole 256-blocks */
     CHECK(pick("Q4_K_M", "blk.5.attn_q.weight", 96, &from) == CLEAVE_TYPE_Q5_0 && from == CLEAVE_TYPE_Q4_K);
     CHECK(pick("Q5_K_M", "blk.5.attn_q.weight", 96, &from) == CLEAVE_TYPE_Q5_1);

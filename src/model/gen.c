@@ -290,7 +290,8 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     g.facts = (quant_mix_model){
         .n_layer = p->n_layer, .n_gqa = p->n_head / p->n_head_kv, .n_attn_v = p->n_layer,
         .has_output = !p->tied,
-        .is_70b = !strcmp(p->arch, "llama") && p->n_layer == 80 && p->n_head_kv != p->n_head};
+        .is_70b = !strcmp(p->arch, "llama") && p->n_layer == 80 && p->n_head_kv != p->n_head,
+        .n_expert = p->n_expert};
     size_t n_ones = (size_t)p->n_embd + (size_t)p->n_head * p->head_dim + 64;
     size_t n_small = ((size_t)(p->n_ff > p->n_embd ? p->n_ff : p->n_embd) + 16) * (p->n_expert ? p->n_expert : 1);
     float *rnd = mem_alloc(GEN_BLOCK_ELEMS * sizeof(float), "random block");

@@ -70,6 +70,8 @@ static quant_mix_model model_facts(const gguf_file *f) {
     if (gguf_get_u32(f, key, &n_head_kv)) n_head_kv = n_head;
     if (n_head && n_head_kv) mm.n_gqa = n_head / n_head_kv;
     mm.is_70b = !strcmp(a, "llama") && mm.n_layer == 80 && n_head_kv && n_head_kv != n_head;
+    snprintf(key, sizeof key, "%s.expert_count", a);
+    if (gguf_get_u32(f, key, &mm.n_expert)) mm.n_expert = 0;
     for (size_t i = 0; i < gguf_n_tensors(f); i++)
         if (strstr(gguf_tensor_at(f, i)->name, "attn_v.weight")) mm.n_attn_v++;
     err_clear(); /* absent keys are not errors here */

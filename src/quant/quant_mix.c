@@ -1,7 +1,8 @@
 /* llama.cpp's tensor type choices (llama_tensor_get_type in
- * src/llama-quant.cpp) for the file types cleave writes, restricted to
- * dense llama-family models: no experts, no fused qkv, no importance
- * matrix. Layer numbers come from the "blk.N." prefix, which for a
+ * src/llama-quant.cpp) for the file types cleave writes, for llama-family
+ * models and their mixtures of experts (merged expert tensors count as
+ * their layer's one ffn_down; 8-expert models get Mixtral's rules): no
+ * fused qkv, no importance matrix. Layer numbers come from the "blk.N." prefix, which for a
  * llama-family file equals llama.cpp's running counters. */
 #include "quant_mix.h"
 
@@ -81,6 +82,7 @@ static cleave_type attn_v_type(uint32_t ft, cleave_type t, const quant_mix_model
     else if (ft == FT_Q4_K_S && i < 4) t = T(Q5_K);
     /* a 70B's attn_v is 8x smaller than attn_q: more bits cost little */
     if (mm->is_70b && (t == T(Q3_K) || t == T(Q4_K))) t = T(Q5_K);
+    if (mm->n_expert == 8) t = T(Q8_0); /* llama.cpp: for Mixtral, ~128 MB buys this */
     return t;
 }
 
@@ -113,6 +115,12 @@ static cleave_type rules(const quant_mix *mix, const quant_mix_model *mm, const 
         t = attn_v_type(ft, t, mm, layer_of(name));
     } else if (strstr(name, "ffn_down")) {
         t = ffn_down_type(ft, t, mm, layer_of(name));
+    } else if (strstr(name, "attn_k.weight") && mm->n_expert == 8) {
+        t = T(Q8_0);
+    } else if (strstr(name, "attn_output.weight") && mm->n_expert == 8) {
+        if (ft == FT_Q2_K || ft == FT_Q3_K_S || ft == FT_Q3_K_M || ft == FT_IQ4_NL || ft == FT_Q4_K_S ||
+            ft == FT_Q4_K_M || ft == FT_IQ4_XS)
+            t = T(Q5_K);
     } else if (strstr(name, "attn_output.weight")) {
         if (ft == FT_Q2_K) t = T(Q3_K);
         else if (ft == FT_Q3_K_M) t = T(Q4_K);

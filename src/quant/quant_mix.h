@@ -25,6 +25,7 @@ typedef struct quant_mix_model {
     uint32_t n_attn_v;       /* tensors named *attn_v.weight */
     bool has_output;         /* an output.weight apart from token_embd */
     bool is_70b;             /* llama.cpp's 70B special case (llama, 80 layers, GQA) */
+    uint32_t n_expert;       /* expert_count (0: dense); 8 (Mixtral) has rules of its own */
 } quant_mix_model;
 
 /* A mixture by name (any case); llama-quantize's aliases Q3_K, Q4_K and
