@@ -196,6 +196,26 @@ static const struct {
 #define N_TINY (N_FIXED + N_NORMAL)
 #define ID(i) ((int32_t)(N_FIXED + (i))) /* id of normal_tokens[i] */
 
+static cleave_status write_vocab(const char *path, vocab_opts o);
+
+/* A vocabulary naming pre-tokenizer `pre` loads (or the build has no
+ * PCRE2) and, given text, encodes it. */
+static void known_pre(vocab_opts o, const char *pre, const char *text) {
+    char name[64];
+    snprintf(name, sizeof name, "bpe_%s.gguf", pre);
+    const char *path = tu_tmp(name);
+    gguf_file *gf = NULL;
+    tokenizer *gt = NULL;
+    o.pre = pre;
+    CHECK_OK(write_vocab(path, o));
+    cleave_status tst = gguf_open(path, &gf) ? CLEAVE_ERR_IO : tokenizer_from_gguf(gf, &gt);
+    CHECK_MSG(!tst || strstr(cleave_last_error(), "no PCRE2"), "%s: %s", pre, cleave_last_error());
+    int32_t toks[256];
+    if (gt && text) CHECK(encode(gt, text, strlen(text), toks, 256) > 0);
+    tokenizer_free(gt);
+    gguf_close(gf);
+}
+
 static cleave_status write_vocab(const char *path, vocab_opts o) {
     static char bytes[256][8];
     const char *texts[N_TINY];
@@ -417,33 +437,12 @@ static void test_bad_vocabs(void) {
         tokenizer_free(gt);
         gguf_close(gf);
     }
-    o.pre = "gpt-4o"; /* gpt-oss's pre-tokenizer: known, and text goes through it (this vocabulary has
-                       * no byte-level tokens, so not every byte comes back; no gpt-4o vocabulary with
-                       * llama.cpp's cases is at hand to compare splits with) */
-    {
-        const char *path = tu_tmp("gpt4o.gguf");
-        gguf_file *gf = NULL;
-        tokenizer *gt = NULL;
-        CHECK_OK(write_vocab(path, o));
-        cleave_status tst = gguf_open(path, &gf) ? CLEAVE_ERR_IO : tokenizer_from_gguf(gf, &gt);
-        CHECK_MSG(!tst || strstr(cleave_last_error(), "no PCRE2"), "%s", cleave_last_error());
-        const char *text = "Hello World's CAPS they'LL 12345 x\n\n  y/z \xc3\xa9t\xc3\xa9";
-        int32_t toks[256];
-        if (gt) CHECK(encode(gt, text, strlen(text), toks, 256) > 0);
-        tokenizer_free(gt);
-        gguf_close(gf);
-    }
-    o.pre = "gpt-2"; /* and one it knows loads */
-    {
-        const char *path = tu_tmp("gpt2_ok.gguf");
-        gguf_file *gf = NULL;
-        tokenizer *gt = NULL;
-        CHECK_OK(write_vocab(path, o));
-        cleave_status tst = gguf_open(path, &gf) ? CLEAVE_ERR_IO : tokenizer_from_gguf(gf, &gt);
-        CHECK_MSG(!tst || strstr(cleave_last_error(), "no PCRE2"), "%s", cleave_last_error());
-        tokenizer_free(gt);
-        gguf_close(gf);
-    }
+    /* ones it knows load, and text goes through gpt-oss's gpt-4o (this
+     * vocabulary has no byte-level tokens, so not every byte comes back;
+     * no gpt-4o vocabulary with llama.cpp's cases is at hand to compare
+     * its splits with) */
+    known_pre(o, "gpt-4o", "Hello World's CAPS they'LL 12345 x\n\n  y/z \xc3\xa9t\xc3\xa9");
+    known_pre(o, "gpt-2", NULL);
     o.model = NULL;
     expect_bad(o, CLEAVE_ERR_FORMAT, "tokenizer.ggml.model");
     o = good_opts();
