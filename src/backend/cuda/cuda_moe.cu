@@ -140,13 +140,13 @@ enum { MG_ACT_NONE, MG_ACT_SWIGLU, MG_ACT_OAI };
 template <int T, bool Q, bool DUAL>
 __global__ void __launch_bounds__(MG_WARPS * 32)
     k_moe_gemv(const uint8_t *w, const uint8_t *wu, size_t nb1, size_t nb2, size_t ne0, size_t ne1, const float *bias,
-               const float *bias_u, const float *x, int x_slots, int k, moe_groups g, int mt_cap, int rows_pb, int vec,
+               const float *bias_u, const float *x, int x_slots, int k, moe_groups g, int mt_cap, int vec,
                int act, float alpha, float limit, float *y) {
     extern __shared__ float xs[];
     if ((int)blockIdx.y >= *g.n_active) return;
     const int e = g.active[blockIdx.y], lo = g.off[e], m = g.off[e + 1] - lo;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ld = mg_at((int)ne0);
-    const size_t row0 = (size_t)blockIdx.x * rows_pb;
+    const size_t row0 = (size_t)blockIdx.x * MG_ROWS;
     constexpr int M = DUAL ? 2 : 1;
     for (int c0 = 0; c0 < m; c0 += mt_cap) {
         const int mt = m - c0 < mt_cap ? m - c0 : mt_cap;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(MG_WARPS * 32)
             xs[j * ld + mg_at(c)] = x[(size_t)(x_slots == 1 ? p / k : p) * ne0 + c];
         }
         __syncthreads();
-        for (size_t row = row0 + warp; row < row0 + rows_pb && row < ne1; row += MG_WARPS) {
+        for (size_t row = row0 + warp; row < row0 + MG_ROWS && row < ne1; row += MG_WARPS) {
             const uint8_t *r[2] = {w + (size_t)e * nb2 + row * nb1, DUAL ? wu + (size_t)e * nb2 + row * nb1 : NULL};
             float acc[M][MG_MT];
 #pragma unroll
@@ -257,11 +257,10 @@ static cleave_status moe_gemv(cuda_device *d, const be_mat *w, const be_mat *wu,
     if (mt < 1) return err_set(CLEAVE_ERR_UNSUPPORTED, "matmul_id: rows of %zu elements", w->ne0);
     if (mt > MG_MT) mt = MG_MT;
     size_t smem = (size_t)mt * per, slots = P < ne ? P : ne;
-    /* MG_ROWS rows a block. A warp a row where the grid would be small (a
-     * decode step of one token) measured slower on an H200: Qwen3-30B-A3B
-     * Q4_K_M tg128 220 -> 209 tok/s, gpt-oss-20b 238 -> 222 */
-    int rows_pb = MG_ROWS;
-    dim3 grid((unsigned)((w->ne1 + rows_pb - 1) / rows_pb), (unsigned)slots);
+    /* MG_ROWS rows a block for every grid: a warp a row where the grid
+     * would be small (a decode step of one token) measured slower on an
+     * H200: Qwen3-30B-A3B Q4_K_M tg128 220 -> 209 tok/s, gpt-oss-20b 238 -> 222 */
+    dim3 grid((unsigned)((w->ne1 + MG_ROWS - 1) / MG_ROWS), (unsigned)slots);
     int vec = w->ne0 % 256 == 0 && (uintptr_t)w->data % 16 == 0 && w->nb1 % 16 == 0 && w->nb2 % 16 == 0 &&
                   (!DUAL || (uintptr_t)wu->data % 16 == 0); /* 16-bit rows: 16-byte loads */
     cudaError_t e = cudaSuccess;
@@ -271,7 +270,7 @@ static cleave_status moe_gemv(cuda_device *d, const be_mat *w, const be_mat *wu,
         if (e == cudaSuccess)
             k_moe_gemv<T, Q, DUAL><<<grid, MG_WARPS * 32, smem, d->stream>>>(
                 (const uint8_t *)w->data, DUAL ? (const uint8_t *)wu->data : NULL, w->nb1, w->nb2, w->ne0, w->ne1,
-                bias, bias_u, x, (int)x_slots, (int)k, g, mt, rows_pb, vec, act, alpha, limit, y);
+                bias, bias_u, x, (int)x_slots, (int)k, g, mt, vec, act, alpha, limit, y);
     };
     bool ok = cuda_dispatch_q(w->type, [&]<int T>() { launch.template operator()<T, true>(); }) ||
               cuda_dispatch(w->type, [&]<int T>() { launch.template operator()<T, false>(); });
