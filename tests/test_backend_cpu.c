@@ -830,6 +830,30 @@ static void test_tiers(void) {
     be_destroy(small);
 }
 
+/* ---- the expert ops' bad arguments -------------------------------------- */
+
+static void test_moe_errors(void) {
+    be_device *d = NULL;
+    CHECK_OK(be_cpu_create("cpu", 1, 0, &d));
+    if (!d) return;
+    float w[2 * 4 * 8], x[8], y[8], logits[4] = {1, 2, 3, 4}, wt[2];
+    fill(w, 64, 1.0f), fill(x, 8, 1.0f);
+    be_mat m = {.data = w, .type = CLEAVE_TYPE_F32, .ne0 = 8, .ne1 = 4, .nb1 = 32, .ne2 = 2, .nb2 = 128};
+    int32_t ids[2] = {0, 2}; /* expert 2 of 2: out of range */
+    err_clear();
+    CHECK(be_matmul_id(d, &m, NULL, x, 1, 1, 2, ids, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "expert 2 of 2") != NULL);
+    ids[1] = 1;
+    CHECK_OK(be_matmul_id(d, &m, NULL, x, 1, 1, 2, ids, y));
+    CHECK(be_matmul_id(d, &m, NULL, x, 3, 1, 2, ids, y) == CLEAVE_ERR_INVALID_ARG); /* rows per slot: 1 or k */
+    CHECK(be_matmul_id(d, &m, NULL, NULL, 1, 1, 2, ids, y) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_moe_route(d, logits, 1, 4, 5, BE_GATING_SOFTMAX, true, 1.0f, ids, wt) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_moe_route(d, logits, 0, 4, 2, BE_GATING_SOFTMAX, true, 1.0f, ids, wt) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_moe_combine(d, y, NULL, 1, 2, 4, x) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(be_swiglu_oai(d, x, x, NULL, 8, 1.702f, 7.0f) == CLEAVE_ERR_INVALID_ARG);
+    be_destroy(d);
+}
+
 int main(void) {
     fprintf(stderr, "CPU SIMD kernels %savailable\n", cpu_simd_available() ? "" : "not ");
     test_copy2d();
@@ -844,5 +868,6 @@ int main(void) {
     test_attention();
     test_elementwise();
     test_matmul();
+    test_moe_errors();
     return tu_finish("test_backend_cpu");
 }
