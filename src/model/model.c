@@ -78,7 +78,7 @@ static cleave_status read_experts(const gguf_file *f, const arch_row *ar, const 
     }
     if (ar->experts == EXPERTS_NEVER)
         return err_set(CLEAVE_ERR_UNSUPPORTED,
-                       "%s.expert_count = %u: cleave runs experts in llama (Mixtral) and qwen3moe "
+                       "%s.expert_count = %u: cleave runs experts in llama (Mixtral), qwen3moe and gpt-oss "
                        "models, not in %s", arch, hp->n_expert, arch);
     if (hp->n_expert > 512 || hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert ||
         hp->n_expert_used > 32)
