@@ -51,8 +51,10 @@ cleave_status cpu_sample(be_device *d, const float *logits, size_t ld, size_t n_
 void cpu_tier_destroy(cpu_device *c); /* at the device's end */
 
 /* Scratch of at least bytes, 64-byte aligned (cpu_ops.c); CLEAVE_ERR_OOM
- * if it cannot grow. Contents are not kept across growth. */
+ * if it cannot grow. Contents are not kept across growth. cpu_grow: the
+ * same for any grow-only buffer *buf of *cap bytes. */
 cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out);
+cleave_status cpu_grow(cpu_device *d, void **buf, size_t *cap, size_t bytes, const char *what, void **out);
 
 /* Argument errors shared by the op files (cpu_ops.c): "device 'x': op:
  * what is NULL / 0", and a weight matrix the kernels can read (known type,

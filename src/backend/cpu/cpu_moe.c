@@ -7,21 +7,6 @@
 
 #include "cpu_impl.h"
 #include "base/error.h"
-#include "base/mem.h"
-
-/* Grow-only room of its own (cpu_op_matmul uses the op scratch). */
-static cleave_status moe_room(cpu_device *d, size_t bytes, void **out) {
-    *out = NULL;
-    if (bytes > d->moe_bytes) {
-        void *p = mem_alloc_aligned(bytes + bytes / 2, "CPU expert scratch");
-        if (!p) return err_wrap(CLEAVE_ERR_OOM, "device '%s'", d->name);
-        mem_free_aligned(d->moe_buf);
-        d->moe_buf = p;
-        d->moe_bytes = bytes + bytes / 2;
-    }
-    *out = d->moe_buf;
-    return CLEAVE_OK;
-}
 
 /* One token: the k largest logits (ties to the lower index), in order. */
 static void top_k(const float *l, size_t n_expert, size_t k, int32_t *ids) {
@@ -88,7 +73,10 @@ static cleave_status cpu_matmul_id(be_device *dev, const be_mat *w, const float 
     /* room: the gathered inputs, their outputs, and which slot each row is */
     size_t in = n * k * w->ne0, out = n * k * w->ne1;
     size_t *slot = NULL; /* first: the room is aligned for it, the floats after it need 4 bytes only */
-    if ((st = moe_room(d, n * k * sizeof(size_t) + (in + out) * sizeof(float), (void **)&slot))) return st;
+    /* room of its own: cpu_op_matmul uses the op scratch */
+    if ((st = cpu_grow(d, &d->moe_buf, &d->moe_bytes, n * k * sizeof(size_t) + (in + out) * sizeof(float),
+                       "CPU expert scratch", (void **)&slot)))
+        return st;
     float *gx = (float *)(slot + n * k), *gy = gx + in;
     for (size_t e = 0; e < n_expert; e++) {
         size_t m = 0;

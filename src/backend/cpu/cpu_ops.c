@@ -16,21 +16,25 @@
 /* Elementwise ops split into tasks of this many elements above twice it. */
 #define CPU_EW_CHUNK 16384
 
-cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out) {
+cleave_status cpu_grow(cpu_device *d, void **buf, size_t *cap, size_t bytes, const char *what, void **out) {
     *out = NULL;
-    if (bytes > d->scratch_bytes) {
+    if (bytes > *cap) {
         /* Grow by half again so a slowly rising size does not reallocate
          * on every call. */
         size_t want = bytes + bytes / 2;
         if (want < bytes) want = bytes;
-        void *p = mem_alloc_aligned(want, "CPU op scratch");
+        void *p = mem_alloc_aligned(want, what);
         if (!p) return err_wrap(CLEAVE_ERR_OOM, "device '%s'", d->name);
-        mem_free_aligned(d->scratch);
-        d->scratch = p;
-        d->scratch_bytes = want;
+        mem_free_aligned(*buf);
+        *buf = p;
+        *cap = want;
     }
-    *out = d->scratch;
+    *out = *buf;
     return CLEAVE_OK;
+}
+
+cleave_status cpu_scratch(cpu_device *d, size_t bytes, void **out) {
+    return cpu_grow(d, &d->scratch, &d->scratch_bytes, bytes, "CPU op scratch", out);
 }
 
 cleave_status cpu_null(cpu_device *d, const char *op, const char *what) {
