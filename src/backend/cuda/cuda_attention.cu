@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (size_t dim = threadIdx.x; dim < hd; dim += blockDim.x) {
         float v = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) v += sacc[w][dim];
-        out[t * qw + h * hd + dim] = L > 0.0f ? v / (sinks ? L + __expf(sinks[h] - M) : L) : 0.0f;
+        out[t * qw + h * hd + dim] = L > 0.0f ? v / att_denom(sinks, h, M, L) : 0.0f;
     }
 }
 

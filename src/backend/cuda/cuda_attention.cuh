@@ -36,8 +36,8 @@ static __device__ __forceinline__ bool att_sees(int32_t cp, int32_t tp, int32_t 
 }
 /* The denominator of head h's softmax: its sum L at running max M, plus
  * the head's sink (a logit with a value of zero) where there are sinks. */
-static __device__ __forceinline__ float att_denom(const att_args &a, size_t h, float M, float L) {
-    return a.sinks ? L + __expf(a.sinks[h] - M) : L;
+static __device__ __forceinline__ float att_denom(const float *sinks, size_t h, float M, float L) {
+    return sinks ? L + __expf(sinks[h] - M) : L;
 }
 
 
@@ -89,7 +89,7 @@ static __device__ __forceinline__ void att_merge_warps(const att_args &a, const 
         if (p)
             p[dim] = v;
         else
-            a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / att_denom(a, h, M, L) : 0.0f;
+            a.out[t * a.qw + h * hd + dim] = L > 0.0f ? v / att_denom(a.sinks, h, M, L) : 0.0f;
     }
     if (p && threadIdx.x == 0) p[hd] = M, p[hd + 1] = L;
 }
