@@ -354,10 +354,8 @@ static cleave_status matmul_id_grouped(be_device *dev, const be_mat *const *w, c
     int32_t *host = (int32_t *)mem_alloc((2 * pairs + ne + 1) * sizeof(int32_t), "expert ids");
     if (!host) return CLEAVE_ERR_OOM;
     int32_t *perm = host + pairs, *off = perm + pairs;
-    cleave_status st = CLEAVE_OK;
-    cudaError_t e = cudaMemcpyAsync(host, ids, pairs * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(d->stream);
-    if (e != cudaSuccess) st = cuda_fail(e, "matmul_id ids", __FILE__, __LINE__);
+    cleave_status st = be_read(dev, host, ids, pairs * sizeof(int32_t)); /* waits for the routing */
+    cudaError_t e;
     memset(off, 0, (ne + 1) * sizeof(int32_t));
     for (size_t p = 0; !st && p < pairs; p++) {
         if (host[p] < 0 || (size_t)host[p] >= ne)
