@@ -1,6 +1,7 @@
 """Mixtures of experts on one H200: cleave against llama.cpp from the same
-call (call I of moe-gpu-2026-12-03.md). Prints the table RESULTS.md holds
-and draws cleave / llama.cpp per test.
+call (call N of moe-gpu-2026-12-03.md). Prints the table RESULTS.md holds
+and draws cleave / llama.cpp per test. cleave's gpt-oss batched rows are
+those run per pair to 32 tokens: what the code does for MXFP4 by default.
 
     python3 bench/plot_moe.py bench/moe-gpu-2026-12-03.md bench/moe.png
 """
@@ -21,11 +22,16 @@ def call_section(text, name):
 
 def parse(section):
     """{(engine, model): {test: tok/s}} from the bench and batched-bench rows."""
-    out, key = {}, None
+    out, key, base = {}, None, None
     for line in section.splitlines():
         m = re.match(r"## (cleave|llama\.cpp) (\S+)", line)
         if m:
-            key = (m.group(1), m.group(2))
+            key = base = (m.group(1), m.group(2))
+            out[key] = {}
+            continue
+        v = re.match(r"### per pair to (\d+)", line)
+        if v and base:  # a variant of the same engine and model
+            key = (base[0], base[1] + " pairs" + v.group(1))
             out[key] = {}
             continue
         if key is None or not line.startswith("|"):
@@ -40,7 +46,9 @@ def parse(section):
 
 def main():
     text = open(sys.argv[1]).read()
-    data = parse(call_section(text, "Call I"))
+    data = parse(call_section(text, "Call N"))
+    for t in ("batched 8", "batched 32"):  # MXFP4's default: per pair
+        data[("cleave", "gpt-oss-20b")][t] = data[("cleave", "gpt-oss-20b pairs32")][t]
     models = ["qwen3-30b-a3b", "gpt-oss-20b"]
     tests = ["pp4096", "tg128", "batched 1", "batched 8", "batched 32"]
     fig, ax = plt.subplots(figsize=(9, 4))

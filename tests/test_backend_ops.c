@@ -765,6 +765,48 @@ static double tol_id(const tdev *td, cleave_type t, size_t pairs) {
     return tol_mm_n(td, t, 1);
 }
 
+/* matmul_id of n tokens, k slots, x a row per token or per slot (with a
+ * bias) against the double-precision reference, on every device */
+static void check_matmul_id(cleave_type t, const hmat *h, const float *bias, size_t ne0, size_t ne1, size_t ne,
+                            size_t n, size_t k, int slots) {
+    size_t xs = slots ? k : 1, rows = n * xs;
+    float *x = xmalloc(rows * ne0 * 4), *y = xmalloc(n * k * ne1 * 4);
+    int32_t *ids = xmalloc(n * k * 4);
+    double *ref = xmalloc(n * k * ne1 * 8);
+    fill(x, rows * ne0, 1.0f);
+    rand_ids(ids, n, ne, k);
+    bool wb = slots; /* a bias with the per-slot rows (gpt-oss's down) */
+    for (size_t p = 0; p < n * k; p++) {
+        const float *xr = x + (slots ? p : p / k) * ne0;
+        for (size_t r = 0; r < ne1; r++) {
+            const float *wr = h->deq + ((size_t)ids[p] * ne1 + r) * ne0;
+            double s = wb ? bias[(size_t)ids[p] * ne1 + r] : 0.0;
+            for (size_t i = 0; i < ne0; i++) s += (double)xr[i] * wr[i];
+            ref[p * ne1 + r] = s;
+        }
+    }
+    for (int di = 0; di < n_devs; di++) {
+        if (!BE_HAS(devs[di].d, moe)) continue;
+        cx c;
+        cx_init_w(&c, &devs[di], t);
+        be_mat m = cx_mat(&c, h, false);
+        m.ne1 = ne1, m.ne2 = ne, m.nb2 = ne1 * m.nb1;
+        float *xd = cx_up(&c, x, rows * ne0 * 4), *yd = cx_out(&c, n * k * ne1);
+        float *bd = wb ? cx_up(&c, bias, ne * ne1 * 4) : NULL;
+        int32_t *idd = cx_up(&c, ids, n * k * 4);
+        RUN(&c, BE(c.d, matmul_id, &m, bd, xd, xs, n, k, idd, yd));
+        cx_get(&c, y, yd, n * k * ne1 * 4);
+        cx_end(&c);
+        erracc e = {0};
+        if (!c.bad) err_add(&e, y, ref, n * k * ne1);
+        char shape[96];
+        snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s%s", n, k, ne, ne1, ne0,
+                 slots ? "row per slot" : "row per token", wb ? " +bias" : "");
+        report(&c, "matmul_id", shape, tname(t), err_val(&e), tol_id(&devs[di], t, n * k));
+    }
+    free(x), free(y), free(ids), free(ref);
+}
+
 static void test_moe(void) {
     bool w_route = want("moe_route"), w_mm = want("matmul_id"), w_comb = want("moe_combine");
     /* route: expert counts of the real models (8 Mixtral, 32 and 128
@@ -818,46 +860,30 @@ static void test_moe(void) {
         fill(bias, ne * ne1, 1.0f);
         for (size_t ni = 0; ni < 5; ni++)
             for (size_t k = 1; k <= 3; k += 2)
-                for (int slots = 0; slots < 2; slots++) {
-                    size_t n = ns[ni], xs = slots ? k : 1, rows = n * xs;
-                    float *x = xmalloc(rows * ne0 * 4), *y = xmalloc(n * k * ne1 * 4);
-                    int32_t *ids = xmalloc(n * k * 4);
-                    double *ref = xmalloc(n * k * ne1 * 8);
-                    fill(x, rows * ne0, 1.0f);
-                    rand_ids(ids, n, ne, k);
-                    bool wb = slots; /* a bias with the per-slot rows (gpt-oss's down) */
-                    for (size_t p = 0; p < n * k; p++) {
-                        const float *xr = x + (slots ? p : p / k) * ne0;
-                        for (size_t r = 0; r < ne1; r++) {
-                            const float *wr = h.deq + ((size_t)ids[p] * ne1 + r) * ne0;
-                            double s = wb ? bias[(size_t)ids[p] * ne1 + r] : 0.0;
-                            for (size_t i = 0; i < ne0; i++) s += (double)xr[i] * wr[i];
-                            ref[p * ne1 + r] = s;
-                        }
-                    }
-                    for (int di = 0; di < n_devs; di++) {
-                        if (!BE_HAS(devs[di].d, moe)) continue;
-                        cx c;
-                        cx_init_w(&c, &devs[di], t);
-                        be_mat m = cx_mat(&c, &h, false);
-                        m.ne1 = ne1, m.ne2 = ne, m.nb2 = ne1 * m.nb1;
-                        float *xd = cx_up(&c, x, rows * ne0 * 4), *yd = cx_out(&c, n * k * ne1);
-                        float *bd = wb ? cx_up(&c, bias, ne * ne1 * 4) : NULL;
-                        int32_t *idd = cx_up(&c, ids, n * k * 4);
-                        RUN(&c, BE(c.d, matmul_id, &m, bd, xd, xs, n, k, idd, yd));
-                        cx_get(&c, y, yd, n * k * ne1 * 4);
-                        cx_end(&c);
-                        erracc e = {0};
-                        if (!c.bad) err_add(&e, y, ref, n * k * ne1);
-                        char shape[96];
-                        snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s%s", n, k, ne, ne1, ne0,
-                                 slots ? "row per slot" : "row per token", wb ? " +bias" : "");
-                        report(&c, "matmul_id", shape, tname(t), err_val(&e), tol_id(&devs[di], t, n * k));
-                    }
-                    free(x), free(y), free(ids), free(ref);
-                }
+                for (int slots = 0; slots < 2; slots++) check_matmul_id(t, &h, bias, ne0, ne1, ne, ns[ni], k, slots);
         free(bias);
         hmat_free(&h);
+    }
+    /* a batch whose x rows, as the GPU's per-pair GEMV holds them, outgrow
+     * shared memory (8 tokens of 4096, 3 slots): quantized once into
+     * global memory instead; the per-pair GEMV asked for up to 8 tokens */
+    if (w_mm) {
+        char *saved = getenv("CLEAVE_MOE_GEMVQ_MAX_N") ? strdup(getenv("CLEAVE_MOE_GEMVQ_MAX_N")) : NULL;
+        setenv("CLEAVE_MOE_GEMVQ_MAX_N", "8", 1);
+        options_reload();
+        static const cleave_type big_x[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
+        for (int ti = 0; ti < 4; ti++) {
+            size_t ne0 = 4096, ne1 = 32, ne = 4;
+            hmat h = hmat_make(big_x[ti], ne1 * ne, ne0, 0, 1.0f);
+            float *bias = xmalloc(ne * ne1 * 4);
+            fill(bias, ne * ne1, 1.0f);
+            for (int slots = 0; slots < 2; slots++) check_matmul_id(big_x[ti], &h, bias, ne0, ne1, ne, 8, 3, slots);
+            free(bias);
+            hmat_free(&h);
+        }
+        if (saved) setenv("CLEAVE_MOE_GEMVQ_MAX_N", saved, 1), free(saved);
+        else unsetenv("CLEAVE_MOE_GEMVQ_MAX_N");
+        options_reload();
     }
     /* matmul_id_glu (where a device has it): gate and up of each chosen
      * expert with their biases, then SwiGLU or the clamped form */

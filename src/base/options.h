@@ -13,6 +13,9 @@
  *   CLEAVE_GEMV_MAX_N=N        gemv_max_n: the CUDA GEMV serves batches of up to N rows (0: default)
  *   CLEAVE_GEMVQ_MAX_N=N       gemvq_max_n: the same for the block types' GEMV, 1..8 (0: default,
  *                              OPTIONS_GEMVQ_MAX_N)
+ *   CLEAVE_MOE_GEMVQ_MAX_N=N   moe_gemvq_max_n: the CUDA experts of a batch of up to N tokens through
+ *                              the block types' GEMV a (token, expert) pair at a time, larger
+ *                              batches grouped by expert (0: never; unset, -1: per weight type)
  *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
  *   CLEAVE_DECODE_ATTN=K       decode_attn: the CUDA decode attention kernel on f16/bf16 caches where
  *                              it applies: mma (tensor cores), vec (16-byte), gqa (8-byte); unset: auto
@@ -49,7 +52,7 @@ typedef struct cleave_env_options {
     bool host_sampling, no_map, no_join, no_wgmma;
     int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
-    long gemv_max_n, gemvq_max_n, upload_threads, nccl_min_kb;
+    long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, upload_threads, nccl_min_kb;
 } cleave_env_options;
 
 /* The switches, read from the environment on the first call. */

@@ -142,7 +142,11 @@ int cmd_batched_bench(int argc, char **argv) {
             cleave_context_device(ctx), cleave_context_n_ctx(ctx),
             o.kv_unified ? "one pool" : "a region per sequence", o.cx.n_batch, cleave_type_name(o.cx.kv_type));
     double w0, w1;
-    if (!run_test(ctx, (int32_t)d.n_vocab, 8, 2, 1, &w0, &w1)) rc = 1; /* warm-up */
+    /* warm-up: a decode step, and a prompt as long as the first test's
+     * (its kernels' first launches and scratch growth are not the test's) */
+    if (!run_test(ctx, (int32_t)d.n_vocab, 8, 2, 1, &w0, &w1) ||
+        (o.npp[0] > 8 && !run_test(ctx, (int32_t)d.n_vocab, o.npp[0], 0, 1, &w0, &w1)))
+        rc = 1;
     printf("|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |\n");
     printf("|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|\n");
     for (size_t i = 0; !rc && i < o.n_npp; i++)

@@ -24,6 +24,7 @@ static const gq_ops *gq_ops_of(cleave_type t) {
     case CLEAVE_TYPE_Q5_K: return &gq_ops_q5_k;
     case CLEAVE_TYPE_Q6_K: return &gq_ops_q6_k;
     case CLEAVE_TYPE_IQ4_XS: return &gq_ops_iq4_xs;
+    case CLEAVE_TYPE_MXFP4: return &gq_ops_mxfp4;
     default: return NULL;
     }
 }
@@ -114,5 +115,48 @@ bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *g, const be_mat *u, const f
     j.w_up = (const uint8_t *)u->data;
     cudaError_t e = ops->launch(d, j, n, true);
     *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_gemvq (gate/up)", __FILE__, __LINE__);
+    return true;
+}
+
+/* x rows of an experts' launch at most (32 tokens of 8 experts' rows) */
+#define GQ_ID_MAX_X 256
+
+bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const float *bias, const float *bias_u,
+                   const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, bool oai, float alpha,
+                   float limit, float *y, cleave_status *st) {
+    const gq_ops *ops = gq_ops_of(w->type);
+    const size_t ne0 = w->ne0, pairs = n * k, n_x = x_slots == 1 ? n : pairs;
+    const bool dual = wu != NULL;
+    if (!ops || !ne0 || ne0 % cuda_qk(w->type) || (uintptr_t)x % 16 || !gq_takes(ops, w, ne0) ||
+        w->nb2 % 16 || n_x > GQ_ID_MAX_X || !ops->fits_x(0, ne0, dual))
+        return false;
+    if (dual && (wu->type != w->type || wu->ne1 != w->ne1 || wu->nb1 != w->nb1 || wu->nb2 != w->nb2 ||
+                 !gq_takes(ops, wu, ne0)))
+        return false;
+    gq_job j = gq_job{};
+    j.n_seg = 1;
+    j.ne0 = ne0;
+    j.x = x;
+    j.w[0] = (const uint8_t *)w->data;
+    j.nb1[0] = w->nb1;
+    j.rows[0] = w->ne1;
+    j.bias[0] = bias;
+    j.y[0] = y;
+    j.total = pairs * w->ne1;
+    j.w_up = dual ? (const uint8_t *)wu->data : NULL;
+    j.ids = ids;
+    j.nb2 = w->nb2;
+    j.n_expert = w->ne2;
+    j.id_k = (int)k;
+    j.x_per_pair = x_slots != 1;
+    j.n_x = (int)n_x;
+    j.bias_u = bias_u;
+    j.act = oai ? GQ_ACT_OAI : GQ_ACT_SWIGLU;
+    j.alpha = alpha;
+    j.limit = limit;
+    size_t gx = ops->gx_bytes(j, dual); /* x too large for shared memory: quantized once into scratch */
+    if (gx && (*st = cuda_scratch(d, CUDA_SCRATCH_MOE, gx, &j.gx))) return true;
+    cudaError_t e = ops->launch_id(d, j, dual);
+    *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_gemvq (experts)", __FILE__, __LINE__);
     return true;
 }

@@ -14,6 +14,11 @@
  * for the one before it. Rows off 16-byte alignment are streamed from the
  * aligned address below them and read at that offset in the stage.
  *
+ * Experts (gq_job.ids set, one token's x per launch: N = 1): a unit is a
+ * row of one (token, slot) pair's expert, the pairs one after another, so
+ * a decode step reads only the chosen experts' rows, each as the dense
+ * rows stream; the x rows of every pair sit in shared memory at once.
+ *
  * Instantiated per type in cuda_gemvq_*.cu (many kernels each: the files
  * compile in parallel); cuda_gemvq.cu chooses. */
 #ifndef CLEAVE_CUDA_GEMVQ_CUH
@@ -40,7 +45,24 @@ struct gq_job {
     size_t total, ne0;
     const float *x;
     const uint8_t *w_up; /* DUAL: the up matrix, shaped like segment 0 */
+    /* experts (cuda_gemvq_id): unit u is row u % rows[0] of pair
+     * u / rows[0], whose expert ids[pair] is w[0] + ids * nb2 (w_up
+     * likewise; an id of n_expert or more writes nothing), reading x row
+     * pair (x_per_pair) or pair / id_k of the n_x in shared memory and
+     * writing y[0] row pair; biases per expert. total = pairs x rows. */
+    const int32_t *ids;
+    size_t nb2, n_expert;
+    int id_k, x_per_pair, n_x;
+    void *gx;                      /* experts: x quantized in global memory (else in shared) */
+    const float *bias_u;           /* DUAL: up's bias */
+    int act;                       /* DUAL: GQ_ACT_* */
+    float alpha, limit;            /* GQ_ACT_OAI's */
 };
+enum { GQ_ACT_SWIGLU, GQ_ACT_OAI };
+/* the units (warps' rows) of a launch */
+template <bool DUAL> GQ_HD size_t gq_units(const gq_job &j) {
+    return DUAL && !j.ids ? j.rows[0] : j.total;
+}
 
 /* Bytes of one matrix's part of a stage: a round, plus the offset of an
  * unaligned row and the slack that gq_ld16 may read past it. */
@@ -74,10 +96,23 @@ struct gq_cursor {
     size_t unit, r, row;
     int seg;
     const uint8_t *w, *wu;
+    size_t e, pair, xr; /* experts: the unit's expert, pair and x row (else 0, t, 0) */
+    bool ok;            /* experts: the id is one */
 };
 template <bool DUAL>
 __device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t units) {
     if (c.unit >= units) return;
+    if (j.ids) {
+        const size_t rows = j.rows[0];
+        c.pair = c.unit / rows, c.row = c.unit % rows, c.seg = 0;
+        const int32_t id = j.ids[c.pair];
+        c.ok = id >= 0 && (size_t)id < j.n_expert;
+        c.e = c.ok ? (size_t)id : 0;
+        c.xr = j.x_per_pair ? c.pair : c.pair / (size_t)j.id_k;
+        c.w = j.w[0] + c.e * j.nb2 + c.row * j.nb1[0];
+        c.wu = DUAL ? j.w_up + c.e * j.nb2 + c.row * j.nb1[0] : NULL;
+        return;
+    }
     size_t row = c.unit;
     int seg = 0;
 #pragma unroll
@@ -99,6 +134,46 @@ __device__ __forceinline__ bool gq_advance(const gq_job &j, gq_cursor &c, size_t
     return true;
 }
 
+/* x to int16 in unit order, a scale per 32, sums per 16 and 32: a thread
+ * (of nth from tid) per 8 values, four per 32; all loads issued before any
+ * is used. n8: groups of 8 in all the rows of x. */
+template <class F>
+__device__ __forceinline__ void gq_quant_x(const float *x, size_t n8, size_t ne0, int16_t *xq, uint32_t *meta,
+                                           size_t tid, size_t nth) {
+    const size_t r8 = ne0 / 8;
+    const float4 *x4 = (const float4 *)x;
+#pragma unroll 2
+    for (size_t base = 0; base < n8; base += nth) {
+        size_t g8 = base + tid;
+        bool in = g8 < n8; /* whole groups of four threads, so shuffles stay in step */
+        float4 a = in ? x4[2 * g8] : make_float4(0, 0, 0, 0);
+        float4 b = in ? x4[2 * g8 + 1] : make_float4(0, 0, 0, 0);
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, amax = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            amax = fmaxf(amax, fabsf(v[k]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        int qv[8], s8 = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            s8 += qv[k] = __float2int_rn(v[k] * inv);
+        int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
+        int s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+        if (in)
+            gq_put_x<F>(xq, meta, ne0, g8 / r8, (g8 % r8) * 8, qv, amax / 32767.0f, s16, s32, (g8 & 1) == 0,
+                        (g8 & 3) == 0);
+    }
+}
+
+/* x of an experts' launch too large for shared memory, quantized once
+ * into global memory (gq_job.gx) in the same layout */
+template <int T> __global__ void k_gq_quant_x(const float *x, size_t n8, size_t ne0, int16_t *xq, uint32_t *meta) {
+    gq_quant_x<gq<T>>(x, n8, ne0, xq, meta, blockIdx.x * (size_t)blockDim.x + threadIdx.x,
+                      (size_t)gridDim.x * blockDim.x);
+}
+
 template <int T, int N, bool DUAL>
 __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     using F = gq<T>;
@@ -108,13 +183,15 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     cuda_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t ne0 = j.ne0, nblk = ne0 / F::QK, rounds = (nblk + F::GB - 1) / F::GB;
-    const size_t units = DUAL ? j.rows[0] : j.total, stride = (size_t)gridDim.x * GQ_WARPS;
-    const size_t xb = gq_x_bytes<T>(N, ne0);
+    const size_t units = gq_units<DUAL>(j), stride = (size_t)gridDim.x * GQ_WARPS;
+    const int nx = j.gx ? 0 : j.ids ? j.n_x : N; /* x rows in shared memory */
+    const size_t xb = gq_x_bytes<T>(nx, ne0);
     const uint32_t ring = (uint32_t)(xb + (size_t)warp * S * SB); /* this warp's stages */
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(gq_smem) + ring;
 
     /* prefetch: the round at cursor p into stage st (a group either way) */
-    gq_cursor p = {(size_t)blockIdx.x * GQ_WARPS + warp, 0, 0, 0, NULL, NULL};
+    if (j.ids) cuda_pdl_wait(); /* the ids, which place the rows, are an earlier kernel's output */
+    gq_cursor p = {(size_t)blockIdx.x * GQ_WARPS + warp, 0, 0, 0, NULL, NULL, 0, 0, 0, true};
     gq_locate<DUAL>(j, p, units);
     gq_cursor c = p; /* consume */
     auto issue = [&](int st) {
@@ -137,39 +214,15 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
         issue(s);
     cuda_pdl_wait(); /* x is the previous kernel's output */
 
-    /* x to int16 in unit order, a scale per 32, sums per 16 and 32: a
-     * thread per 8 values, four per 32; all loads issued before any is used */
-    int16_t *xq = (int16_t *)gq_smem;
-    uint32_t *meta = (uint32_t *)(gq_smem + gq_al16((size_t)N * ne0 * 2));
-    {
-        const size_t n8 = (size_t)N * ne0 / 8, r8 = ne0 / 8;
-        const float4 *x4 = (const float4 *)j.x;
-#pragma unroll 2
-        for (size_t base = 0; base < n8; base += blockDim.x) {
-            size_t g8 = base + threadIdx.x;
-            bool in = g8 < n8; /* whole groups of four threads, so shuffles stay in step */
-            float4 a = in ? x4[2 * g8] : make_float4(0, 0, 0, 0);
-            float4 b = in ? x4[2 * g8 + 1] : make_float4(0, 0, 0, 0);
-            float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, amax = 0.0f;
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                amax = fmaxf(amax, fabsf(v[k]));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-            float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-            int qv[8], s8 = 0;
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                s8 += qv[k] = __float2int_rn(v[k] * inv);
-            int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
-            int s32 = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
-            if (in)
-                gq_put_x<F>(xq, meta, ne0, g8 / r8, (g8 % r8) * 8, qv, amax / 32767.0f, s16, s32,
-                            (g8 & 1) == 0, (g8 & 3) == 0);
-        }
+    /* x in shared memory, or (j.gx) already quantized in global memory */
+    int16_t *xq = j.gx ? (int16_t *)j.gx : (int16_t *)gq_smem;
+    uint32_t *meta = (uint32_t *)((j.gx ? (uint8_t *)j.gx : gq_smem) + gq_al16((size_t)j.n_x * ne0 * 2));
+    if (!j.gx) {
+        meta = (uint32_t *)(gq_smem + gq_al16((size_t)nx * ne0 * 2));
+        gq_quant_x<F>(j.x, (size_t)nx * ne0 / 8, ne0, xq, meta, threadIdx.x, blockDim.x);
     }
     __syncthreads();
-    const gq_x xv = {xq, meta, ne0};
+    const size_t mw = gq_meta_words<F>(ne0);
 
     constexpr int M = DUAL ? 2 : 1; /* rows a lane reads per x chunk: gate and up share them */
     float acc[M][N];
@@ -195,6 +248,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
 #pragma unroll
             for (int m = 0; m < M; m++)
                 F::load(gq_smem, at + m * PB, part, r[m]);
+            const gq_x xv = {xq + c.xr * ne0, meta + c.xr * mw, ne0}; /* the unit's x (experts) */
             gq_dot<F, N, M>(r, xv, (b0 + bu) * F::LPB + part, acc);
         }
         if (c.r + 1 == rounds) {
@@ -204,13 +258,20 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
 #pragma unroll
                 for (int m = 0; m < M; m++)
                     acc[m][t] = 0.0f;
-                if (lane) continue;
+                if (lane || !c.ok) continue;
+                const size_t rows = j.rows[c.seg], yr = j.ids ? c.pair : (size_t)t, bi = c.e * rows + c.row;
+                const float *bias = j.bias[c.seg];
+                a += bias ? bias[bi] : 0.0f;
                 if (DUAL) {
-                    j.y[0][(size_t)t * j.rows[0] + c.row] = a / (1.0f + __expf(-a)) * au;
-                } else {
-                    const float *bias = j.bias[c.seg];
-                    j.y[c.seg][(size_t)t * j.rows[c.seg] + c.row] = a + (bias ? bias[c.row] : 0.0f);
+                    au += j.bias_u ? j.bias_u[bi] : 0.0f;
+                    if (j.act == GQ_ACT_OAI) { /* gpt-oss's clamped SwiGLU, expf as the CPU */
+                        float gc = fminf(a, j.limit), uc = fminf(fmaxf(au, -j.limit), j.limit);
+                        a = gc / (1.0f + expf(-j.alpha * gc)) * (uc + 1.0f);
+                    } else {
+                        a = a / (1.0f + __expf(-a)) * au;
+                    }
                 }
+                j.y[c.seg][yr * rows + c.row] = a;
             }
         }
         gq_advance<DUAL>(j, c, rounds, stride, units);
@@ -221,12 +282,12 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
 /* ---- launch --------------------------------------------------------------- */
 
 template <int T, int N, bool DUAL> static cudaError_t gq_launch_n(cuda_device *d, const gq_job &j) {
-    size_t smem = gq_smem_bytes<T, DUAL>(N, j.ne0);
+    size_t smem = gq_smem_bytes<T, DUAL>(j.gx ? 0 : j.ids ? j.n_x : N, j.ne0);
     if (smem < GQ_SMEM_ONE) smem = GQ_SMEM_ONE;
     static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
     cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL>, smem, raised);
     if (e != cudaSuccess) return e;
-    size_t units = DUAL ? j.rows[0] : j.total;
+    size_t units = gq_units<DUAL>(j);
     /* as many warps as the units need, in even rounds (as launch_pf) */
     size_t max_warps = (size_t)d->n_sm * GQ_WARPS;
     size_t rounds = (units + max_warps - 1) / max_warps;
@@ -270,6 +331,9 @@ struct gq_ops {
     int align;                           /* byte alignment its rows need */
     int (*fit_n)(size_t ne0, bool dual); /* 0: x of one token does not fit */
     cudaError_t (*launch)(cuda_device *d, const gq_job &j, size_t n, bool dual);
+    bool (*fits_x)(int n_x, size_t ne0, bool dual); /* experts: n_x rows of x fit */
+    size_t (*gx_bytes)(const gq_job &j, bool dual);  /* experts: global x needed (0: none) */
+    cudaError_t (*launch_id)(cuda_device *d, const gq_job &j, bool dual);
 };
 template <int T> static int gq_fit(size_t ne0, bool dual) {
     return dual ? gq_fit_n<T, true>(ne0) : gq_fit_n<T, false>(ne0);
@@ -277,9 +341,27 @@ template <int T> static int gq_fit(size_t ne0, bool dual) {
 template <int T> static cudaError_t gq_run(cuda_device *d, const gq_job &j, size_t n, bool dual) {
     return dual ? gq_launch_all<T, true>(d, j, n) : gq_launch_all<T, false>(d, j, n);
 }
-#define GQ_DEFINE_OPS(T, name) extern const gq_ops name = {gq<T>::ALIGN, gq_fit<T>, gq_run<T>}
+template <int T> static bool gq_fits_x(int n_x, size_t ne0, bool dual) {
+    return (dual ? gq_smem_bytes<T, true>(n_x, ne0) : gq_smem_bytes<T, false>(n_x, ne0)) <= GQ_SMEM_MAX;
+}
+/* x_bytes (j.gx NULL): the global x that gq_run_id will need, else 0 */
+template <int T> static size_t gq_gx_bytes(const gq_job &j, bool dual) {
+    return gq_fits_x<T>(j.n_x, j.ne0, dual) ? 0 : gq_x_bytes<T>(j.n_x, j.ne0);
+}
+template <int T> static cudaError_t gq_run_id(cuda_device *d, const gq_job &j, bool dual) {
+    if (j.gx) { /* x quantized once, in plain launches: the GEMV's PDL wait orders it */
+        size_t n8 = (size_t)j.n_x * j.ne0 / 8;
+        k_gq_quant_x<T><<<cuda_blocks(n8, 256), 256, 0, d->stream>>>(
+            j.x, n8, j.ne0, (int16_t *)j.gx, (uint32_t *)((uint8_t *)j.gx + gq_al16((size_t)j.n_x * j.ne0 * 2)));
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    return dual ? gq_launch_n<T, 1, true>(d, j) : gq_launch_n<T, 1, false>(d, j);
+}
+#define GQ_DEFINE_OPS(T, name) \
+    extern const gq_ops name = {gq<T>::ALIGN, gq_fit<T>, gq_run<T>, gq_fits_x<T>, gq_gx_bytes<T>, gq_run_id<T>}
 
 extern const gq_ops gq_ops_q4_0, gq_ops_q4_1, gq_ops_q5_0, gq_ops_q5_1, gq_ops_iq4_nl, gq_ops_q2_k,
-    gq_ops_q3_k, gq_ops_q4_k, gq_ops_q5_k, gq_ops_q6_k, gq_ops_iq4_xs;
+    gq_ops_q3_k, gq_ops_q4_k, gq_ops_q5_k, gq_ops_q6_k, gq_ops_iq4_xs, gq_ops_mxfp4;
 
 #endif

@@ -92,11 +92,12 @@ GQ_HD float gq_h(const uint8_t *sm, uint32_t off) { /* f16, off even */
 GQ_HD uint32_t gq_u16(const uint8_t *sm, uint32_t off) {
     return *(const unsigned short *)(sm + off);
 }
-/* 16 bytes at an even offset: five aligned words, funnel-shifted (the
- * fifth may be the first word past the bytes; buffers carry slack) */
+/* 16 bytes at any offset (MXFP4's 17-byte blocks start at odd ones):
+ * five aligned words, funnel-shifted (the fifth may be the first word
+ * past the bytes; buffers carry slack) */
 GQ_HD void gq_ld16(const uint8_t *sm, uint32_t off, uint32_t (&w)[4]) {
     const uint32_t *a = (const uint32_t *)(sm + (off & ~3u));
-    uint32_t sh = (off & 2u) * 8u, v[5];
+    uint32_t sh = (off & 3u) * 8u, v[5];
     GQ_UNROLL
     for (int k = 0; k < 5; k++)
         v[k] = a[k];
@@ -111,12 +112,13 @@ GQ_HD uint32_t gq_spread4(uint32_t h) { return (h * 0x00204081u) & 0x01010101u; 
 /* IQ4: the table values of the 8 nibbles of q, low nibbles' in lo (byte i
  * from byte i of q) and high nibbles' in hi; the 16 levels are four words,
  * bit 3 of a nibble picks the upper two */
+template <uint32_t W0 = CQ_IQ4_W0, uint32_t W1 = CQ_IQ4_W1, uint32_t W2 = CQ_IQ4_W2, uint32_t W3 = CQ_IQ4_W3>
 GQ_HD void gq_iq4_lut(uint32_t q, uint32_t &lo, uint32_t &hi) {
     uint32_t qm = q & 0x77777777u, sel = 0x32103210u | ((q & 0x88888888u) >> 1), r[2];
     GQ_UNROLL
     for (int i = 0; i < 2; i++) {
-        uint32_t a = gq_prmt(CQ_IQ4_W0, CQ_IQ4_W1, qm >> (16 * i));
-        uint32_t b = gq_prmt(CQ_IQ4_W2, CQ_IQ4_W3, qm >> (16 * i));
+        uint32_t a = gq_prmt(W0, W1, qm >> (16 * i));
+        uint32_t b = gq_prmt(W2, W3, qm >> (16 * i));
         r[i] = gq_prmt(a, b, sel >> (16 * i));
     }
     lo = gq_prmt(r[0], r[1], 0x6420u);
@@ -191,9 +193,12 @@ template <int T, int LPB_, int U_ = 1> struct gq_base {
 
 /* the 32-weight types: qs byte j holds weights j (low nibble) and j + 16,
  * so word k's low nibbles meet chunk k's slots 0-3, its high nibbles
- * slots 4-7; one sub-block, w = d (q - ZERO) or d q + m */
+ * slots 4-7; one sub-block, w = d (q - ZERO) or d q + m. MXFP4 reads as
+ * IQ4_NL with its own table and an E8M0 byte for d (17-byte blocks, so
+ * any byte offset). */
 template <int T> struct gq_legacy : gq_base<T, 1, 2> {
-    static constexpr int ALIGN = 2, NS = 1, GSZ = 32;
+    static constexpr bool MX = T == CLEAVE_TYPE_MXFP4;
+    static constexpr int ALIGN = MX ? 1 : 2, NS = 1, GSZ = 32;
     static constexpr bool Q5 = T == CLEAVE_TYPE_Q5_0 || T == CLEAVE_TYPE_Q5_1;
     static constexpr bool MIN = T == CLEAVE_TYPE_Q4_1 || T == CLEAVE_TYPE_Q5_1;
     static constexpr int ZERO = T == CLEAVE_TYPE_Q4_0 ? 8 : T == CLEAVE_TYPE_Q5_0 ? 16 : 0;
@@ -207,7 +212,7 @@ template <int T> struct gq_legacy : gq_base<T, 1, 2> {
     }
     GQ_HD static void meta_at(int, int &q, int &slot) { q = 0, slot = 0; }
     GQ_HD static void load(const uint8_t *sm, uint32_t off, int, row &r) {
-        constexpr int qh_off = MIN ? 4 : 2, qs_off = (MIN ? 4 : 2) + (Q5 ? 4 : 0);
+        constexpr int qh_off = MIN ? 4 : 2, qs_off = MX ? 1 : (MIN ? 4 : 2) + (Q5 ? 4 : 0);
         uint32_t w[4];
         gq_ld16(sm, off + qs_off, w);
         uint32_t qh = 0;
@@ -216,6 +221,8 @@ template <int T> struct gq_legacy : gq_base<T, 1, 2> {
         for (int k = 0; k < 4; k++) {
             if constexpr (T == CLEAVE_TYPE_IQ4_NL) {
                 gq_iq4_lut(w[k], r.lo[k], r.hi[k]);
+            } else if constexpr (MX) {
+                gq_iq4_lut<CQ_MX_W0, CQ_MX_W1, CQ_MX_W2, CQ_MX_W3>(w[k], r.lo[k], r.hi[k]);
             } else {
                 r.lo[k] = w[k] & GQ_LO4;
                 r.hi[k] = (w[k] >> 4) & GQ_LO4;
@@ -225,7 +232,7 @@ template <int T> struct gq_legacy : gq_base<T, 1, 2> {
                 }
             }
         }
-        r.a[0] = gq_h(sm, off);
+        r.a[0] = MX ? cq_e8m0_half(sm[off]) : gq_h(sm, off);
         r.b[0] = MIN ? gq_h(sm, off + 2) : 0.0f;
     }
 };
@@ -234,6 +241,7 @@ template <> struct gq<CLEAVE_TYPE_Q4_1> : gq_legacy<CLEAVE_TYPE_Q4_1> {};
 template <> struct gq<CLEAVE_TYPE_Q5_0> : gq_legacy<CLEAVE_TYPE_Q5_0> {};
 template <> struct gq<CLEAVE_TYPE_Q5_1> : gq_legacy<CLEAVE_TYPE_Q5_1> {};
 template <> struct gq<CLEAVE_TYPE_IQ4_NL> : gq_legacy<CLEAVE_TYPE_IQ4_NL> {};
+template <> struct gq<CLEAVE_TYPE_MXFP4> : gq_legacy<CLEAVE_TYPE_MXFP4> {};
 
 /* the formats with two 32-weight sub-blocks a unit: 32-groups 2q, 2q + 1 */
 template <int T, int U = 1> struct gq_two32 : gq_base<T, 4, U> {

@@ -16,7 +16,8 @@
 #include <string.h>
 
 #include "base/mem.h"
-#include "cuda_quant.cuh"
+#include "base/options.h"
+#include "cuda_moe.cuh"
 
 #define ROUTE_WARPS 4
 #define ROUTE_MAX_EXPERTS 512 /* 16 logits a lane */
@@ -289,6 +290,13 @@ __global__ void k_gather_rows(const float *x, const int32_t *perm, size_t rows, 
         xg[i] = x[(x_slots == 1 ? p / k : p) * ne0 + c];
     }
 }
+/* a grouped GEMM's rows plus their experts' biases: yg[r] += bias[ids[perm[r]]] */
+__global__ void k_add_expert_bias(float *yg, const float *bias, const int32_t *ids, const int32_t *perm, size_t rows,
+                                  size_t ne1) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * ne1;
+         i += (size_t)gridDim.x * blockDim.x)
+        yg[i] += bias[(size_t)ids[perm[i / ne1]] * ne1 + i % ne1];
+}
 __global__ void k_scatter_rows(const float *yg, const int32_t *perm, size_t rows, size_t ne1, float *y) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * ne1;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -367,12 +375,15 @@ static cleave_status matmul_id_grouped(be_device *dev, const be_mat *const *w, c
     for (size_t p = 0; !st && p < pairs; p++) perm[off[host[p]]++] = (int32_t)p;
     for (size_t x = ne; x > 0; x--) off[x] = off[x - 1]; /* back to each expert's first row */
     off[0] = 0;
-    /* one scratch: gathered inputs, each matrix's outputs, the permutation */
+    /* one scratch: gathered inputs, each matrix's outputs, the grouped
+     * GEMM's pointers, the permutation */
     size_t xg_b = (pairs * ne0 * sizeof(float) + 255) & ~(size_t)255, yg_b = (pairs * ne1 * sizeof(float) + 255) & ~(size_t)255;
+    size_t ptr_b = 3 * ne * sizeof(void *);
     void *buf = NULL;
-    if (!st) st = cuda_scratch(d, CUDA_SCRATCH_MOE, xg_b + count * yg_b + pairs * sizeof(int32_t), &buf);
+    if (!st) st = cuda_scratch(d, CUDA_SCRATCH_MOE, xg_b + count * yg_b + ptr_b + pairs * sizeof(int32_t), &buf);
     float *xg = (float *)buf, *yg[2] = {(float *)((char *)buf + xg_b), (float *)((char *)buf + xg_b + yg_b)};
-    int32_t *perm_d = (int32_t *)((char *)buf + xg_b + count * yg_b);
+    void **ptrs = (void **)((char *)buf + xg_b + count * yg_b);
+    int32_t *perm_d = (int32_t *)((char *)buf + xg_b + count * yg_b + ptr_b);
     if (!st) st = cuda_upload_sync(d, perm_d, perm, pairs * sizeof(int32_t));
     if (!st) {
         k_gather_rows<<<cuda_blocks(pairs * ne0, 256), 256, 0, d->stream>>>(x, perm_d, pairs, ne0, (int)x_slots,
@@ -380,7 +391,27 @@ static cleave_status matmul_id_grouped(be_device *dev, const be_mat *const *w, c
         e = cudaGetLastError();
         if (e != cudaSuccess) st = cuda_fail(e, "k_gather_rows", __FILE__, __LINE__);
     }
-    for (size_t x = 0; !st && x < ne; x++) {
+    /* experts of more rows than the int8 GEMM takes (a long prompt): one
+     * grouped GEMM per matrix on x converted once */
+    size_t active = 0;
+    for (size_t x = 0; x < ne; x++) active += off[x + 1] > off[x];
+    bool grouped = false;
+    if (!st && active && pairs / active > CUDA_MMQ_MAX_N && cuda_moe_gemm_takes(d, w[0])) {
+        void *xs;
+        st = cuda_gemm_input(d, w[0]->type, xg, pairs, ne0, CUDA_SCRATCH_X, &xs);
+        for (int i = 0; !st && i < count; i++) {
+            st = cuda_moe_gemm(d, w[i], xs, off, ptrs, yg[i], &grouped);
+            if (!st && !grouped && i) st = err_set(CLEAVE_ERR_INTERNAL, "matmul_id: a grouped GEMM refused midway");
+            if (!st && !grouped) break;
+            if (!st && bias[i]) {
+                k_add_expert_bias<<<cuda_blocks(pairs * ne1, 256), 256, 0, d->stream>>>(yg[i], bias[i], ids, perm_d,
+                                                                                       pairs, ne1);
+                e = cudaGetLastError();
+                if (e != cudaSuccess) st = cuda_fail(e, "k_add_expert_bias", __FILE__, __LINE__);
+            }
+        }
+    }
+    for (size_t x = 0; !st && !grouped && x < ne; x++) {
         size_t lo = (size_t)off[x], m = (size_t)off[x + 1] - lo;
         if (!m) continue;
         be_mat one[2];
@@ -409,6 +440,26 @@ static cleave_status matmul_id_grouped(be_device *dev, const be_mat *const *w, c
     return st;
 }
 
+/* A decode step of a few tokens takes the block types' GEMV a (token,
+ * slot) pair at a time (cuda_gemvq_id): x as int16 and integer dots, each
+ * row streamed as the dense layers' rows are, where k_moe_gemv
+ * dequantizes to f32 lane by lane. A pair reads its expert's rows on its
+ * own, so with more tokens (experts chosen twice) the grouped kernel,
+ * which reads each chosen expert once, can take over. Where, measured on
+ * an H200 (batched-bench -npp 512 -ntg 128, tokens/s of generation,
+ * per pair / grouped; 1 and 2 tokens in one run, the rest in another):
+ * Qwen3-30B-A3B Q4_K_M 1 token 303 / 213, 2: 412 / 320, 8: 671 / 686,
+ * 16: 822 / 879, 32: 903 / 1045, so Q4_K and the other
+ * block types per pair up to 4 tokens; gpt-oss-20b MXFP4 (whose grouped
+ * kernel pays a table lookup per weight) 8: 672 / 505, 16: 815 / 683, 32:
+ * 935 / 864, so MXFP4 per pair at every batch the GEMV takes.
+ * CLEAVE_MOE_GEMVQ_MAX_N overrides both. */
+static bool moe_by_pairs(size_t n, cleave_type t) {
+    long max = options_get()->moe_gemvq_max_n;
+    if (max < 0) max = t == CLEAVE_TYPE_MXFP4 ? 32 : 4;
+    return max > 0 && n <= (size_t)max;
+}
+
 static cleave_status matmul_id(be_device *dev, const be_mat *w, const float *bias, const float *x, size_t x_slots,
                                size_t n, size_t k, const int32_t *ids, float *y) {
     cuda_device *d = cuda_dev(dev);
@@ -421,6 +472,10 @@ static cleave_status matmul_id(be_device *dev, const be_mat *w, const float *bia
     if (!w->ne1) return CLEAVE_OK;
     if (cuda_qk(w->type) && w->ne0 % 32)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul_id: rows of %zu", w->ne0);
+    cleave_status st;
+    if (moe_by_pairs(n, w->type) &&
+        cuda_gemvq_id(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, false, 0.0f, 0.0f, y, &st))
+        return st;
     if (d->recording || n * k <= ID_DEVICE_PAIRS)
         return moe_gemv<false>(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, y);
     return matmul_id_grouped(dev, &w, &bias, 1, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, &y);
@@ -442,6 +497,9 @@ static cleave_status matmul_id_glu(be_device *dev, const be_mat *gate, const be_
         float *o[2] = {y, NULL};
         return matmul_id_grouped(dev, w, b, 2, x, 1, n, k, ids, oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha, limit, o);
     }
+    cleave_status st;
+    if (moe_by_pairs(n, gate->type) && cuda_gemvq_id(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, oai, alpha, limit, y, &st))
+        return st;
     return moe_gemv<true>(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha,
                           limit, y);
 }
