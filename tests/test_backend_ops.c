@@ -765,6 +765,16 @@ static double tol_id(const tdev *td, cleave_type t, size_t pairs) {
     return tol_mm_n(td, t, 1);
 }
 
+/* An expert op's output back from the device, its error against ref and the report line. */
+static void finish_id(cx *c, float *y, float *yd, const double *ref, size_t count, const char *op, const char *shape,
+                      cleave_type t, double tol) {
+    cx_get(c, y, yd, count * 4);
+    cx_end(c);
+    erracc e = {0};
+    if (!c->bad) err_add(&e, y, ref, count);
+    report(c, op, shape, tname(t), err_val(&e), tol);
+}
+
 /* matmul_id of n tokens, k slots, x a row per token or per slot (with a
  * bias) against the double-precision reference, on every device */
 static void check_matmul_id(cleave_type t, const hmat *h, const float *bias, size_t ne0, size_t ne1, size_t ne,
@@ -795,14 +805,10 @@ static void check_matmul_id(cleave_type t, const hmat *h, const float *bias, siz
         float *bd = wb ? cx_up(&c, bias, ne * ne1 * 4) : NULL;
         int32_t *idd = cx_up(&c, ids, n * k * 4);
         RUN(&c, BE(c.d, matmul_id, &m, bd, xd, xs, n, k, idd, yd));
-        cx_get(&c, y, yd, n * k * ne1 * 4);
-        cx_end(&c);
-        erracc e = {0};
-        if (!c.bad) err_add(&e, y, ref, n * k * ne1);
         char shape[96];
         snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s%s", n, k, ne, ne1, ne0,
                  slots ? "row per slot" : "row per token", wb ? " +bias" : "");
-        report(&c, "matmul_id", shape, tname(t), err_val(&e), tol_id(&devs[di], t, n * k));
+        finish_id(&c, y, yd, ref, n * k * ne1, "matmul_id", shape, t, tol_id(&devs[di], t, n * k));
     }
     free(x), free(y), free(ids), free(ref);
 }
@@ -926,14 +932,11 @@ static void test_moe(void) {
                     float *bgd = oai ? cx_up(&c, bg, ne * ne1 * 4) : NULL, *bud = oai ? cx_up(&c, bu, ne * ne1 * 4) : NULL;
                     int32_t *idd = cx_up(&c, ids, n * k * 4);
                     RUN(&c, BE(c.d, matmul_id_glu, &mg, &mu, bgd, bud, xd, n, k, idd, oai, 1.702f, 7.0f, yd));
-                    cx_get(&c, y, yd, n * k * ne1 * 4);
-                    cx_end(&c);
-                    erracc e = {0};
-                    if (!c.bad) err_add(&e, y, ref, n * k * ne1);
                     char shape[96];
                     snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s", n, k, ne, ne1, ne0,
                              oai ? "clamped +bias" : "swiglu");
-                    report(&c, "matmul_id_glu", shape, tname(t), err_val(&e), 2 * tol_id(&devs[di], t, n * k));
+                    finish_id(&c, y, yd, ref, n * k * ne1, "matmul_id_glu", shape, t,
+                              2 * tol_id(&devs[di], t, n * k));
                 }
                 free(x), free(y), free(ids), free(ref);
             }
