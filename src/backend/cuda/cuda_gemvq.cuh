@@ -63,6 +63,8 @@ enum { GQ_ACT_SWIGLU, GQ_ACT_OAI };
 template <bool DUAL> GQ_HD size_t gq_units(const gq_job &j) {
     return DUAL && !j.ids ? j.rows[0] : j.total;
 }
+/* the rows of x a launch of N tokens holds in shared memory */
+template <int N> GQ_HD int gq_smem_x_rows(const gq_job &j) { return j.gx ? 0 : j.ids ? j.n_x : N; }
 
 /* Bytes of one matrix's part of a stage: a round, plus the offset of an
  * unaligned row and the slack that gq_ld16 may read past it. */
@@ -82,8 +84,9 @@ template <int T, bool DUAL> __host__ __device__ constexpr int gq_stages() {
 }
 GQ_HD size_t gq_al16(size_t b) { return (b + 15) & ~(size_t)15; }
 /* x's shared memory: int16 values, then the units' scales and sums */
+GQ_HD size_t gq_xq_bytes(int n, size_t ne0) { return gq_al16((size_t)n * ne0 * 2); } /* the int16, where meta starts */
 template <int T> GQ_HD size_t gq_x_bytes(int n, size_t ne0) {
-    return gq_al16((size_t)n * ne0 * 2) + gq_al16((size_t)n * gq_meta_words<gq<T>>(ne0) * 4);
+    return gq_xq_bytes(n, ne0) + gq_al16((size_t)n * gq_meta_words<gq<T>>(ne0) * 4);
 }
 template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0) {
     return gq_x_bytes<T>(n, ne0) +
@@ -96,7 +99,7 @@ struct gq_cursor {
     size_t unit, r, row;
     int seg;
     const uint8_t *w, *wu;
-    size_t e, pair, xr; /* experts: the unit's expert, pair and x row (else 0, t, 0) */
+    size_t e, pair, xr; /* experts: the unit's expert, pair and x row (else 0) */
     bool ok;            /* experts: the id is one */
 };
 template <bool DUAL>
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t ne0 = j.ne0, nblk = ne0 / F::QK, rounds = (nblk + F::GB - 1) / F::GB;
     const size_t units = gq_units<DUAL>(j), stride = (size_t)gridDim.x * GQ_WARPS;
-    const int nx = j.gx ? 0 : j.ids ? j.n_x : N; /* x rows in shared memory */
+    const int nx = gq_smem_x_rows<N>(j);
     const size_t xb = gq_x_bytes<T>(nx, ne0);
     const uint32_t ring = (uint32_t)(xb + (size_t)warp * S * SB); /* this warp's stages */
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(gq_smem) + ring;
@@ -214,13 +217,11 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
         issue(s);
     cuda_pdl_wait(); /* x is the previous kernel's output */
 
-    /* x in shared memory, or (j.gx) already quantized in global memory */
-    int16_t *xq = j.gx ? (int16_t *)j.gx : (int16_t *)gq_smem;
-    uint32_t *meta = (uint32_t *)((j.gx ? (uint8_t *)j.gx : gq_smem) + gq_al16((size_t)j.n_x * ne0 * 2));
-    if (!j.gx) {
-        meta = (uint32_t *)(gq_smem + gq_al16((size_t)nx * ne0 * 2));
-        gq_quant_x<F>(j.x, (size_t)nx * ne0 / 8, ne0, xq, meta, threadIdx.x, blockDim.x);
-    }
+    /* x quantized into shared memory here, or (j.gx) already in global memory */
+    uint8_t *xbase = j.gx ? (uint8_t *)j.gx : gq_smem;
+    int16_t *xq = (int16_t *)xbase;
+    uint32_t *meta = (uint32_t *)(xbase + gq_xq_bytes(j.gx ? j.n_x : nx, ne0));
+    if (!j.gx) gq_quant_x<F>(j.x, (size_t)nx * ne0 / 8, ne0, xq, meta, threadIdx.x, blockDim.x);
     __syncthreads();
     const size_t mw = gq_meta_words<F>(ne0);
 
@@ -282,7 +283,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
 /* ---- launch --------------------------------------------------------------- */
 
 template <int T, int N, bool DUAL> static cudaError_t gq_launch_n(cuda_device *d, const gq_job &j) {
-    size_t smem = gq_smem_bytes<T, DUAL>(j.gx ? 0 : j.ids ? j.n_x : N, j.ne0);
+    size_t smem = gq_smem_bytes<T, DUAL>(gq_smem_x_rows<N>(j), j.ne0);
     if (smem < GQ_SMEM_ONE) smem = GQ_SMEM_ONE;
     static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
     cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL>, smem, raised);
@@ -352,7 +353,7 @@ template <int T> static cudaError_t gq_run_id(cuda_device *d, const gq_job &j, b
     if (j.gx) { /* x quantized once, in plain launches: the GEMV's PDL wait orders it */
         size_t n8 = (size_t)j.n_x * j.ne0 / 8;
         k_gq_quant_x<T><<<cuda_blocks(n8, 256), 256, 0, d->stream>>>(
-            j.x, n8, j.ne0, (int16_t *)j.gx, (uint32_t *)((uint8_t *)j.gx + gq_al16((size_t)j.n_x * j.ne0 * 2)));
+            j.x, n8, j.ne0, (int16_t *)j.gx, (uint32_t *)((uint8_t *)j.gx + gq_xq_bytes(j.n_x, j.ne0)));
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }

@@ -14,8 +14,11 @@
 /* cuBLAS builds without the grouped GEMM for these types: asked once per GPU */
 static bool grouped_refused[CUDA_MAX_ORDINALS];
 
+/* f16 and bf16 experts are the GEMM's operands as they are */
+static bool read_direct(const be_mat *w) { return w->type == CLEAVE_TYPE_F16 || w->type == CLEAVE_TYPE_BF16; }
+
 bool cuda_moe_gemm_takes(const cuda_device *d, const be_mat *w) {
-    bool direct = w->type == CLEAVE_TYPE_F16 || w->type == CLEAVE_TYPE_BF16;
+    bool direct = read_direct(w);
     if (grouped_refused[d->ordinal] || w->scales || (!direct && !cuda_qk(w->type))) return false;
     return direct || w->nb2 == w->ne1 * w->nb1; /* consecutive experts dequantize as one run of rows */
 }
@@ -24,7 +27,7 @@ cleave_status cuda_moe_gemm(cuda_device *d, const be_mat *w, const void *xs, con
                             float *y, bool *done) {
     *done = false;
     if (!cuda_moe_gemm_takes(d, w)) return CLEAVE_OK;
-    const bool direct = w->type == CLEAVE_TYPE_F16 || w->type == CLEAVE_TYPE_BF16;
+    const bool direct = read_direct(w);
     const cudaDataType wt = w->type == CLEAVE_TYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const size_t ne = w->ne2, ne0 = w->ne0, ne1 = w->ne1, per = ne1 * ne0 * 2;
     size_t chunk = direct ? ne : MOE_GEMM_CHUNK / per;
