@@ -756,12 +756,17 @@ static void rand_ids(int32_t *ids, size_t n, size_t ne, size_t k) {
         }
 }
 
-/* matmul_id: a GPU's decode form (up to 256 pairs) dots f32 x with
- * exactly dequantized weights (the decode GEMV's bound); a prompt's
- * grouped form runs each expert's rows through the matmul, whose int8
- * GEMM a block type's few rows take (the int8 bound). */
-static double tol_id(const tdev *td, cleave_type t, size_t pairs) {
-    if (td->lowp && is_qtype(t) && pairs > 256) return 2e-2 * opt.tol_scale;
+/* matmul_id on a GPU: a few tokens' block-type experts take the decode
+ * GEMV a pair at a time (int16 x: the decode GEMV's bound); larger
+ * batches the int8 tensor-core GEMM grouped by expert, or (other types,
+ * or CLEAVE_MOE_MMQ_MAX_N=0) a decode form dotting f32 x with exactly
+ * dequantized weights, and a prompt's grouped form whose matmul takes a
+ * block type's few rows through the int8 GEMM: the int8 bound for any
+ * block type past the per-pair GEMV. */
+static double tol_id(const tdev *td, cleave_type t, size_t n) {
+    long per_pair = options_get()->moe_gemvq_max_n;
+    if (per_pair < 0) per_pair = t == CLEAVE_TYPE_MXFP4 ? 4 : 2; /* cuda_moe.cu's moe_by_pairs */
+    if (td->lowp && is_qtype(t) && n > (size_t)per_pair) return 2e-2 * opt.tol_scale;
     return tol_mm_n(td, t, 1);
 }
 
@@ -775,10 +780,24 @@ static void finish_id(cx *c, float *y, float *yd, const double *ref, size_t coun
     report(c, op, shape, tname(t), err_val(&e), tol);
 }
 
+/* An environment switch set for the cases that follow (options_reload
+ * reads it); its earlier value, for option_restore. */
+static char *option_set(const char *name, const char *value) {
+    char *saved = getenv(name) ? strdup(getenv(name)) : NULL;
+    setenv(name, value, 1);
+    options_reload();
+    return saved;
+}
+static void option_restore(const char *name, char *saved) {
+    if (saved) setenv(name, saved, 1), free(saved);
+    else unsetenv(name);
+    options_reload();
+}
+
 /* matmul_id of n tokens, k slots, x a row per token or per slot (with a
  * bias) against the double-precision reference, on every device */
 static void check_matmul_id(cleave_type t, const hmat *h, const float *bias, size_t ne0, size_t ne1, size_t ne,
-                            size_t n, size_t k, int slots) {
+                            size_t n, size_t k, int slots, bool gpu_only) {
     size_t xs = slots ? k : 1, rows = n * xs;
     float *x = xmalloc(rows * ne0 * 4), *y = xmalloc(n * k * ne1 * 4);
     int32_t *ids = xmalloc(n * k * 4);
@@ -796,7 +815,7 @@ static void check_matmul_id(cleave_type t, const hmat *h, const float *bias, siz
         }
     }
     for (int di = 0; di < n_devs; di++) {
-        if (!BE_HAS(devs[di].d, moe)) continue;
+        if (!BE_HAS(devs[di].d, moe) || (gpu_only && !devs[di].lowp)) continue;
         cx c;
         cx_init_w(&c, &devs[di], t);
         be_mat m = cx_mat(&c, h, false);
@@ -808,7 +827,7 @@ static void check_matmul_id(cleave_type t, const hmat *h, const float *bias, siz
         char shape[96];
         snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s%s", n, k, ne, ne1, ne0,
                  slots ? "row per slot" : "row per token", wb ? " +bias" : "");
-        finish_id(&c, y, yd, ref, n * k * ne1, "matmul_id", shape, t, tol_id(&devs[di], t, n * k));
+        finish_id(&c, y, yd, ref, n * k * ne1, "matmul_id", shape, t, tol_id(&devs[di], t, n));
     }
     free(x), free(y), free(ids), free(ref);
 }
@@ -866,36 +885,55 @@ static void test_moe(void) {
         fill(bias, ne * ne1, 1.0f);
         for (size_t ni = 0; ni < 5; ni++)
             for (size_t k = 1; k <= 3; k += 2)
-                for (int slots = 0; slots < 2; slots++) check_matmul_id(t, &h, bias, ne0, ne1, ne, ns[ni], k, slots);
+                for (int slots = 0; slots < 2; slots++)
+                    check_matmul_id(t, &h, bias, ne0, ne1, ne, ns[ni], k, slots, false);
         free(bias);
         hmat_free(&h);
+    }
+    /* the GPU's block types past the per-pair GEMV again, without the
+     * int8 GEMM: the decode form's grouped GEMV and the prompt's host
+     * grouping */
+    if (w_mm) {
+        char *saved = option_set("CLEAVE_MOE_MMQ_MAX_N", "0");
+        static const cleave_type no_mmq[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
+        for (int ti = 0; ti < 4; ti++) {
+            size_t ne0 = block_elems(no_mmq[ti]) == 256 ? 512 : 160, ne1 = 48, ne = 6;
+            hmat h = hmat_make(no_mmq[ti], ne1 * ne, ne0, 0, 1.0f);
+            float *bias = xmalloc(ne * ne1 * 4);
+            fill(bias, ne * ne1, 1.0f);
+            for (size_t ni = 2; ni < 5; ni++)
+                for (int slots = 0; slots < 2; slots++)
+                    check_matmul_id(no_mmq[ti], &h, bias, ne0, ne1, ne, ns[ni], 3, slots, true);
+            free(bias);
+            hmat_free(&h);
+        }
+        option_restore("CLEAVE_MOE_MMQ_MAX_N", saved);
     }
     /* a batch whose x rows, as the GPU's per-pair GEMV holds them, outgrow
      * shared memory (8 tokens of 4096, 3 slots): quantized once into
      * global memory instead; the per-pair GEMV asked for up to 8 tokens */
     if (w_mm) {
-        char *saved = getenv("CLEAVE_MOE_GEMVQ_MAX_N") ? strdup(getenv("CLEAVE_MOE_GEMVQ_MAX_N")) : NULL;
-        setenv("CLEAVE_MOE_GEMVQ_MAX_N", "8", 1);
-        options_reload();
+        char *saved = option_set("CLEAVE_MOE_GEMVQ_MAX_N", "8");
         static const cleave_type big_x[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
         for (int ti = 0; ti < 4; ti++) {
             size_t ne0 = 4096, ne1 = 32, ne = 4;
             hmat h = hmat_make(big_x[ti], ne1 * ne, ne0, 0, 1.0f);
             float *bias = xmalloc(ne * ne1 * 4);
             fill(bias, ne * ne1, 1.0f);
-            for (int slots = 0; slots < 2; slots++) check_matmul_id(big_x[ti], &h, bias, ne0, ne1, ne, 8, 3, slots);
+            for (int slots = 0; slots < 2; slots++)
+                check_matmul_id(big_x[ti], &h, bias, ne0, ne1, ne, 8, 3, slots, false);
             free(bias);
             hmat_free(&h);
         }
-        if (saved) setenv("CLEAVE_MOE_GEMVQ_MAX_N", saved, 1), free(saved);
-        else unsetenv("CLEAVE_MOE_GEMVQ_MAX_N");
-        options_reload();
+        option_restore("CLEAVE_MOE_GEMVQ_MAX_N", saved);
     }
     /* matmul_id_glu (where a device has it): gate and up of each chosen
      * expert with their biases, then SwiGLU or the clamped form */
     for (int ti = 0; want("matmul_id_glu") && ti < W_TYPES; ti++) {
         cleave_type t = w_types[ti];
-        size_t ne0 = block_elems(t) == 256 ? 512 : 160, ne1 = 40, ne = 5;
+        /* 48 rows: experts a multiple of 16 bytes apart in every type, as
+         * the per-pair GEMV needs (MXFP4's 85-byte rows of 160) */
+        size_t ne0 = block_elems(t) == 256 ? 512 : 160, ne1 = 48, ne = 5;
         hmat hg = hmat_make(t, ne1 * ne, ne0, 0, 1.0f), hu = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
         float *bg = xmalloc(ne * ne1 * 4), *bu = xmalloc(ne * ne1 * 4);
         fill(bg, ne * ne1, 1.0f), fill(bu, ne * ne1, 1.0f);
@@ -936,7 +974,7 @@ static void test_moe(void) {
                     snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s", n, k, ne, ne1, ne0,
                              oai ? "clamped +bias" : "swiglu");
                     finish_id(&c, y, yd, ref, n * k * ne1, "matmul_id_glu", shape, t,
-                              2 * tol_id(&devs[di], t, n * k));
+                              2 * tol_id(&devs[di], t, n));
                 }
                 free(x), free(y), free(ids), free(ref);
             }

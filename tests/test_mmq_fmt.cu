@@ -36,6 +36,9 @@ template <int T> static void check(const char *name, const int *f16_at, int n_f1
         for (int b = 0; b < 4; b++)
             for (int k = 0; k < n_f16; k++)
                 put_f16(blk + b * BLK + f16_at[k]);
+        if (T == CLEAVE_TYPE_MXFP4) /* an E8M0 exponent of 2^-17 .. 2^12 */
+            for (int b = 0; b < 4; b++)
+                blk[b * BLK] = (uint8_t)(110 + next() % 30);
         for (int b = 0; b < 4; b++) {
             const uint8_t *p = blk + b * BLK;
             float ref[256];
@@ -50,6 +53,16 @@ template <int T> static void check(const char *name, const int *f16_at, int n_f1
                 typename F::hdr h;
                 F::head(p, h);
                 F::factors(h, p, g, a, m);
+                if constexpr (F::PAIRED) /* one word's two quads, as the kernel pairs them */
+                    for (int c = 0; c < 4; c++) {
+                        uint32_t lo, hi;
+                        F::quads(p, g * F::G + 4 * c, lo, hi);
+                        if ((lo != F::quad(p, g * F::G + 4 * c) || hi != F::quad(p, g * F::G + 4 * c + 16)) &&
+                            failures < 20) {
+                            printf("FAIL %s: block %d group %d lane %d: paired quads differ\n", name, b, g, c);
+                            failures++;
+                        }
+                    }
                 for (int at = g * F::G; at < (g + 1) * F::G; at += 4) {
                     uint32_t q = F::quad(p, at);
                     for (int e = 0; e < 4; e++) {
@@ -57,7 +70,7 @@ template <int T> static void check(const char *name, const int *f16_at, int n_f1
                         float got = a * (float)(v - F::ZERO) + m;
                         double err = fabs((double)got - (double)ref[at + e]) / (scale > 0 ? scale : 1);
                         if (err > worst) worst = err;
-                        if (err > 1e-6 && failures < 20) {
+                        if (!(err <= 1e-6) && failures < 20) { /* NaN fails too */
                             printf("FAIL %s: block %d position %d: %g, reference %g\n", name, b,
                                    at + e, got, ref[at + e]);
                             failures++;
@@ -77,6 +90,7 @@ int main(void) {
     check<CLEAVE_TYPE_Q5_0>("q5_0", d0, 1);
     check<CLEAVE_TYPE_Q5_1>("q5_1", d01, 2);
     check<CLEAVE_TYPE_IQ4_NL>("iq4_nl", d0, 1);
+    check<CLEAVE_TYPE_MXFP4>("mxfp4", d0, 0);
     check<CLEAVE_TYPE_Q2_K>("q2_K", q2k, 2);
     check<CLEAVE_TYPE_Q3_K>("q3_K", q3k, 1);
     check<CLEAVE_TYPE_Q4_K>("q4_K", d01, 2);

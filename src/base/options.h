@@ -16,6 +16,9 @@
  *   CLEAVE_MOE_GEMVQ_MAX_N=N   moe_gemvq_max_n: the CUDA experts of a batch of up to N tokens through
  *                              the block types' GEMV a (token, expert) pair at a time, larger
  *                              batches grouped by expert (0: never; unset, -1: per weight type)
+ *   CLEAVE_MOE_MMQ_MAX_N=N     moe_mmq_max_n: past that, the CUDA block-type experts of a batch of up
+ *                              to N tokens through the int8 GEMM grouped on the device, larger
+ *                              batches the other paths (0: never; unset, -1: every batch)
  *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
  *   CLEAVE_DECODE_ATTN=K       decode_attn: the CUDA decode attention kernel on f16/bf16 caches where
  *                              it applies: mma (tensor cores), vec (16-byte), gqa (8-byte); unset: auto
@@ -52,7 +55,7 @@ typedef struct cleave_env_options {
     bool host_sampling, no_map, no_join, no_wgmma;
     int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
-    long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, upload_threads, nccl_min_kb;
+    long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, moe_mmq_max_n, upload_threads, nccl_min_kb;
 } cleave_env_options;
 
 /* The switches, read from the environment on the first call. */

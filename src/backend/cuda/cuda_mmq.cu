@@ -5,13 +5,14 @@
 #define MQ_TASKS_PER_SLOT 4
 #define MQ_MIN_SPLIT 2 /* chunks of 256 weights per K-split range, at least */
 
-static const mq_ops *mq_ops_of(cleave_type t) {
+const mq_ops *mq_ops_of(cleave_type t) {
     switch (t) {
     case CLEAVE_TYPE_Q4_0: return &mq_ops_q4_0;
     case CLEAVE_TYPE_Q4_1: return &mq_ops_q4_1;
     case CLEAVE_TYPE_Q5_0: return &mq_ops_q5_0;
     case CLEAVE_TYPE_Q5_1: return &mq_ops_q5_1;
     case CLEAVE_TYPE_IQ4_NL: return &mq_ops_iq4_nl;
+    case CLEAVE_TYPE_MXFP4: return &mq_ops_mxfp4;
     case CLEAVE_TYPE_Q2_K: return &mq_ops_q2_k;
     case CLEAVE_TYPE_Q3_K: return &mq_ops_q3_k;
     case CLEAVE_TYPE_Q4_K: return &mq_ops_q4_k;
@@ -22,19 +23,23 @@ static const mq_ops *mq_ops_of(cleave_type t) {
     }
 }
 
-/* x to int8, one scale per 32 (a warp per 32 values of a token), with
+/* x to int8, one scale per 32 (a warp per 32 values of a row), with
  * {scale, scale x sum of the group's quants} per group of G (xm, float2
- * [groups][n_pad]); tokens n .. n_pad - 1 are zeros. */
+ * [groups][rows]). Row i is x's row i (pair NULL; zeros from n on) or
+ * x's row pair[i] / x_div (zeros where pair[i] < 0): an expert's rows
+ * grouped. */
 template <int G>
-__global__ void k_mmq_x(const float *x, size_t n, size_t n_pad, size_t ne0, int8_t *xq, float2 *xm) {
+__global__ void k_mmq_x(const float *x, size_t n, size_t rows, size_t ne0, const int32_t *pair, int x_div,
+                        int8_t *xq, float2 *xm) {
     cuda_pdl_trigger();
-    cuda_pdl_wait(); /* x is the previous kernel's output */
-    const size_t warps = n_pad * (ne0 / 32);
+    cuda_pdl_wait(); /* x (and the grouping) are earlier kernels' output */
+    const size_t warps = rows * (ne0 / 32);
     const int lane = threadIdx.x & 31;
     for (size_t wi = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; wi < warps;
          wi += (size_t)gridDim.x * (blockDim.x / 32)) {
         const size_t tok = wi / (ne0 / 32), k = wi % (ne0 / 32);
-        float v = tok < n ? x[tok * ne0 + 32 * k + lane] : 0.0f, amax = fabsf(v);
+        const long src = pair ? (pair[tok] < 0 ? -1 : (long)(pair[tok] / x_div)) : tok < n ? (long)tok : -1;
+        float v = src >= 0 ? x[(size_t)src * ne0 + 32 * k + lane] : 0.0f, amax = fabsf(v);
 #pragma unroll
         for (int o = 16; o; o >>= 1)
             amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -45,7 +50,7 @@ __global__ void k_mmq_x(const float *x, size_t n, size_t n_pad, size_t ne0, int8
 #pragma unroll
         for (int o = 1; o < G; o <<= 1)
             s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane % G == 0) xm[(32 / G * k + (size_t)lane / G) * n_pad + tok] = make_float2(d, d * (float)s);
+        if (lane % G == 0) xm[(32 / G * k + (size_t)lane / G) * rows + tok] = make_float2(d, d * (float)s);
     }
 }
 
@@ -90,14 +95,13 @@ __global__ void k_mmq_sum_swiglu(mq_job j, float *y) {
     }
 }
 
-/* The job for `count` matrices (layouts checked, scratch taken, K split
- * chosen): false where cuda_mmq does not take them. */
-static bool mq_plan(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
-                    int count, size_t n, mq_job &j, const mq_ops *&ops, cleave_status *st) {
-    if (count < 1 || count > MQ_MAX_SEG || !n || n > CUDA_MMQ_MAX_N) return false;
+bool mq_layout(const be_mat *const *w, const float *const *bias, float *const *y, int count, mq_job &j,
+               const mq_ops *&ops) {
+    if (count < 1 || count > MQ_MAX_SEG) return false;
     ops = mq_ops_of(w[0]->type);
     size_t ne0 = w[0]->ne0, nb1 = w[0]->nb1;
-    if (!ops || !ne0 || ne0 % 256 || nb1 % (size_t)ops->align || nb1 < quant_row_bytes(w[0]->type, ne0))
+    if (!ops || !ne0 || ne0 % (size_t)ops->qk || nb1 % (size_t)ops->align ||
+        nb1 < quant_row_bytes(w[0]->type, ne0))
         return false;
     j = mq_job{};
     j.n_seg = count;
@@ -112,16 +116,37 @@ static bool mq_plan(cuda_device *d, const be_mat *const *w, const float *const *
         j.tile0[s + 1] = j.tile0[s] + mq_row_tiles(w[s]->ne1);
         j.row0[s + 1] = j.row0[s] + w[s]->ne1;
     }
-    size_t n_pad = (n + MQ_TILE_N - 1) / MQ_TILE_N * MQ_TILE_N;
-    size_t xq_bytes = (n_pad * ne0 + 255) & ~(size_t)255;
-    size_t xm_bytes = ne0 / (size_t)ops->group * n_pad * sizeof(float2);
-    void *xs;
-    if ((*st = cuda_scratch(d, CUDA_SCRATCH_X, xq_bytes + xm_bytes, &xs))) return true;
     j.nb1 = nb1, j.ne0 = ne0;
+    /* rows of 256s, or of whole blocks ending in a short chunk (MXFP4's
+     * 2880) */
+    j.chunks = (ne0 + 255) / 256;
+    j.tail = (int)(ne0 % 256 / (size_t)ops->qk);
+    return true;
+}
+
+cleave_status mq_x_scratch(cuda_device *d, const mq_ops *ops, size_t rows, mq_job &j) {
+    /* slack: a short last chunk reads x and its groups' factors as far as
+     * a whole chunk's */
+    const size_t ne0 = j.ne0, groups = j.chunks * 256 / (size_t)ops->group;
+    const size_t xq_bytes = (rows * ne0 + 256 + 255) & ~(size_t)255;
+    const size_t xm_bytes = (groups * rows + 2) * sizeof(float2);
+    void *xs;
+    cleave_status st = cuda_scratch(d, CUDA_SCRATCH_X, xq_bytes + xm_bytes, &xs);
+    if (st) return st;
     j.xq = (const int8_t *)xs;
-    j.xm = (const float4 *)((char *)xs + xq_bytes);
+    j.xm = (const float2 *)((char *)xs + xq_bytes);
+    j.xm_ld = rows;
+    return CLEAVE_OK;
+}
+
+/* The job for `count` matrices (layouts checked, scratch taken, K split
+ * chosen): false where cuda_mmq does not take them. */
+static bool mq_plan(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y,
+                    int count, size_t n, mq_job &j, const mq_ops *&ops, cleave_status *st) {
+    if (!n || n > CUDA_MMQ_MAX_N || !mq_layout(w, bias, y, count, j, ops)) return false;
+    size_t n_pad = (n + MQ_TILE_N - 1) / MQ_TILE_N * MQ_TILE_N;
+    if ((*st = mq_x_scratch(d, ops, n_pad, j))) return true;
     j.n = n, j.n_pad = n_pad;
-    j.chunks = ne0 / 256;
     /* about MQ_TASKS_PER_SLOT tasks for each block that runs at once:
      * split a row's chunks when row tiles alone are fewer, down to ranges
      * of MQ_MIN_SPLIT chunks. On an H200 (8B Q4_K_M, 14336 x 4096 at 32
@@ -151,15 +176,16 @@ static bool mq_plan(cuda_device *d, const be_mat *const *w, const float *const *
     return true;
 }
 
-/* x's int8 quantization for the job, then the GEMM */
-static cudaError_t mq_run_job(cuda_device *d, const mq_ops *ops, const mq_job &j, const float *x) {
-    size_t xwarps = j.n_pad * (j.ne0 / 32);
+cudaError_t mq_run_job(cuda_device *d, const mq_ops *ops, const mq_job &j, const float *x, const int32_t *pair,
+                       int x_div) {
+    const size_t rows = j.xm_ld, xwarps = rows * (j.ne0 / 32);
     unsigned xblocks = (unsigned)((xwarps + 7) / 8);
     int8_t *xq = (int8_t *)j.xq;
     float2 *xm = (float2 *)j.xm;
-    cudaError_t e = ops->group == 16
-                        ? cuda_launch(d, k_mmq_x<16>, dim3(xblocks), dim3(256), 0, x, j.n, j.n_pad, j.ne0, xq, xm)
-                        : cuda_launch(d, k_mmq_x<32>, dim3(xblocks), dim3(256), 0, x, j.n, j.n_pad, j.ne0, xq, xm);
+    cudaError_t e = ops->group == 16 ? cuda_launch(d, k_mmq_x<16>, dim3(xblocks), dim3(256), 0, x, j.n, rows, j.ne0,
+                                                   pair, x_div, xq, xm)
+                                     : cuda_launch(d, k_mmq_x<32>, dim3(xblocks), dim3(256), 0, x, j.n, rows, j.ne0,
+                                                   pair, x_div, xq, xm);
     return e == cudaSuccess ? ops->launch(d, j) : e;
 }
 
@@ -169,7 +195,7 @@ bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, 
     const mq_ops *ops;
     if (!mq_plan(d, w, bias, y, count, n, j, ops, st)) return false;
     if (*st) return true;
-    cudaError_t e = mq_run_job(d, ops, j, x);
+    cudaError_t e = mq_run_job(d, ops, j, x, NULL, 1);
     if (e == cudaSuccess && j.splits > 1)
         e = cuda_launch(d, k_mmq_sum, dim3(cuda_blocks(n * j.row0[count], 256)), dim3(256), 0, j);
     *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_mmq", __FILE__, __LINE__);
@@ -188,7 +214,7 @@ bool cuda_mmq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const
     const mq_ops *ops;
     if (!mq_plan(d, w, NULL, ys, 2, n, j, ops, st)) return false;
     if (*st) return true;
-    cudaError_t e = mq_run_job(d, ops, j, x);
+    cudaError_t e = mq_run_job(d, ops, j, x, NULL, 1);
     if (e == cudaSuccess && j.splits > 1)
         e = cuda_launch(d, k_mmq_sum_swiglu, dim3(cuda_blocks(n * ff, 256)), dim3(256), 0, j, y);
     *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_mmq", __FILE__, __LINE__);

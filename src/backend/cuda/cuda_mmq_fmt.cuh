@@ -11,7 +11,8 @@
  *
  * AL is the alignment a block has in a row whose start has it. Everything
  * reads bytes at the alignment the type guarantees (Q4_0,
- * Q5_0, IQ4_NL, Q3_K and Q6_K blocks are only 2-byte aligned in a row),
+ * Q5_0, IQ4_NL, Q3_K and Q6_K blocks are only 2-byte aligned in a row,
+ * MXFP4's not at all),
  * and compiles for the host too, so tests check each type against the
  * reference dequantization (cq_dequant32) without a GPU. */
 #ifndef CLEAVE_CUDA_MMQ_FMT_CUH
@@ -23,10 +24,16 @@
 
 #define MQ_HD __host__ __device__ __forceinline__
 
-/* 4 bytes at p, little-endian, p aligned to A (2 or 4) */
+/* 4 bytes at p, little-endian, p aligned to A (1, 2 or 4); at 1, two
+ * aligned words funnel-shifted (the second may lie up to 3 bytes past
+ * the four: the stages carry slack) */
 template <int A> MQ_HD uint32_t mq_ld4(const uint8_t *p) {
 #ifdef __CUDA_ARCH__
     if constexpr (A >= 4) return *(const uint32_t *)p;
+    if constexpr (A == 1) {
+        const uint32_t *w = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+        return gq_fshr(w[0], w[1], 8u * (uint32_t)((uintptr_t)p & 3));
+    }
     const unsigned short *h = (const unsigned short *)p;
     return (uint32_t)h[0] | (uint32_t)h[1] << 16;
 #else
@@ -39,10 +46,13 @@ template <int A> MQ_HD uint32_t mq_ld4(const uint8_t *p) {
 /* the low (nib 0) or high (nib 1) nibbles of the four bytes of w */
 MQ_HD uint32_t mq_nib(uint32_t w, int nib) { return (w >> (4 * nib)) & 0x0F0F0F0Fu; }
 
-/* IQ4: four nibbles' table values */
-MQ_HD uint32_t mq_iq4(uint32_t nibbles) {
-    uint32_t lo, hi;
-    gq_iq4_lut(nibbles, lo, hi); /* lo: the table values of the low nibbles */
+/* IQ4: four nibbles' table values; MXFP4's (doubled E2M1 levels) with MX */
+template <bool MX = false> MQ_HD uint32_t mq_iq4(uint32_t nibbles) {
+    uint32_t lo, hi; /* lo: the table values of the low nibbles */
+    if constexpr (MX)
+        gq_iq4_lut<CQ_MX_W0, CQ_MX_W1, CQ_MX_W2, CQ_MX_W3>(nibbles, lo, hi);
+    else
+        gq_iq4_lut(nibbles, lo, hi);
     return lo;
 }
 
@@ -61,24 +71,45 @@ struct mq_no_hdr {};
 
 /* ---- one scale per 32 ------------------------------------------------------ */
 
-/* Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: a block is one group; qs byte j holds
- * weights j (low nibble) and j + 16 (high nibble); Q5's qh bit j is the
- * fifth bit of weight j */
+/* Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4: a block is one group; qs byte j
+ * holds weights j (low nibble) and j + 16 (high nibble); Q5's qh bit j is
+ * the fifth bit of weight j. MXFP4 is IQ4_NL with its own table and an
+ * E8M0 byte for the scale, in 17-byte blocks (any byte offset). */
 template <int T> struct mq_legacy {
     static constexpr int QK = 32, G = 32, NG = 1, BLK = cq_fmt<T>::BLK;
     static constexpr bool Q5 = T == CLEAVE_TYPE_Q5_0 || T == CLEAVE_TYPE_Q5_1;
     static constexpr bool MIN = T == CLEAVE_TYPE_Q4_1 || T == CLEAVE_TYPE_Q5_1;
     static constexpr int ZERO = T == CLEAVE_TYPE_Q4_0 ? 8 : T == CLEAVE_TYPE_Q5_0 ? 16 : 0;
-    static constexpr int QH = MIN ? 4 : 2, QS = QH + (Q5 ? 4 : 0);
-    static constexpr int AL = BLK % 4 == 0 ? 4 : 2; /* alignment of a block in a row */
+    static constexpr bool MX = T == CLEAVE_TYPE_MXFP4;
+    static constexpr int QH = MIN ? 4 : 2, QS = MX ? 1 : QH + (Q5 ? 4 : 0);
+    static constexpr int AL = BLK % 4 == 0 ? 4 : BLK % 2 == 0 ? 2 : 1; /* alignment of a block in a row */
+    static constexpr bool PAIRED = true;
     MQ_HD static uint32_t quad(const uint8_t *b, int p) {
         uint32_t q = mq_nib(mq_ld4<AL>(b + QS + (p & 15)), p >> 4);
-        if constexpr (T == CLEAVE_TYPE_IQ4_NL) q = mq_iq4(q);
+        if constexpr (T == CLEAVE_TYPE_IQ4_NL || MX) q = mq_iq4<MX>(q);
         if constexpr (Q5) q |= gq_spread4((mq_ld4<AL>(b + QH) >> p) & 0xF) << 4;
         return q;
     }
+    /* positions p .. p + 3 (lo) and p + 16 .. p + 19 (hi), p < 16: the
+     * low and high nibbles of one word */
+    MQ_HD static void quads(const uint8_t *b, int p, uint32_t &lo, uint32_t &hi) {
+        const uint32_t w = mq_ld4<AL>(b + QS + p);
+        if constexpr (T == CLEAVE_TYPE_IQ4_NL || MX) {
+            if constexpr (MX)
+                gq_iq4_lut<CQ_MX_W0, CQ_MX_W1, CQ_MX_W2, CQ_MX_W3>(w, lo, hi);
+            else
+                gq_iq4_lut(w, lo, hi);
+        } else {
+            lo = mq_nib(w, 0), hi = mq_nib(w, 1);
+        }
+        if constexpr (Q5) {
+            const uint32_t qh = mq_ld4<AL>(b + QH);
+            lo |= gq_spread4((qh >> p) & 0xF) << 4;
+            hi |= gq_spread4((qh >> (p + 16)) & 0xF) << 4;
+        }
+    }
     MQ_HD static void factors(const uint8_t *b, int, float &a, float &m) {
-        a = cq_f16(b);
+        a = MX ? cq_e8m0_half(b[0]) : cq_f16(b);
         m = MIN ? cq_f16(b + 2) : 0.0f;
     }
     MQ_PLAIN_HDR
@@ -88,12 +119,13 @@ template <> struct mq<CLEAVE_TYPE_Q4_1> : mq_legacy<CLEAVE_TYPE_Q4_1> {};
 template <> struct mq<CLEAVE_TYPE_Q5_0> : mq_legacy<CLEAVE_TYPE_Q5_0> {};
 template <> struct mq<CLEAVE_TYPE_Q5_1> : mq_legacy<CLEAVE_TYPE_Q5_1> {};
 template <> struct mq<CLEAVE_TYPE_IQ4_NL> : mq_legacy<CLEAVE_TYPE_IQ4_NL> {};
+template <> struct mq<CLEAVE_TYPE_MXFP4> : mq_legacy<CLEAVE_TYPE_MXFP4> {};
 
 /* Q4_K, Q5_K: group s is nibble s % 2 of qs bytes 32 (s / 2) ..; Q5_K's
  * qh byte l holds the fifth bit of position l of group s in bit s */
 template <int T> struct mq_k45 {
     static constexpr int QK = 256, G = 32, NG = 8, BLK = cq_fmt<T>::BLK, ZERO = 0, AL = 4;
-    static constexpr bool Q5 = T == CLEAVE_TYPE_Q5_K;
+    static constexpr bool Q5 = T == CLEAVE_TYPE_Q5_K, PAIRED = false;
     MQ_HD static uint32_t quad(const uint8_t *b, int p) {
         const int s = p >> 5, l = p & 31;
         uint32_t q = mq_nib(mq_ld4<4>(b + (Q5 ? 48 : 16) + 32 * (s >> 1) + l), s & 1);
@@ -137,9 +169,13 @@ template <> struct mq<CLEAVE_TYPE_Q5_K> : mq_k45<CLEAVE_TYPE_Q5_K> {};
 template <> struct mq<CLEAVE_TYPE_IQ4_XS> {
     static constexpr int QK = 256, G = 32, NG = 8, BLK = cq_fmt<CLEAVE_TYPE_IQ4_XS>::BLK, ZERO = 0,
                          AL = 4;
+    static constexpr bool PAIRED = true;
     MQ_HD static uint32_t quad(const uint8_t *b, int p) {
         const int s = p >> 5, l = p & 31;
         return mq_iq4(mq_nib(mq_ld4<4>(b + 8 + 16 * s + (l & 15)), l >> 4));
+    }
+    MQ_HD static void quads(const uint8_t *b, int p, uint32_t &lo, uint32_t &hi) {
+        gq_iq4_lut(mq_ld4<4>(b + 8 + 16 * (p >> 5) + (p & 15)), lo, hi);
     }
     MQ_HD static void factors(const uint8_t *b, int s, float &a, float &m) {
         int sh = b[2] | b[3] << 8;
@@ -158,6 +194,7 @@ template <> struct mq<CLEAVE_TYPE_IQ4_XS> {
 template <> struct mq<CLEAVE_TYPE_Q6_K> {
     static constexpr int QK = 256, G = 16, NG = 16, BLK = cq_fmt<CLEAVE_TYPE_Q6_K>::BLK, ZERO = 32,
                          AL = 2;
+    static constexpr bool PAIRED = false;
     MQ_HD static uint32_t quad(const uint8_t *b, int p) {
         const int h = p >> 7, g = (p >> 5) & 3, l = p & 31;
         uint32_t q = mq_nib(mq_ld4<2>(b + 64 * h + 32 * (g & 1) + l), g >> 1);
@@ -188,7 +225,7 @@ template <> struct mq<CLEAVE_TYPE_Q6_K> {
  * 4 j + s of hmask byte l (set: no -4). Group = p / 16 indexes the scales. */
 template <int T> struct mq_k23 {
     static constexpr int QK = 256, G = 16, NG = 16, BLK = cq_fmt<T>::BLK;
-    static constexpr bool Q3 = T == CLEAVE_TYPE_Q3_K;
+    static constexpr bool Q3 = T == CLEAVE_TYPE_Q3_K, PAIRED = false;
     static constexpr int ZERO = Q3 ? 4 : 0, AL = Q3 ? 2 : 4;
     MQ_HD static uint32_t quad(const uint8_t *b, int p) {
         const int j = p >> 7, s = (p >> 5) & 3, l = p & 31;

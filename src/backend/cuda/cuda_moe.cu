@@ -1,17 +1,21 @@
 /* The mixture-of-experts ops on the GPU: routing (a warp per token), the
  * experts' matmul and the weighted sum of their outputs.
  *
- * matmul_id takes two paths. A decode step (up to ID_DEVICE_PAIRS (token,
- * slot) pairs, and any step being recorded as a graph) groups the pairs
- * by expert on the device (k_moe_group) and runs one kernel whose blocks
- * each take rows of one chosen expert for every pair that chose it: each
- * chosen expert's rows are read once, however many tokens chose it, and
- * nothing waits for the host. A prompt's batch instead groups its rows on
- * the host: the ids come back, the rows are gathered in expert order,
- * each chosen expert runs once as an ordinary matmul over all its rows
- * (the GEMM kernels of the dense layers), and the outputs are scattered
- * back. matmul_id_glu fuses gate, up and the activation on the first
- * path. */
+ * matmul_id takes the first of these paths that fits:
+ * - a batch of a few tokens: the block types' GEMV a (token, slot) pair
+ *   at a time (cuda_gemvq_id, moe_by_pairs);
+ * - block types: the int8 tensor-core GEMM over the pairs grouped by
+ *   expert on the device (cuda_mmq_id, moe_by_mmq);
+ * - a decode step (up to ID_DEVICE_PAIRS (token, slot) pairs, and any
+ *   step being recorded as a graph) of other types: the pairs grouped by
+ *   expert on the device (k_moe_group) and one kernel whose blocks each
+ *   take rows of one chosen expert for every pair that chose it, so each
+ *   chosen expert's rows are read once and nothing waits for the host;
+ * - a prompt of other types: its rows grouped on the host (the ids come
+ *   back), gathered in expert order, each matrix one grouped GEMM over
+ *   the chosen experts (or each expert an ordinary matmul), the outputs
+ *   scattered back.
+ * matmul_id_glu fuses gate, up and the activation where it can. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -442,22 +446,29 @@ static cleave_status matmul_id_grouped(be_device *dev, const be_mat *const *w, c
 
 /* A decode step of a few tokens takes the block types' GEMV a (token,
  * slot) pair at a time (cuda_gemvq_id): x as int16 and integer dots, each
- * row streamed as the dense layers' rows are, where k_moe_gemv
- * dequantizes to f32 lane by lane. A pair reads its expert's rows on its
- * own, so with more tokens (experts chosen twice) the grouped kernel,
- * which reads each chosen expert once, can take over. Where, measured on
- * an H200 (batched-bench -npp 512 -ntg 128, tokens/s of generation,
- * per pair / grouped; 1 and 2 tokens in one run, the rest in another):
- * Qwen3-30B-A3B Q4_K_M 1 token 303 / 213, 2: 412 / 320, 8: 671 / 686,
- * 16: 822 / 879, 32: 903 / 1045, so Q4_K and the other
- * block types per pair up to 4 tokens; gpt-oss-20b MXFP4 (whose grouped
- * kernel pays a table lookup per weight) 8: 672 / 505, 16: 815 / 683, 32:
- * 935 / 864, so MXFP4 per pair at every batch the GEMV takes.
- * CLEAVE_MOE_GEMVQ_MAX_N overrides both. */
+ * row streamed as the dense layers' rows are. A pair reads its expert's
+ * rows on its own, so with more tokens (experts chosen twice) the int8
+ * GEMM grouped by expert (cuda_mmq_id), which reads each chosen expert
+ * once per unit, takes over. Where, measured on an H200 (batched-bench
+ * -npp 512 -ntg 128, tokens/s of generation, per pair / int8 GEMM; per
+ * pair in one call, the GEMM in a later one, bench/moe-gpu-2026-12-03.md
+ * calls M and Q): Qwen3-30B-A3B Q4_K_M 2 tokens 412 / 337, 4: 530 / 580,
+ * so Q4_K and the other block types per pair up to 2 tokens; gpt-oss-20b
+ * MXFP4 2: 528 / 269, 4: 494 / 375, 8: 680 / 701 (one call), so MXFP4 per
+ * pair up to 4. CLEAVE_MOE_GEMVQ_MAX_N overrides both. */
 static bool moe_by_pairs(size_t n, cleave_type t) {
     long max = options_get()->moe_gemvq_max_n;
-    if (max < 0) max = t == CLEAVE_TYPE_MXFP4 ? 32 : 4;
+    if (max < 0) max = t == CLEAVE_TYPE_MXFP4 ? 4 : 2;
     return max > 0 && n <= (size_t)max;
+}
+
+/* Past the per-pair GEMV, the block types' experts take the int8 GEMM
+ * grouped on the device (cuda_mmq_id.cu) in batches of up to
+ * CLEAVE_MOE_MMQ_MAX_N tokens (every batch unless set); larger ones the
+ * paths below. */
+static bool moe_by_mmq(size_t n) {
+    long max = options_get()->moe_mmq_max_n;
+    return max < 0 || n <= (size_t)max;
 }
 
 static cleave_status matmul_id(be_device *dev, const be_mat *w, const float *bias, const float *x, size_t x_slots,
@@ -476,6 +487,7 @@ static cleave_status matmul_id(be_device *dev, const be_mat *w, const float *bia
     if (moe_by_pairs(n, w->type) &&
         cuda_gemvq_id(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, false, 0.0f, 0.0f, y, &st))
         return st;
+    if (moe_by_mmq(n) && cuda_mmq_id(d, &w, &bias, &y, 1, x, x_slots, n, k, ids, &st)) return st;
     if (d->recording || n * k <= ID_DEVICE_PAIRS)
         return moe_gemv<false>(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, y);
     return matmul_id_grouped(dev, &w, &bias, 1, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, &y);
@@ -491,15 +503,25 @@ static cleave_status matmul_id_glu(be_device *dev, const be_mat *gate, const be_
         up->nb1 != gate->nb1 || up->nb2 != gate->nb2 || gate->scales || up->scales)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul_id_glu: gate and up differ in type or shape");
     if (!gate->ne1) return CLEAVE_OK;
-    if (!d->recording && n * k > ID_DEVICE_PAIRS) { /* a prompt: the grouped path's GEMMs, then the activation */
-        const be_mat *w[2] = {gate, up};
-        const float *b[2] = {bias_g, bias_u};
-        float *o[2] = {y, NULL};
-        return matmul_id_grouped(dev, w, b, 2, x, 1, n, k, ids, oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha, limit, o);
-    }
     cleave_status st;
     if (moe_by_pairs(n, gate->type) && cuda_gemvq_id(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, oai, alpha, limit, y, &st))
         return st;
+    const be_mat *w[2] = {gate, up};
+    const float *b[2] = {bias_g, bias_u};
+    const size_t values = n * k * gate->ne1;
+    void *up_y;
+    if (moe_by_mmq(n) && cuda_qk(gate->type)) { /* gate and up in one launch, then the activation */
+        if ((st = cuda_scratch(d, CUDA_SCRATCH_FFN, values * sizeof(float), &up_y))) return st;
+        float *o[2] = {y, (float *)up_y};
+        if (cuda_mmq_id(d, w, b, o, 2, x, 1, n, k, ids, &st)) {
+            if (st) return st;
+            return oai ? swiglu_oai(dev, y, o[1], y, values, alpha, limit) : cuda_op_swiglu(dev, y, o[1], y, values);
+        }
+    }
+    if (!d->recording && n * k > ID_DEVICE_PAIRS) { /* a prompt: the grouped path's GEMMs, then the activation */
+        float *o[2] = {y, NULL};
+        return matmul_id_grouped(dev, w, b, 2, x, 1, n, k, ids, oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha, limit, o);
+    }
     return moe_gemv<true>(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha,
                           limit, y);
 }

@@ -311,5 +311,13 @@ bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, 
  * launch on x quantized once, SwiGLU in the K split's sum. */
 bool cuda_mmq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x, size_t n,
                      float *y, cleave_status *st);
+/* Experts through that GEMM (cuda_mmq_id.cu), a batch of any size:
+ * y[s][p] = x's row of pair p . (expert ids[p] of w[s])^T (+ that
+ * expert's row of bias[s]) for the n x k (token, slot) pairs p, x a row
+ * per token (x_slots 1) or per pair (x_slots k); `count` stacks (gate and
+ * up: 2) of one type and shape, grouped once on the device. False
+ * (nothing launched) where the type or layout does not fit it. */
+bool cuda_mmq_id(cuda_device *d, const be_mat *const *w, const float *const *bias, float *const *y, int count,
+                 const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, cleave_status *st);
 
 #endif
