@@ -23,6 +23,8 @@ const mq_ops *mq_ops_of(cleave_type t) {
     }
 }
 
+bool cuda_mmq_has_type(cleave_type t) { return mq_ops_of(t) != NULL; }
+
 /* x to int8, one scale per 32 (a warp per 32 values of a row), with
  * {scale, scale x sum of the group's quants} per group of G (xm, float2
  * [groups][rows]). Row i is x's row i (pair NULL; zeros from n on) or

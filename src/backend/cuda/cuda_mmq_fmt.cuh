@@ -46,17 +46,24 @@ template <int A> MQ_HD uint32_t mq_ld4(const uint8_t *p) {
 /* the low (nib 0) or high (nib 1) nibbles of the four bytes of w */
 MQ_HD uint32_t mq_nib(uint32_t w, int nib) { return (w >> (4 * nib)) & 0x0F0F0F0Fu; }
 
-/* IQ4: four nibbles' table values; MXFP4's (doubled E2M1 levels) with MX */
-template <bool MX = false> MQ_HD uint32_t mq_iq4(uint32_t nibbles) {
-    uint32_t lo, hi; /* lo: the table values of the low nibbles */
+/* IQ4: the table values of a word's low nibbles (lo) and high nibbles
+ * (hi); MXFP4's table (doubled E2M1 levels) with MX */
+template <bool MX = false> MQ_HD void mq_iq4(uint32_t w, uint32_t &lo, uint32_t &hi) {
     if constexpr (MX)
-        gq_iq4_lut<CQ_MX_W0, CQ_MX_W1, CQ_MX_W2, CQ_MX_W3>(nibbles, lo, hi);
+        gq_iq4_lut<CQ_MX_W0, CQ_MX_W1, CQ_MX_W2, CQ_MX_W3>(w, lo, hi);
     else
-        gq_iq4_lut(nibbles, lo, hi);
-    return lo;
+        gq_iq4_lut(w, lo, hi);
 }
 
 template <int T> struct mq;
+
+/* A paired format's four positions p .. p + 3 (within a 32-group, p % 4
+ * == 0): the half of its word's quads (F::quads) that holds them */
+template <class F> MQ_HD uint32_t mq_quad(const uint8_t *b, int p) {
+    uint32_t lo, hi;
+    F::quads(b, (p & ~31) | (p & 15), lo, hi);
+    return p & 16 ? hi : lo;
+}
 
 /* A block's header as the kernel keeps it while it walks the block's
  * groups: for most types nothing (factors reads the group's scale), for
@@ -84,30 +91,21 @@ template <int T> struct mq_legacy {
     static constexpr int QH = MIN ? 4 : 2, QS = MX ? 1 : QH + (Q5 ? 4 : 0);
     static constexpr int AL = BLK % 4 == 0 ? 4 : BLK % 2 == 0 ? 2 : 1; /* alignment of a block in a row */
     static constexpr bool PAIRED = true;
-    MQ_HD static uint32_t quad(const uint8_t *b, int p) {
-        uint32_t q = mq_nib(mq_ld4<AL>(b + QS + (p & 15)), p >> 4);
-        if constexpr (T == CLEAVE_TYPE_IQ4_NL || MX) q = mq_iq4<MX>(q);
-        if constexpr (Q5) q |= gq_spread4((mq_ld4<AL>(b + QH) >> p) & 0xF) << 4;
-        return q;
-    }
     /* positions p .. p + 3 (lo) and p + 16 .. p + 19 (hi), p < 16: the
      * low and high nibbles of one word */
     MQ_HD static void quads(const uint8_t *b, int p, uint32_t &lo, uint32_t &hi) {
         const uint32_t w = mq_ld4<AL>(b + QS + p);
-        if constexpr (T == CLEAVE_TYPE_IQ4_NL || MX) {
-            if constexpr (MX)
-                gq_iq4_lut<CQ_MX_W0, CQ_MX_W1, CQ_MX_W2, CQ_MX_W3>(w, lo, hi);
-            else
-                gq_iq4_lut(w, lo, hi);
-        } else {
+        if constexpr (T == CLEAVE_TYPE_IQ4_NL || MX)
+            mq_iq4<MX>(w, lo, hi);
+        else
             lo = mq_nib(w, 0), hi = mq_nib(w, 1);
-        }
         if constexpr (Q5) {
             const uint32_t qh = mq_ld4<AL>(b + QH);
             lo |= gq_spread4((qh >> p) & 0xF) << 4;
             hi |= gq_spread4((qh >> (p + 16)) & 0xF) << 4;
         }
     }
+    MQ_HD static uint32_t quad(const uint8_t *b, int p) { return mq_quad<mq_legacy>(b, p); }
     MQ_HD static void factors(const uint8_t *b, int, float &a, float &m) {
         a = MX ? cq_e8m0_half(b[0]) : cq_f16(b);
         m = MIN ? cq_f16(b + 2) : 0.0f;
@@ -170,13 +168,10 @@ template <> struct mq<CLEAVE_TYPE_IQ4_XS> {
     static constexpr int QK = 256, G = 32, NG = 8, BLK = cq_fmt<CLEAVE_TYPE_IQ4_XS>::BLK, ZERO = 0,
                          AL = 4;
     static constexpr bool PAIRED = true;
-    MQ_HD static uint32_t quad(const uint8_t *b, int p) {
-        const int s = p >> 5, l = p & 31;
-        return mq_iq4(mq_nib(mq_ld4<4>(b + 8 + 16 * s + (l & 15)), l >> 4));
-    }
     MQ_HD static void quads(const uint8_t *b, int p, uint32_t &lo, uint32_t &hi) {
-        gq_iq4_lut(mq_ld4<4>(b + 8 + 16 * (p >> 5) + (p & 15)), lo, hi);
+        mq_iq4(mq_ld4<4>(b + 8 + 16 * (p >> 5) + (p & 15)), lo, hi);
     }
+    MQ_HD static uint32_t quad(const uint8_t *b, int p) { return mq_quad<mq>(b, p); }
     MQ_HD static void factors(const uint8_t *b, int s, float &a, float &m) {
         int sh = b[2] | b[3] << 8;
         int ls = (((b[4 + s / 2] >> (4 * (s % 2))) & 0xF) | (((sh >> (2 * s)) & 3) << 4)) - 32;

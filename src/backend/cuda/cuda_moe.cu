@@ -510,7 +510,9 @@ static cleave_status matmul_id_glu(be_device *dev, const be_mat *gate, const be_
     const float *b[2] = {bias_g, bias_u};
     const size_t values = n * k * gate->ne1;
     void *up_y;
-    if (moe_by_mmq(n) && cuda_qk(gate->type)) { /* gate and up in one launch, then the activation */
+    /* gate and up in one launch, then the activation; the type asked
+     * first, so no scratch is taken for a type the GEMM never reads */
+    if (moe_by_mmq(n) && cuda_mmq_has_type(gate->type)) {
         if ((st = cuda_scratch(d, CUDA_SCRATCH_FFN, values * sizeof(float), &up_y))) return st;
         float *o[2] = {y, (float *)up_y};
         if (cuda_mmq_id(d, w, b, o, 2, x, 1, n, k, ids, &st)) {

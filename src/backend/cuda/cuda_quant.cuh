@@ -311,6 +311,9 @@ bool cuda_mmq(cuda_device *d, const be_mat *const *w, const float *const *bias, 
  * launch on x quantized once, SwiGLU in the K split's sum. */
 bool cuda_mmq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, const float *x, size_t n,
                      float *y, cleave_status *st);
+/* Whether that GEMM reads weights of type t at all (a layout may still
+ * refuse) */
+bool cuda_mmq_has_type(cleave_type t);
 /* Experts through that GEMM (cuda_mmq_id.cu), a batch of any size:
  * y[s][p] = x's row of pair p . (expert ids[p] of w[s])^T (+ that
  * expert's row of bias[s]) for the n x k (token, slot) pairs p, x a row
