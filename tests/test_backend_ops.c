@@ -186,7 +186,8 @@ static tdev devs[16];
 static int n_devs;
 
 /* cpu-fused: a CPU device whose optional ops (upload_mat, add_rms_norm,
- * rope_store, matmul_swiglu, matmul_multi, ffn) are composed here from its
+ * rope_store, matmul_swiglu, matmul_multi, ffn, router_route,
+ * combine_add_norm) are composed here from its
  * own ops, as the engine composes them. It is no test of the library: it
  * runs this file's checks of those ops in CI, where no device has them,
  * so the checks a GPU runs have run before. */
@@ -195,6 +196,7 @@ typedef struct fused_dev {
     be_ops ops;
     be_memory_ops memory;
     be_fused_ops fused;
+    be_moe_ops moe;
     be_device *inner;
 } fused_dev;
 
@@ -224,13 +226,15 @@ static cleave_status fu_add_rms_norm(be_device *d, float *x, const float *r, con
     return st ? st : BE(d, rms_norm, x, w, y, rows, width, eps);
 }
 static cleave_status fu_rope_store(be_device *d, float *q, const float *k, const float *v, size_t n,
-                                   size_t n_head, size_t n_head_kv, size_t head_dim, const int32_t *pos,
-                                   const be_rope *p, void *k_cache, void *v_cache, cleave_type kv_type,
-                                   const int32_t *cells) {
+                                   size_t n_head, size_t n_head_kv, size_t head_dim, const be_head_norm *hn,
+                                   const int32_t *pos, const be_rope *p, void *k_cache, void *v_cache,
+                                   cleave_type kv_type, const int32_t *cells) {
     size_t kw = n_head_kv * head_dim;
     float *kt = BE(d, alloc, n * kw * 4, "rope_store k");
     if (!kt) return CLEAVE_ERR_OOM;
     cleave_status st = BE(d, copy, kt, k, n * kw * 4);
+    if (!st && hn && hn->q) st = BE(d, rms_norm, q, hn->q, q, n * n_head, head_dim, hn->eps);
+    if (!st && hn && hn->k) st = BE(d, rms_norm, kt, hn->k, kt, n * n_head_kv, head_dim, hn->eps);
     if (!st) st = be_apply_rope(d, q, n, n_head * head_dim, n_head, head_dim, pos, p);
     if (!st) st = be_apply_rope(d, kt, n, kw, n_head_kv, head_dim, pos, p);
     if (!st) st = BE(d, kv_store, kt, n, kw, k_cache, kv_type, cells);
@@ -259,6 +263,17 @@ static cleave_status fu_ffn(be_device *d, const be_mat *gate, const be_mat *up, 
     cleave_status st = fu_matmul_swiglu(d, gate, up, x, n, tmp);
     return st ? st : BE(d, matmul, down, tmp, n, NULL, y);
 }
+static cleave_status fu_router_route(be_device *d, const be_mat *router, const float *bias, const float *x,
+                                     size_t n, size_t k, be_gating gating, bool norm, float scale, float *logits,
+                                     int32_t *ids, float *weights) {
+    cleave_status st = BE(d, matmul, router, x, n, bias, logits);
+    return st ? st : BE(d, moe_route, logits, n, router->ne1, k, gating, norm, scale, ids, weights);
+}
+static cleave_status fu_combine_add_norm(be_device *d, const float *y, const float *weights, size_t n, size_t k,
+                                         size_t width, float *x, const float *norm_w, float *h, float eps) {
+    cleave_status st = BE(d, moe_combine, y, weights, n, k, width, h);
+    return st ? st : fu_add_rms_norm(d, x, h, norm_w, h, n, width, eps);
+}
 static const char *fu_name(be_device *d) { return "cpu-fused (composed optional ops)"; }
 
 static cleave_status make_fused(tdev *out) {
@@ -278,6 +293,10 @@ static cleave_status make_fused(tdev *out) {
     f->fused = (be_fused_ops){.add_rms_norm = fu_add_rms_norm, .rope_store = fu_rope_store,
                               .matmul_swiglu = fu_matmul_swiglu, .matmul_multi = fu_matmul_multi, .ffn = fu_ffn};
     f->ops.fused = &f->fused;
+    f->moe = *inner->ops->moe;
+    f->moe.router_route = fu_router_route;
+    f->moe.combine_add_norm = fu_combine_add_norm;
+    f->ops.moe = &f->moe;
     f->base.ops = &f->ops;
     f->base.impl = inner->impl; /* the CPU ops see their device through impl */
     out->d = &f->base;
@@ -1036,6 +1055,108 @@ static void test_moe(void) {
     }
 }
 
+/* router_route (where a device has it): the logits against the double
+ * reference, the routing against the reference routing of the device's
+ * own logits (so near ties cannot flip the check). Shapes of Qwen3-MoE,
+ * gpt-oss (biases, softmax over the chosen) and Mixtral, and ones the
+ * GPU's fused kernel does not take (rows not a multiple of 4 or wider
+ * than it holds, more tokens than a launch takes). */
+static void test_router_route(void) {
+    static const struct {
+        size_t ne0, ne, k, n;
+        bool bias, weight_gating;
+    } shapes[] = {{2048, 128, 8, 1, false, false}, {2048, 128, 8, 8, false, false}, {2880, 32, 4, 1, true, true},
+                  {2880, 32, 4, 5, true, true},     {4096, 8, 2, 3, false, false},   {100, 16, 2, 2, false, false},
+                  {6000, 4, 1, 2, true, false},      {2048, 128, 8, 9, false, false}};
+    for (size_t si = 0; want("router_route") && si < sizeof shapes / sizeof shapes[0]; si++) {
+        size_t ne0 = shapes[si].ne0, ne = shapes[si].ne, k = shapes[si].k, n = shapes[si].n;
+        be_gating g = shapes[si].weight_gating ? BE_GATING_SOFTMAX_WEIGHT : BE_GATING_SOFTMAX;
+        bool norm = !shapes[si].weight_gating;
+        hmat h = hmat_make(CLEAVE_TYPE_F32, ne, ne0, 0, 1.0f);
+        float *x = xmalloc(n * ne0 * 4), *bias = xmalloc(ne * 4), *l = xmalloc(n * ne * 4), *w = xmalloc(n * k * 4);
+        fill(x, n * ne0, 1.0f), fill(bias, ne, 0.5f);
+        double *ref = xmalloc(n * ne * 8), *rw = xmalloc(n * k * 8);
+        int32_t *ids = xmalloc(n * k * 4), *rids = xmalloc(n * k * 4);
+        ref_matmul(&h, x, n, shapes[si].bias ? bias : NULL, ref);
+        for (int di = 0; di < n_devs; di++) {
+            if (!BE_HAS(devs[di].d, moe) || !be_has_router_route(devs[di].d)) continue;
+            cx c;
+            cx_init(&c, &devs[di]);
+            be_mat m = cx_mat(&c, &h, false);
+            float *xd = cx_up(&c, x, n * ne0 * 4), *bd = shapes[si].bias ? cx_up(&c, bias, ne * 4) : NULL;
+            float *ld = cx_out(&c, n * ne), *wd = cx_out(&c, n * k);
+            int32_t *idd = cx_alloc(&c, n * k * 4);
+            RUN(&c, BE(c.d, router_route, &m, bd, xd, n, k, g, norm, 1.0f, ld, idd, wd));
+            cx_get(&c, l, ld, n * ne * 4);
+            cx_get(&c, ids, idd, n * k * 4);
+            cx_get(&c, w, wd, n * k * 4);
+            cx_end(&c);
+            erracc el = {0}, ew = {0};
+            bool same = false;
+            if (!c.bad) {
+                err_add(&el, l, ref, n * ne);
+                ref_route(l, n, ne, k, g, norm, 1.0f, rids, rw);
+                same = memcmp(ids, rids, n * k * 4) == 0;
+                err_add(&ew, w, rw, n * k);
+            }
+            double tol = tol_mm_n(&devs[di], CLEAVE_TYPE_F32, n);
+            double err = isnan(err_val(&el)) || isnan(err_val(&ew)) ? NAN
+                         : !same                                    ? 1.0
+                                                                    : fmax(err_val(&el), err_val(&ew) / tol_ew() * tol);
+            char shape[96];
+            snprintf(shape, sizeof shape, "n=%zu %zu of %zu x %zu%s %s", n, k, ne, ne0, shapes[si].bias ? " bias" : "",
+                     shapes[si].weight_gating ? "softmax-weight" : "softmax norm");
+            report(&c, "router_route", shape, "f32", err, tol);
+        }
+        hmat_free(&h);
+        free(x), free(bias), free(l), free(w), free(ref), free(rw), free(ids), free(rids);
+    }
+}
+
+static void ref_rms(const float *x, const float *w, double *y, size_t rows, size_t width, float eps);
+
+/* combine_add_norm (where a device has it): x + the weighted sum, and its
+ * RMSNorm, against the double reference; widths of the real models and
+ * ones the GPU's kernel does not take (not a multiple of 4). */
+static void test_combine_add_norm(void) {
+    static const size_t shapes[][3] = {{1, 8, 2048}, {3, 4, 2880}, {8, 2, 4096}, {2, 3, 6}, {1, 8, 5120}};
+    const float eps = 1e-6f;
+    for (size_t si = 0; want("combine_add_norm") && si < sizeof shapes / sizeof shapes[0]; si++) {
+        size_t n = shapes[si][0], k = shapes[si][1], wd = shapes[si][2];
+        float *y = xmalloc(n * k * wd * 4), *w = xmalloc(n * k * 4), *x = xmalloc(n * wd * 4),
+              *nw = xmalloc(wd * 4), *xo = xmalloc(n * wd * 4), *ho = xmalloc(n * wd * 4);
+        fill(y, n * k * wd, 1.0f), fill(w, n * k, 1.0f), fill(x, n * wd, 2.0f), fill(nw, wd, 1.5f);
+        double *rx = xmalloc(n * wd * 8), *rh = xmalloc(n * wd * 8);
+        float *rxf = xmalloc(n * wd * 4);
+        for (size_t t = 0; t < n; t++)
+            for (size_t c = 0; c < wd; c++) {
+                double s = x[t * wd + c];
+                for (size_t j = 0; j < k; j++) s += (double)w[t * k + j] * y[(t * k + j) * wd + c];
+                rx[t * wd + c] = s;
+                rxf[t * wd + c] = (float)s;
+            }
+        ref_rms(rxf, nw, rh, n, wd, eps);
+        for (int di = 0; di < n_devs; di++) {
+            if (!BE_HAS(devs[di].d, moe) || !be_has_combine_add_norm(devs[di].d)) continue;
+            cx c;
+            cx_init(&c, &devs[di]);
+            float *yd = cx_up(&c, y, n * k * wd * 4), *wdd = cx_up(&c, w, n * k * 4), *xd = cx_up(&c, x, n * wd * 4),
+                  *nwd = cx_up(&c, nw, wd * 4), *hd = cx_out(&c, n * wd);
+            RUN(&c, BE(c.d, combine_add_norm, yd, wdd, n, k, wd, xd, nwd, hd, eps));
+            cx_get(&c, xo, xd, n * wd * 4);
+            cx_get(&c, ho, hd, n * wd * 4);
+            cx_end(&c);
+            erracc ex = {0}, eh = {0};
+            if (!c.bad) err_add(&ex, xo, rx, n * wd), err_add(&eh, ho, rh, n * wd);
+            char shape[64];
+            snprintf(shape, sizeof shape, "n=%zu k=%zu width %zu", n, k, wd);
+            double err = isnan(err_val(&ex)) || isnan(err_val(&eh)) ? NAN : fmax(err_val(&ex), err_val(&eh));
+            report(&c, "combine_add_norm", shape, "f32", err, tol_ew());
+        }
+        free(y), free(w), free(x), free(nw), free(xo), free(ho), free(rx), free(rh), free(rxf);
+    }
+}
+
 /* ---- memory ---------------------------------------------------------------- */
 
 static void test_memory(const tdev *td) {
@@ -1493,9 +1614,12 @@ static void test_rope_store(void) {
     if (!any) return;
     static const size_t ns[] = {1, 3, 17};
     size_t nc = sizeof rope_cfgs / sizeof rope_cfgs[0];
+    const float eps = 1e-6f;
     for (int ti = 0; ti < KV_TYPES; ti++)
         for (size_t ci = 0; ci < nc; ci += opt.quick || ti >= 4 ? 3 : 1)
-            for (size_t ni = 0; ni < 3; ni++) {
+            for (size_t ni = 0; ni < 3; ni++)
+            for (int normed = 0; normed < 2; normed++) { /* per-head q/k norms first (Qwen3) */
+                if (normed && ni == 1) continue;
                 cleave_type t = kv_types[ti];
                 const rope_cfg *rc = &rope_cfgs[ci];
                 size_t n = ns[ni], hd = rc->hd, nh = 4, nkv = 2, qw = nh * hd, kw = nkv * hd;
@@ -1512,8 +1636,15 @@ static void test_rope_store(void) {
                 fill(k, n * kw, 2.0f);
                 fill(v, n * kw, 2.0f);
                 double *rq = xmalloc(n * qw * 8), *rk = xmalloc(n * kw * 8);
-                for (size_t i = 0; i < n * qw; i++) rq[i] = q[i];
-                for (size_t i = 0; i < n * kw; i++) rk[i] = k[i];
+                float *qn = xmalloc(hd * 4), *kn = xmalloc(hd * 4);
+                fill(qn, hd, 1.5f), fill(kn, hd, 1.5f);
+                if (normed) { /* the norms' input values, as the device reads them */
+                    ref_rms(q, qn, rq, n * nh, hd, eps);
+                    ref_rms(k, kn, rk, n * nkv, hd, eps);
+                } else {
+                    for (size_t i = 0; i < n * qw; i++) rq[i] = q[i];
+                    for (size_t i = 0; i < n * kw; i++) rk[i] = k[i];
+                }
                 for (size_t r = 0; r < n; r++) {
                     for (size_t h = 0; h < nh; h++) ref_rope_head(rq + r * qw + h * hd, pos[r], &p);
                     for (size_t h = 0; h < nkv; h++) ref_rope_head(rk + r * kw + h * hd, pos[r], &p);
@@ -1536,7 +1667,9 @@ static void test_rope_store(void) {
                     void *kcd = cx_up(&c, kc0, cells * rb), *vcd = cx_up(&c, vc0, cells * rb);
                     be_rope pp = p;
                     pp.freq_factors = rc->factors ? ffd : NULL;
-                    RUN(&c, BE(c.d, rope_store, qd, kd, vd, n, nh, nkv, hd, pd, &pp, kcd, vcd, t, celld));
+                    be_head_norm hn = {.q = cx_up(&c, qn, hd * 4), .k = cx_up(&c, kn, hd * 4), .eps = eps};
+                    RUN(&c, BE(c.d, rope_store, qd, kd, vd, n, nh, nkv, hd, normed ? &hn : NULL, pd, &pp, kcd, vcd,
+                               t, celld));
                     erracc eq = {0}, ek = {0}, ev = {0};
                     cx_get(&c, out, qd, n * qw * 4);
                     if (!c.bad) err_add(&eq, out, rq, n * qw);
@@ -1544,10 +1677,10 @@ static void test_rope_store(void) {
                     if (!c.bad) deq_cache(t, raw, cells, kw, got), err_add(&ek, got, refk, cells * kw);
                     cx_get(&c, raw, vcd, cells * rb);
                     if (!c.bad) deq_cache(t, raw, cells, kw, got), err_add(&ev, got, refv, cells * kw);
-                    char shape[112];
-                    snprintf(shape, sizeof shape, "n=%zu q%zu/kv%zu x %zu, n_rot %zu %s%s%s", n, nh, nkv,
+                    char shape[144];
+                    snprintf(shape, sizeof shape, "n=%zu q%zu/kv%zu x %zu, n_rot %zu %s%s%s%s", n, nh, nkv,
                              hd, rc->n_rot, rc->neox ? "neox" : "adj", rc->factors ? " ff" : "",
-                             rope_scaling_name(rc->scaling));
+                             rope_scaling_name(rc->scaling), normed ? ", q/k norms" : "");
                     cx_end(&c);
                     double eqv = err_val(&eq), ekv = fmax(err_val(&ek), err_val(&ev));
                     if (isnan(err_val(&ek)) || isnan(err_val(&ev))) ekv = NAN;
@@ -1558,7 +1691,7 @@ static void test_rope_store(void) {
                     report(&c, "rope_store", shape, tname(t), err, tol);
                 }
                 free(ff), free(q), free(k), free(v), free(rq), free(rk), free(rkf), free(kc0),
-                    free(vc0), free(refk), free(refv), free(out), free(got), free(raw);
+                    free(vc0), free(refk), free(refv), free(out), free(got), free(raw), free(qn), free(kn);
             }
 }
 
@@ -3094,6 +3227,8 @@ int main(int argc, char **argv) {
     test_matmul_multi();
     test_ffn();
     test_moe();
+    test_router_route();
+    test_combine_add_norm();
     test_attention();
     /* on GPUs, once more with each decode kernel the default does not take
      * where another applies (options read the switch again) */

@@ -33,8 +33,12 @@ static void test_caps(void) {
     CHECK(be_add_rms_norm(d, NULL, NULL, NULL, NULL, 0, 0, 0.0f) == CLEAVE_ERR_UNSUPPORTED);
     CHECK(be_matmul_swiglu(d, NULL, NULL, NULL, 0, NULL) == CLEAVE_ERR_UNSUPPORTED);
     CHECK(be_matmul_multi(d, NULL, NULL, NULL, 0, NULL, 0) == CLEAVE_ERR_UNSUPPORTED);
-    CHECK(be_rope_store(d, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL, CLEAVE_TYPE_F32,
+    CHECK(be_rope_store(d, NULL, NULL, NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, CLEAVE_TYPE_F32,
                         NULL) == CLEAVE_ERR_UNSUPPORTED);
+    CHECK(!be_has_router_route(d) && !be_has_combine_add_norm(d));
+    CHECK(be_router_route(d, NULL, NULL, NULL, 0, 0, BE_GATING_SOFTMAX, false, 1.0f, NULL, NULL, NULL) ==
+          CLEAVE_ERR_UNSUPPORTED);
+    CHECK(be_combine_add_norm(d, NULL, NULL, 0, 0, 0, NULL, NULL, NULL, 0.0f) == CLEAVE_ERR_UNSUPPORTED);
     CHECK(be_upload_mat(d, NULL, NULL, "x") == CLEAVE_ERR_UNSUPPORTED);
     be_device *e = NULL;
     CHECK_OK(be_cpu_create("cpu-other", 1, 0, &e));

@@ -62,6 +62,14 @@ typedef struct be_rope {
     const be_rope_scaling *scaling; /* host memory; NULL: plain RoPE */
 } be_rope;
 
+/* Per-head RMSNorm before RoPE (Qwen3's q_norm and k_norm): each head's
+ * head_dim values times 1 / sqrt(mean(square) + eps) and the weight
+ * (head_dim floats in device memory; NULL: that side is not normed). */
+typedef struct be_head_norm {
+    const float *q, *k;
+    float eps;
+} be_head_norm;
+
 /* Causal attention over the cache. A token (pos p, seq s) sees cell c iff
  * cell_seq[c] == s and 0 <= cell_pos[c] <= p, and p - cell_pos[c] < window
  * where window is not 0 (a sliding window). sinks: a logit per query head
@@ -178,11 +186,14 @@ typedef struct be_fused_ops {
     cleave_status (*add_rms_norm)(be_device *d, float *x, const float *r, const float *w, float *y,
                                   size_t rows, size_t width, float eps);
     /* rope on q (in place) and k, then k and v written to the caches at
-     * cells; q rows have n_head heads, k and v rows n_head_kv. */
+     * cells; q rows have n_head heads, k and v rows n_head_kv. With hn
+     * (NULL: none), q and k heads are RMS-normed first (rms_norm's
+     * arithmetic per head); k itself may then be left as it was or hold
+     * the normed values. */
     cleave_status (*rope_store)(be_device *d, float *q, const float *k, const float *v, size_t n,
                                 size_t n_head, size_t n_head_kv, size_t head_dim,
-                                const int32_t *pos, const be_rope *p, void *k_cache,
-                                void *v_cache, cleave_type kv_type, const int32_t *cells);
+                                const be_head_norm *hn, const int32_t *pos, const be_rope *p,
+                                void *k_cache, void *v_cache, cleave_type kv_type, const int32_t *cells);
     /* y = silu(x . gate^T) * (x . up^T): the FFN input projections with
      * SwiGLU fused; gate and up have the same shape and type. */
     cleave_status (*matmul_swiglu)(be_device *d, const be_mat *gate, const be_mat *up,
@@ -243,6 +254,19 @@ typedef struct be_moe_ops {
     cleave_status (*matmul_id_glu)(be_device *d, const be_mat *gate, const be_mat *up, const float *bias_g,
                                    const float *bias_u, const float *x, size_t n, size_t k, const int32_t *ids,
                                    bool oai, float alpha, float limit, float *y);
+    /* Optional (NULL: the engine composes it from matmul and route):
+     * logits[n][router.ne1] = x . router^T (+ bias), then route over them
+     * (router.ne1 experts) into ids and weights, in as few launches as
+     * the device can. */
+    cleave_status (*router_route)(be_device *d, const be_mat *router, const float *bias, const float *x,
+                                  size_t n, size_t k, be_gating gating, bool norm, float scale, float *logits,
+                                  int32_t *ids, float *weights);
+    /* Optional (NULL: the engine composes it from combine, add and
+     * rms_norm): x += combine(y, weights) (rows of width), then
+     * h = rms_norm(x) * norm_w: the experts' weighted sum fused with the
+     * residual add and the norm that follows it. */
+    cleave_status (*combine_add_norm)(be_device *d, const float *y, const float *weights, size_t n, size_t k,
+                                      size_t width, float *x, const float *norm_w, float *h, float eps);
 } be_moe_ops;
 
 /* Optional table (NULL = unsupported), every member required within:

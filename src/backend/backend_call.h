@@ -98,12 +98,12 @@ static inline cleave_status be_add_rms_norm(be_device *d, float *x, const float 
 }
 static inline cleave_status be_rope_store(be_device *d, float *q, const float *k, const float *v,
                                           size_t n, size_t n_head, size_t n_head_kv,
-                                          size_t head_dim, const int32_t *pos, const be_rope *p,
-                                          void *k_cache, void *v_cache, cleave_type kv_type,
-                                          const int32_t *cells) {
+                                          size_t head_dim, const be_head_norm *hn, const int32_t *pos,
+                                          const be_rope *p, void *k_cache, void *v_cache,
+                                          cleave_type kv_type, const int32_t *cells) {
     const be_fused_ops *f = d->ops->fused;
     if (!f || !f->rope_store) return be_unsupported(d, "rope_store");
-    return f->rope_store(d, q, k, v, n, n_head, n_head_kv, head_dim, pos, p, k_cache, v_cache,
+    return f->rope_store(d, q, k, v, n, n_head, n_head_kv, head_dim, hn, pos, p, k_cache, v_cache,
                          kv_type, cells);
 }
 static inline cleave_status be_matmul_swiglu(be_device *d, const be_mat *gate, const be_mat *up,
@@ -225,6 +225,26 @@ static inline cleave_status be_matmul_id_glu(be_device *d, const be_mat *gate, c
                                              float limit, float *y) {
     if (!be_has_matmul_id_glu(d)) return be_unsupported(d, "matmul_id_glu");
     return d->ops->moe->matmul_id_glu(d, gate, up, bias_g, bias_u, x, n, k, ids, oai, alpha, limit, y);
+}
+
+static inline bool be_has_router_route(const be_device *d) {
+    return d->ops->moe && d->ops->moe->router_route;
+}
+static inline cleave_status be_router_route(be_device *d, const be_mat *router, const float *bias,
+                                            const float *x, size_t n, size_t k, be_gating gating, bool norm,
+                                            float scale, float *logits, int32_t *ids, float *weights) {
+    if (!be_has_router_route(d)) return be_unsupported(d, "router_route");
+    return d->ops->moe->router_route(d, router, bias, x, n, k, gating, norm, scale, logits, ids, weights);
+}
+
+static inline bool be_has_combine_add_norm(const be_device *d) {
+    return d->ops->moe && d->ops->moe->combine_add_norm;
+}
+static inline cleave_status be_combine_add_norm(be_device *d, const float *y, const float *weights, size_t n,
+                                                size_t k, size_t width, float *x, const float *norm_w, float *h,
+                                                float eps) {
+    if (!be_has_combine_add_norm(d)) return be_unsupported(d, "combine_add_norm");
+    return d->ops->moe->combine_add_norm(d, y, weights, n, k, width, x, norm_w, h, eps);
 }
 
 /* ---- tiered KV cache (optional) -------------------------------------- */

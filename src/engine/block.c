@@ -24,10 +24,17 @@ cleave_status engine_add_norm(placement *pl, be_device *d, float *x, const float
     return be_rms_norm(d, x, w, y, rows, hp->n_embd, hp->norm_eps);
 }
 
-/* RoPE on q and k, then k and v into this device's cache rows kc, vc. */
-static cleave_status rope_and_store(placement *pl, int dv, const engine_scratch *s,
+/* Whether this device ropes and stores in one op (which then takes the
+ * q/k norms too): it has the op and the cache's K and V share a type. */
+static bool rope_store_fused(placement *pl, be_device *d) {
+    return be_has(d, BE_CAP_ROPE_STORE) && kv_store_type(&pl->store, false) == kv_store_type(&pl->store, true);
+}
+
+/* The q/k norms where there are any, RoPE on q and k, then k and v into
+ * this device's cache rows kc, vc. */
+static cleave_status rope_and_store(placement *pl, const engine_layer *E, const engine_scratch *s,
                                     size_t n, size_t n_head, size_t n_head_kv, void *kc, void *vc) {
-    engine_device *D = &pl->devs[dv];
+    engine_device *D = &pl->devs[E->dev];
     be_device *d = D->dev;
     const model_hparams *hp = &pl->model->hp;
     size_t hd = hp->head_dim, qw = n_head * hd, kw = n_head_kv * hd;
@@ -39,8 +46,13 @@ static cleave_status rope_and_store(placement *pl, int dv, const engine_scratch 
     be_rope rope = {.n_rot = hp->n_rot, .freq_base = hp->rope_freq_base, .neox = hp->rope_neox,
                     .freq_factors = D->rope_freqs, .scaling = re.scaled ? &sc : NULL};
     cleave_type kt = kv_store_type(&pl->store, false), vt = kv_store_type(&pl->store, true);
-    if (be_has(d, BE_CAP_ROPE_STORE) && kt == vt) /* the fused op stores K and V of one type */
-        return be_rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, s->pos, &rope, kc, vc, kt, s->cells);
+    if (rope_store_fused(pl, d)) {
+        be_head_norm hn = {.q = E->q_norm, .k = E->k_norm, .eps = hp->norm_eps};
+        return be_rope_store(d, s->q, s->k, s->v, n, n_head, n_head_kv, hd, &hn, s->pos, &rope, kc, vc, kt,
+                             s->cells);
+    }
+    if (E->q_norm) TRY(be_rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
+    if (E->k_norm) TRY(be_rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
     TRY(be_apply_rope(d, s->q, n, qw, n_head, hd, s->pos, &rope));
     TRY(be_apply_rope(d, s->k, n, kw, n_head_kv, hd, s->pos, &rope));
     TRY(be_kv_store(d, s->k, n, kw, kc, kt, s->cells));
@@ -63,12 +75,10 @@ cleave_status engine_attention(placement *pl, const engine_layer *E,
         TRY(be_matmul(d, &E->wk, s->h, n, E->bk, s->k));
         TRY(be_matmul(d, &E->wv, s->h, n, E->bv, s->v));
     }
-    if (E->q_norm) TRY(be_rms_norm(d, s->q, E->q_norm, s->q, n * n_head, hd, hp->norm_eps));
-    if (E->k_norm) TRY(be_rms_norm(d, s->k, E->k_norm, s->k, n * n_head_kv, hd, hp->norm_eps));
     uint32_t n_kv = graph ? pl->graph_cells : kv_cells_hi(pl->cells);
     void *kc, *vc; /* a tiered cache: written and read through the staged alias */
     TRY(kv_store_layer_begin(&pl->store, (size_t)E->dev, l, n_kv, &kc, &vc));
-    TRY(rope_and_store(pl, E->dev, s, n, n_head, n_head_kv, kc, vc));
+    TRY(rope_and_store(pl, E, s, n, n_head, n_head_kv, kc, vc));
     TRY(kv_store_layer_persist(&pl->store, (size_t)E->dev, l, n_kv, s->cells, n));
     be_attn a = {
         .q = s->q, .k = kc, .v = vc, .kv_type = kv_store_type(&pl->store, false),
@@ -84,21 +94,26 @@ cleave_status engine_attention(placement *pl, const engine_layer *E,
     return be_matmul(d, &E->wo, s->att, n, E->bo, out);
 }
 
-/* A mixture of experts: the router's logits, each token's chosen experts
- * and weights, their gate and up projections (a row per token and expert),
- * SwiGLU, their down projections, and the weighted sum into out. Under a
- * tensor split every device routes alike and runs its rows of each
- * expert; the all-reduce sums the parts as for a dense FFN. */
-static cleave_status experts_ffn(placement *pl, const engine_layer *E, const engine_scratch *s, size_t n,
-                                 float *out) {
+/* A mixture of experts up to its weighted sum: the router's logits, each
+ * token's chosen experts and weights (one op where the device fuses
+ * them), their gate and up projections (a row per token and expert),
+ * SwiGLU, and their down projections into s->expert_out. Under a tensor
+ * split every device routes alike and runs its rows of each expert; the
+ * all-reduce sums the parts as for a dense FFN. */
+static cleave_status experts_run(placement *pl, const engine_layer *E, const engine_scratch *s, size_t n) {
     const model_hparams *hp = &pl->model->hp;
     be_device *d = pl->devs[E->dev].dev;
     size_t k = hp->n_expert_used;
     be_gating g = hp->expert_gating == GATING_SOFTMAX_WEIGHT ? BE_GATING_SOFTMAX_WEIGHT : BE_GATING_SOFTMAX;
     size_t act = n * k * E->w_up.ne1;
-    TRY(be_matmul(d, &E->router, s->h, n, E->router_b, s->router));
-    TRY(be_moe_route(d, s->router, n, hp->n_expert, k, g, hp->expert_norm, hp->expert_scale, s->expert_ids,
-                     s->expert_w));
+    if (be_has_router_route(d)) {
+        TRY(be_router_route(d, &E->router, E->router_b, s->h, n, k, g, hp->expert_norm, hp->expert_scale,
+                            s->router, s->expert_ids, s->expert_w));
+    } else {
+        TRY(be_matmul(d, &E->router, s->h, n, E->router_b, s->router));
+        TRY(be_moe_route(d, s->router, n, hp->n_expert, k, g, hp->expert_norm, hp->expert_scale, s->expert_ids,
+                         s->expert_w));
+    }
     if (be_has_matmul_id_glu(d)) {
         TRY(be_matmul_id_glu(d, &E->w_gate, &E->w_up, E->b_gate, E->b_up, s->h, n, k, s->expert_ids,
                              hp->swiglu_oai, hp->swiglu_alpha, hp->swiglu_limit, s->gate));
@@ -108,14 +123,17 @@ static cleave_status experts_ffn(placement *pl, const engine_layer *E, const eng
         if (hp->swiglu_oai) TRY(be_swiglu_oai(d, s->gate, s->up, s->gate, act, hp->swiglu_alpha, hp->swiglu_limit));
         else TRY(be_swiglu(d, s->gate, s->up, s->gate, act));
     }
-    TRY(be_matmul_id(d, &E->w_down, E->b_down, s->gate, k, n, k, s->expert_ids, s->expert_out));
-    return be_moe_combine(d, s->expert_out, s->expert_w, n, k, hp->n_embd, out);
+    return be_matmul_id(d, &E->w_down, E->b_down, s->gate, k, n, k, s->expert_ids, s->expert_out);
 }
 
 cleave_status engine_ffn(placement *pl, const engine_layer *E, const engine_scratch *s,
                          size_t n, float *out) {
     be_device *d = pl->devs[E->dev].dev;
-    if (E->router.data) return experts_ffn(pl, E, s, n, out);
+    if (E->router.data) {
+        TRY(experts_run(pl, E, s, n));
+        return be_moe_combine(d, s->expert_out, s->expert_w, n, pl->model->hp.n_expert_used, pl->model->hp.n_embd,
+                              out);
+    }
     if (be_has(d, BE_CAP_FFN)) return be_ffn(d, &E->w_gate, &E->w_up, &E->w_down, s->h, n, s->gate, out);
     if (be_has(d, BE_CAP_MATMUL_SWIGLU)) {
         TRY(be_matmul_swiglu(d, &E->w_gate, &E->w_up, s->h, n, s->gate));
@@ -140,6 +158,11 @@ cleave_status engine_forward_layer(placement *pl, const engine_scratch *s, uint3
     be_device *d = pl->devs[E->dev].dev;
     TRY(engine_attention(pl, E, s, l, n, hp->n_head, hp->n_head_kv, graph, s->h));
     TRY(engine_add_norm(pl, d, s->x, s->h, E->ffn_norm, s->h, n));
+    if (E->router.data && be_has_combine_add_norm(d)) { /* the experts' sum, the residual and the norm at once */
+        TRY(experts_run(pl, E, s, n));
+        return be_combine_add_norm(d, s->expert_out, s->expert_w, n, hp->n_expert_used, hp->n_embd, s->x,
+                                   E->next_norm, s->h, hp->norm_eps);
+    }
     TRY(engine_ffn(pl, E, s, n, s->h));
     return engine_add_norm(pl, d, s->x, s->h, E->next_norm, s->h, n);
 }

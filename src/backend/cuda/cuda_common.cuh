@@ -43,6 +43,9 @@ enum {
  * synchronized), by which time the engine has dropped those graphs. */
 #define CUDA_RETIRED_MAX 16
 
+#define CUDA_COUNTER_ROUTE 0 /* the router's blocks (cuda_moe_fused.cu) */
+#define CUDA_COUNTERS 1
+
 struct cuda_device {
     be_device base;
     int ordinal;
@@ -63,6 +66,10 @@ struct cuda_device {
     bool recording;
     uint64_t graph_epoch;
     bool pdl_off; /* the pass under way launches without PDL (cuda_pass_begin) */
+    /* Device words, zero between kernels, that a kernel's blocks count
+     * themselves done on so its last block can finish the work (each
+     * such kernel sets its word back to zero); CUDA_COUNTER_* name them. */
+    unsigned *counters;
     void *retired[CUDA_RETIRED_MAX];
     size_t retired_bytes[CUDA_RETIRED_MAX];
     int n_retired;
@@ -444,8 +451,8 @@ cleave_status cuda_upload_mat(be_device *d, const be_mat *host, be_mat *out, con
 cleave_status cuda_op_add_rms_norm(be_device *d, float *x, const float *r, const float *w, float *y,
                                    size_t rows, size_t width, float eps);
 cleave_status cuda_op_rope_store(be_device *d, float *q, const float *k, const float *v, size_t n,
-                                 size_t n_head, size_t n_head_kv, size_t hd, const int32_t *pos,
-                                 const be_rope *p, void *k_cache, void *v_cache,
+                                 size_t n_head, size_t n_head_kv, size_t hd, const be_head_norm *hn,
+                                 const int32_t *pos, const be_rope *p, void *k_cache, void *v_cache,
                                  cleave_type kv_type, const int32_t *cells);
 cleave_status cuda_op_matmul_multi(be_device *d, const be_mat *const *w, const float *const *bias,
                                    float *const *y, size_t count, const float *x, size_t n);

@@ -141,6 +141,7 @@ static void cuda_destroy(be_device *dev) {
     for (int i = 0; i < CUDA_SCRATCH_COUNT; i++)
         if (d->scratch[i]) cudaFree(d->scratch[i]);
     for (int i = 0; i < d->n_retired; i++) cudaFree(d->retired[i]);
+    if (d->counters) cudaFree(d->counters);
     if (d->blas) cublasDestroy(d->blas);
     if (d->staging) cudaFreeHost(d->staging);
     cuda_upload_free(d);
@@ -288,6 +289,9 @@ extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_dev
     } else if (cublasCreate(&d->blas) != CUBLAS_STATUS_SUCCESS ||
                cublasSetStream(d->blas, d->stream) != CUBLAS_STATUS_SUCCESS) {
         st = err_set(CLEAVE_ERR_DEVICE, "cuda:%d: cannot initialise cuBLAS", ordinal);
+    } else if ((e = cudaMalloc((void **)&d->counters, CUDA_COUNTERS * sizeof(unsigned))) != cudaSuccess ||
+               (e = cudaMemset(d->counters, 0, CUDA_COUNTERS * sizeof(unsigned))) != cudaSuccess) {
+        st = cuda_fail(e, "device counters", __FILE__, __LINE__);
     }
     if (st) {
         cuda_destroy(&d->base);

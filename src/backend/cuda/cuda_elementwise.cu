@@ -117,6 +117,8 @@ cleave_status cuda_op_rope(be_device *dev, float *x, size_t n, size_t row_width,
 /* ---- swiglu, add -------------------------------------------------------- */
 
 __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n) {
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         o[i] = cuda_swiglu(g[i], u[i]);
@@ -126,8 +128,7 @@ __global__ void k_swiglu(const float *g, const float *u, float *o, size_t n) {
 cleave_status cuda_op_swiglu(be_device *dev, const float *gate, const float *up, float *out,
                              size_t n) {
     if (!n) return CLEAVE_OK;
-    k_swiglu<<<cuda_blocks(n, 256), 256, 0, cuda_dev(dev)->stream>>>(gate, up, out, n);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCH(cuda_dev(dev), k_swiglu, cuda_blocks(n, 256), 256, 0, gate, up, out, n);
     return CLEAVE_OK;
 }
 

@@ -98,6 +98,18 @@ template <> __device__ __forceinline__ __nv_bfloat16 to_cache<__nv_bfloat16>(flo
     return __float2bfloat16_rn(v);
 }
 
+/* The block's frequency table (computed while the kernel before still
+ * runs: it is no output of it), then the wait for that kernel; every
+ * thread calls it. */
+__device__ __forceinline__ void rope_freq_table(double *freq, size_t n_rot, float base, const float *factors,
+                                                const be_rope_prep &rp) {
+    for (size_t i = threadIdx.x; i < n_rot / 2; i += blockDim.x)
+        freq[i] = cuda_rope_freq(i, n_rot, base, factors, rp);
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
+    __syncthreads();
+}
+
 /* One thread per (token, head, pair of dims), all heads of all tokens in
  * one flat grid: q heads rotate in place; k heads rotate on the way into
  * their cache rows (k itself is left as it was) and v is copied beside
@@ -109,11 +121,7 @@ __global__ void k_rope_store(float *q, const float *k, const float *v, size_t n,
                              C *vc, const int32_t *cells) {
     __shared__ double freq[ROPE_MAX_HALF];
     size_t half = n_rot / 2, hh = hd / 2, heads = n_head + n_head_kv, kw = n_head_kv * hd;
-    for (size_t i = threadIdx.x; i < half; i += blockDim.x)
-        freq[i] = cuda_rope_freq(i, n_rot, base, factors, rp);
-    cuda_pdl_wait();
-    cuda_pdl_trigger();
-    __syncthreads();
+    rope_freq_table(freq, n_rot, base, factors, rp);
     size_t total = n * heads * hh;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
@@ -143,11 +151,70 @@ __global__ void k_rope_store(float *q, const float *k, const float *v, size_t n,
     }
 }
 
+/* With per-head norms (Qwen3's q_norm and k_norm): a warp per (token,
+ * head), which sums the head's squares, scales each value as rms_norm
+ * does, then rotates and writes it as k_rope_store would; the head's
+ * values stay in registers between the sum and the rotation. Three
+ * launches (two norms and the rotation, about 15 us a layer of a
+ * Qwen3-30B-A3B decode step under ncu) become one. */
+#define NRS_WARPS 8
+#define NRS_PAIRS (ROPE_MAX_HALF / 32) /* a lane's pairs, at most */
+template <typename C>
+__global__ void __launch_bounds__(NRS_WARPS * 32)
+    k_norm_rope_store(float *q, const float *k, const float *v, size_t n, size_t n_head, size_t n_head_kv,
+                      size_t hd, const int32_t *pos, size_t n_rot, float base, bool neox, const float *factors,
+                      be_rope_prep rp, be_head_norm hn, C *kc, C *vc, const int32_t *cells) {
+    __shared__ double freq[ROPE_MAX_HALF];
+    size_t half = n_rot / 2, hh = hd / 2, heads = n_head + n_head_kv, kw = n_head_kv * hd;
+    rope_freq_table(freq, n_rot, base, factors, rp);
+    const int lane = threadIdx.x & 31;
+    for (size_t g = blockIdx.x * (size_t)NRS_WARPS + (threadIdx.x >> 5); g < n * heads;
+         g += (size_t)gridDim.x * NRS_WARPS) {
+        size_t h = g % heads, t = g / heads;
+        const bool is_q = h < n_head;
+        const float *src = is_q ? q + (t * n_head + h) * hd : k + t * kw + (h - n_head) * hd;
+        const float *nw = is_q ? hn.q : hn.k;
+        float x0[NRS_PAIRS], x1[NRS_PAIRS], ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NRS_PAIRS; i++) {
+            size_t j = lane + 32 * (size_t)i;
+            x0[i] = x1[i] = 0.0f;
+            if (j >= hh) continue;
+            size_t a = j < half ? (neox ? j : 2 * j) : n_rot + 2 * (j - half);
+            size_t b = j < half ? (neox ? j + half : 2 * j + 1) : a + 1;
+            x0[i] = src[a], x1[i] = src[b];
+            ss += x0[i] * x0[i] + x1[i] * x1[i];
+        }
+        const float inv = nw ? rsqrtf(cuda_warp_sum(ss) / (float)hd + hn.eps) : 1.0f;
+#pragma unroll
+        for (int i = 0; i < NRS_PAIRS; i++) {
+            size_t j = lane + 32 * (size_t)i;
+            if (j >= hh) continue;
+            size_t a = j < half ? (neox ? j : 2 * j) : n_rot + 2 * (j - half);
+            size_t b = j < half ? (neox ? j + half : 2 * j + 1) : a + 1;
+            float y0 = nw ? x0[i] * inv * nw[a] : x0[i], y1 = nw ? x1[i] * inv * nw[b] : x1[i];
+            float sn = 0.0f, cs = 1.0f;
+            if (j < half) cuda_rope_sincos(pos[t], freq[j], rp.mscale, &sn, &cs);
+            float r0 = j < half ? y0 * cs - y1 * sn : y0, r1 = j < half ? y0 * sn + y1 * cs : y1;
+            if (is_q) {
+                float *qh = q + (t * n_head + h) * hd;
+                qh[a] = r0, qh[b] = r1;
+                continue;
+            }
+            size_t o = (size_t)cells[t] * kw + (h - n_head) * hd;
+            const float *vh = v + t * kw + (h - n_head) * hd;
+            kc[o + a] = to_cache<C>(r0), kc[o + b] = to_cache<C>(r1);
+            vc[o + a] = to_cache<C>(vh[a]), vc[o + b] = to_cache<C>(vh[b]);
+        }
+    }
+}
+
 cleave_status cuda_op_rope_store(be_device *dev, float *q, const float *k, const float *v, size_t n,
-                                 size_t n_head, size_t n_head_kv, size_t hd, const int32_t *pos,
-                                 const be_rope *p, void *k_cache, void *v_cache,
+                                 size_t n_head, size_t n_head_kv, size_t hd, const be_head_norm *hn,
+                                 const int32_t *pos, const be_rope *p, void *k_cache, void *v_cache,
                                  cleave_type kv_type, const int32_t *cells) {
     if (!n) return CLEAVE_OK;
+    const bool normed = hn && (hn->q || hn->k);
     size_t kw = n_head_kv * hd;
     cuda_device *d = cuda_dev(dev);
     /* a bounded grid: each block fills its frequency table once */
@@ -159,10 +226,20 @@ cleave_status cuda_op_rope_store(be_device *dev, float *q, const float *k, const
     be_rope_prep rp;
     cleave_status pst = be_rope_prepare(p, &rp);
     if (pst) return pst;
-#define LAUNCH(C)                                                                               \
-    CUDA_LAUNCH(d, k_rope_store<C>, blocks, 256, 0, q, k, v, n, n_head, n_head_kv, hd, pos,     \
-                p->n_rot, p->freq_base, p->neox, p->freq_factors, rp, (C *)k_cache,           \
-                (C *)v_cache, cells)
+    /* normed: a warp a head, the grid bounded as above */
+    unsigned nblocks = cuda_blocks(n * (n_head + n_head_kv), NRS_WARPS);
+    if (nblocks > (unsigned)d->n_sm * 8) nblocks = (unsigned)d->n_sm * 8;
+#define LAUNCH(C)                                                                                          \
+    do {                                                                                                   \
+        if (normed)                                                                                        \
+            CUDA_LAUNCH(d, k_norm_rope_store<C>, nblocks, NRS_WARPS * 32, 0, q, k, v, n, n_head, n_head_kv, \
+                        hd, pos, p->n_rot, p->freq_base, p->neox, p->freq_factors, rp, *hn, (C *)k_cache,   \
+                        (C *)v_cache, cells);                                                              \
+        else                                                                                               \
+            CUDA_LAUNCH(d, k_rope_store<C>, blocks, 256, 0, q, k, v, n, n_head, n_head_kv, hd, pos,        \
+                        p->n_rot, p->freq_base, p->neox, p->freq_factors, rp, (C *)k_cache, (C *)v_cache,  \
+                        cells);                                                                            \
+    } while (0)
     switch (kv_type) {
     case CLEAVE_TYPE_F32: LAUNCH(float); break;
     case CLEAVE_TYPE_F16: LAUNCH(__half); break;
@@ -170,8 +247,11 @@ cleave_status cuda_op_rope_store(be_device *dev, float *q, const float *k, const
     default: {
         /* q8_0, q5_0 and q4_0 quantize whole 32-blocks: rotate k in place
          * (a copy the engine no longer needs), then store with the block
-         * quantizer */
-        cleave_status st = cuda_op_rope(dev, q, n, n_head * hd, n_head, hd, pos, p);
+         * quantizer; the norms first, in place, the same way */
+        cleave_status st = CLEAVE_OK;
+        if (normed && hn->q) st = cuda_op_rms_norm(dev, q, hn->q, q, n * n_head, hd, hn->eps);
+        if (!st && normed && hn->k) st = cuda_op_rms_norm(dev, k, hn->k, (float *)k, n * n_head_kv, hd, hn->eps);
+        if (!st) st = cuda_op_rope(dev, q, n, n_head * hd, n_head, hd, pos, p);
         if (!st) st = cuda_op_rope(dev, (float *)k, n, kw, n_head_kv, hd, pos, p);
         if (!st) st = cuda_op_kv_store(dev, k, n, kw, k_cache, kv_type, cells);
         if (!st) st = cuda_op_kv_store(dev, v, n, kw, v_cache, kv_type, cells);

@@ -24,6 +24,8 @@ __global__ void __launch_bounds__(MQ_GROUP_THREADS)
                int32_t *n_units) {
     __shared__ int32_t cnt[MQ_MAX_EXPERTS], at[MQ_MAX_EXPERTS], first_unit[MQ_MAX_EXPERTS];
     for (int e = threadIdx.x; e < ne; e += blockDim.x) cnt[e] = 0;
+    cuda_pdl_wait(); /* pair and unit may still be read by the kernels before */
+    cuda_pdl_trigger();
     for (int i = threadIdx.x; i < rows_cap; i += blockDim.x) pair[i] = -1;
     __syncthreads();
     for (int i = threadIdx.x; i < P; i += blockDim.x)
@@ -71,9 +73,8 @@ bool cuda_mmq_id(cuda_device *d, const be_mat *const *w, const float *const *bia
     j.n = units_cap, j.n_pad = np;
     j.per_split = j.chunks, j.splits = 1;
     j.unit = unit, j.n_units = n_units, j.pair = pair, j.nb2 = w[0]->nb2;
-    k_mq_group<<<1, MQ_GROUP_THREADS, 0, d->stream>>>(ids, (int)P, (int)ne, (int)np, (int)rows_cap, pair, unit,
-                                                      n_units);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = cuda_launch(d, k_mq_group, dim3(1), dim3(MQ_GROUP_THREADS), 0, ids, (int)P, (int)ne, (int)np,
+                                (int)rows_cap, pair, unit, n_units);
     if (e == cudaSuccess) e = mq_run_job(d, ops, j, x, pair, x_slots == 1 ? (int)k : 1);
     *st = e == cudaSuccess ? CLEAVE_OK : cuda_fail(e, "k_mmq (experts)", __FILE__, __LINE__);
     return true;

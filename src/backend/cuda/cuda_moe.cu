@@ -1,5 +1,6 @@
 /* The mixture-of-experts ops on the GPU: routing (a warp per token), the
- * experts' matmul and the weighted sum of their outputs.
+ * experts' matmul and the weighted sum of their outputs (the table, with
+ * the fused decode ops, is in cuda_moe_fused.cu).
  *
  * matmul_id takes the first of these paths that fits:
  * - a batch of a few tokens: the block types' GEMV a (token, slot) pair
@@ -24,7 +25,6 @@
 #include "cuda_moe.cuh"
 
 #define ROUTE_WARPS 4
-#define ROUTE_MAX_EXPERTS 512 /* 16 logits a lane */
 /* Batches up to this many (token, slot) pairs (32 sequences of 8 experts)
  * are grouped on the device; more on the host (unless a graph is being
  * recorded). */
@@ -34,60 +34,22 @@
 #define MG_MT 8             /* pairs' inputs a block holds in shared memory at once */
 #define MG_SMEM (96u << 10) /* at most this much for them */
 
-/* One warp per token: the k largest logits in order (ties to the lower
- * index), then their weights as be_moe_ops.route defines them. */
+/* One warp per token (cuda_moe_route_token). */
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
     k_moe_route(const float *logits, int n, int ne, int k, int weight_gating, int norm, float scale,
                 int32_t *ids, float *w) {
-    int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int t = blockIdx.x * ROUTE_WARPS + (threadIdx.x >> 5);
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     if (t >= n) return;
-    const float *l = logits + (size_t)t * ne;
-    float v[ROUTE_MAX_EXPERTS / 32];
-    unsigned taken = 0;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < ROUTE_MAX_EXPERTS / 32; i++) {
-        int e = lane + 32 * i;
-        v[i] = e < ne ? l[e] : -INFINITY;
-        mx = fmaxf(mx, v[i]);
-    }
-    mx = cuda_warp_max(mx);
-    float sum = 0.0f;
-    if (!weight_gating) {
-#pragma unroll
-        for (int i = 0; i < ROUTE_MAX_EXPERTS / 32; i++)
-            if (lane + 32 * i < ne) sum += __expf(v[i] - mx);
-        sum = cuda_warp_sum(sum);
-    }
-    float my_p = 0.0f, chosen = 0.0f;
-    int my_id = 0;
-    for (int j = 0; j < k; j++) {
-        float best = -INFINITY;
-        int bi = 0x7fffffff;
-#pragma unroll
-        for (int i = 0; i < ROUTE_MAX_EXPERTS / 32; i++) {
-            int e = lane + 32 * i;
-            if (e < ne && !(taken >> i & 1) && (v[i] > best || bi == 0x7fffffff)) best = v[i], bi = e;
-        }
-        for (int o = 16; o; o >>= 1) { /* the largest, ties to the lower index */
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
-        }
-        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
-        float p = __expf(best - mx);
-        chosen += p;
-        if (lane == j) my_p = p, my_id = bi;
-    }
-    if (lane < k) {
-        float div = weight_gating ? chosen : norm ? fmaxf(chosen / sum, 6.103515625e-5f) * sum : sum;
-        ids[(size_t)t * k + lane] = my_id;
-        w[(size_t)t * k + lane] = my_p / div * scale;
-    }
+    cuda_moe_route_token(logits + (size_t)t * ne, ne, k, weight_gating, norm, scale, ids + (size_t)t * k,
+                         w + (size_t)t * k);
 }
 
 /* out[t][c] = sum_j w[t][j] * y[t][j][c] */
 __global__ void k_moe_combine(const float *y, const float *w, size_t n, int k, size_t width, float *out) {
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * width;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t t = i / width, c = i % width;
@@ -311,22 +273,23 @@ __global__ void k_scatter_rows(const float *yg, const int32_t *perm, size_t rows
 
 /* gpt-oss's clamped SwiGLU (be_moe_ops.swiglu_oai); expf as the CPU */
 __global__ void k_swiglu_oai(const float *gate, const float *up, float *out, size_t n, float alpha, float limit) {
+    cuda_pdl_wait();
+    cuda_pdl_trigger();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
         out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
     }
 }
 
-static cleave_status swiglu_oai(be_device *dev, const float *gate, const float *up, float *out, size_t n,
+cleave_status cuda_moe_swiglu_oai(be_device *dev, const float *gate, const float *up, float *out, size_t n,
                                 float alpha, float limit) {
     cuda_device *d = cuda_dev(dev);
     if (!gate || !up || !out || !n) return err_set(CLEAVE_ERR_INVALID_ARG, "swiglu_oai: NULL buffer or n of 0");
-    k_swiglu_oai<<<cuda_blocks(n, 256), 256, 0, d->stream>>>(gate, up, out, n, alpha, limit);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCH(d, k_swiglu_oai, cuda_blocks(n, 256), 256, 0, gate, up, out, n, alpha, limit);
     return CLEAVE_OK;
 }
 
-static cleave_status moe_route(be_device *dev, const float *logits, size_t n, size_t n_expert, size_t k,
+cleave_status cuda_moe_route(be_device *dev, const float *logits, size_t n, size_t n_expert, size_t k,
                                be_gating gating, bool norm, float scale, int32_t *ids, float *weights) {
     cuda_device *d = cuda_dev(dev);
     if (!logits || !ids || !weights || !n)
@@ -335,20 +298,17 @@ static cleave_status moe_route(be_device *dev, const float *logits, size_t n, si
         return err_set(CLEAVE_ERR_INVALID_ARG, "moe_route: %zu of %zu experts (at most 32 of %d)", k,
                        n_expert, ROUTE_MAX_EXPERTS);
     unsigned blocks = (unsigned)((n + ROUTE_WARPS - 1) / ROUTE_WARPS);
-    k_moe_route<<<blocks, ROUTE_WARPS * 32, 0, d->stream>>>(logits, (int)n, (int)n_expert, (int)k,
-                                                            gating == BE_GATING_SOFTMAX_WEIGHT, norm, scale,
-                                                            ids, weights);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCH(d, k_moe_route, blocks, ROUTE_WARPS * 32, 0, logits, (int)n, (int)n_expert, (int)k,
+                (int)(gating == BE_GATING_SOFTMAX_WEIGHT), (int)norm, scale, ids, weights);
     return CLEAVE_OK;
 }
 
-static cleave_status moe_combine(be_device *dev, const float *y, const float *weights, size_t n, size_t k,
+cleave_status cuda_moe_combine(be_device *dev, const float *y, const float *weights, size_t n, size_t k,
                                  size_t width, float *out) {
     cuda_device *d = cuda_dev(dev);
     if (!y || !weights || !out || !n || !k || !width)
         return err_set(CLEAVE_ERR_INVALID_ARG, "moe_combine: NULL buffer or a size of 0");
-    k_moe_combine<<<cuda_blocks(n * width, 256), 256, 0, d->stream>>>(y, weights, n, (int)k, width, out);
-    CUDA_LAUNCHED();
+    CUDA_LAUNCH(d, k_moe_combine, cuda_blocks(n * width, 256), 256, 0, y, weights, n, (int)k, width, out);
     return CLEAVE_OK;
 }
 
@@ -433,7 +393,7 @@ static cleave_status matmul_id_grouped(be_device *dev, const be_mat *const *w, c
         st = count == 1 ? cuda_op_matmul(dev, op[0], xg + lo * ne0, m, ob[0], oy[0])
                         : cuda_op_matmul_multi(dev, op, ob, oy, (size_t)count, xg + lo * ne0, m);
     }
-    if (!st && act == MG_ACT_OAI) st = swiglu_oai(dev, yg[0], yg[1], yg[0], pairs * ne1, alpha, limit);
+    if (!st && act == MG_ACT_OAI) st = cuda_moe_swiglu_oai(dev, yg[0], yg[1], yg[0], pairs * ne1, alpha, limit);
     if (!st && act == MG_ACT_SWIGLU) st = cuda_op_swiglu(dev, yg[0], yg[1], yg[0], pairs * ne1);
     for (int i = 0; !st && i < (act == MG_ACT_NONE ? count : 1); i++) {
         k_scatter_rows<<<cuda_blocks(pairs * ne1, 256), 256, 0, d->stream>>>(yg[i], perm_d, pairs, ne1, y[i]);
@@ -471,7 +431,7 @@ static bool moe_by_mmq(size_t n) {
     return max < 0 || n <= (size_t)max;
 }
 
-static cleave_status matmul_id(be_device *dev, const be_mat *w, const float *bias, const float *x, size_t x_slots,
+cleave_status cuda_moe_matmul_id(be_device *dev, const be_mat *w, const float *bias, const float *x, size_t x_slots,
                                size_t n, size_t k, const int32_t *ids, float *y) {
     cuda_device *d = cuda_dev(dev);
     if (!w || !w->data || !x || !ids || !y)
@@ -493,7 +453,7 @@ static cleave_status matmul_id(be_device *dev, const be_mat *w, const float *bia
     return matmul_id_grouped(dev, &w, &bias, 1, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, &y);
 }
 
-static cleave_status matmul_id_glu(be_device *dev, const be_mat *gate, const be_mat *up, const float *bias_g,
+cleave_status cuda_moe_matmul_id_glu(be_device *dev, const be_mat *gate, const be_mat *up, const float *bias_g,
                                    const float *bias_u, const float *x, size_t n, size_t k, const int32_t *ids,
                                    bool oai, float alpha, float limit, float *y) {
     cuda_device *d = cuda_dev(dev);
@@ -517,7 +477,7 @@ static cleave_status matmul_id_glu(be_device *dev, const be_mat *gate, const be_
         float *o[2] = {y, (float *)up_y};
         if (cuda_mmq_id(d, w, b, o, 2, x, 1, n, k, ids, &st)) {
             if (st) return st;
-            return oai ? swiglu_oai(dev, y, o[1], y, values, alpha, limit) : cuda_op_swiglu(dev, y, o[1], y, values);
+            return oai ? cuda_moe_swiglu_oai(dev, y, o[1], y, values, alpha, limit) : cuda_op_swiglu(dev, y, o[1], y, values);
         }
     }
     if (!d->recording && n * k > ID_DEVICE_PAIRS) { /* a prompt: the grouped path's GEMMs, then the activation */
@@ -527,11 +487,3 @@ static cleave_status matmul_id_glu(be_device *dev, const be_mat *gate, const be_
     return moe_gemv<true>(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha,
                           limit, y);
 }
-
-const be_moe_ops cuda_moe_ops = {
-    .route = moe_route,
-    .matmul_id = matmul_id,
-    .combine = moe_combine,
-    .swiglu_oai = swiglu_oai,
-    .matmul_id_glu = matmul_id_glu,
-};
