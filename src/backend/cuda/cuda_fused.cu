@@ -110,6 +110,15 @@ __device__ __forceinline__ void rope_freq_table(double *freq, size_t n_rot, floa
     __syncthreads();
 }
 
+/* The two dims of a head's pair j (j < head_dim / 2): rotated pairs
+ * (j < half = n_rot / 2) neox (j, j + half) or adjacent, the unrotated
+ * ones adjacent past n_rot. */
+__device__ __forceinline__ void rope_pair_dims(size_t j, size_t half, size_t n_rot, bool neox, size_t *a,
+                                               size_t *b) {
+    *a = j < half ? (neox ? j : 2 * j) : n_rot + 2 * (j - half);
+    *b = j < half ? (neox ? j + half : 2 * j + 1) : *a + 1;
+}
+
 /* One thread per (token, head, pair of dims), all heads of all tokens in
  * one flat grid: q heads rotate in place; k heads rotate on the way into
  * their cache rows (k itself is left as it was) and v is copied beside
@@ -127,13 +136,9 @@ __global__ void k_rope_store(float *q, const float *k, const float *v, size_t n,
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t j = idx % hh, h = (idx / hh) % heads, t = idx / (hh * heads);
         size_t a, b;
+        rope_pair_dims(j, half, n_rot, neox, &a, &b);
         float sn = 0.0f, cs = 1.0f;
-        if (j < half) {
-            a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
-            cuda_rope_sincos(pos[t], freq[j], rp.mscale, &sn, &cs);
-        } else {
-            a = n_rot + 2 * (j - half), b = a + 1;
-        }
+        if (j < half) cuda_rope_sincos(pos[t], freq[j], rp.mscale, &sn, &cs);
         if (h < n_head) {
             float *qh = q + (t * n_head + h) * hd, x0 = qh[a], x1 = qh[b];
             qh[a] = x0 * cs - x1 * sn;
@@ -180,8 +185,8 @@ __global__ void __launch_bounds__(NRS_WARPS * 32)
             size_t j = lane + 32 * (size_t)i;
             x0[i] = x1[i] = 0.0f;
             if (j >= hh) continue;
-            size_t a = j < half ? (neox ? j : 2 * j) : n_rot + 2 * (j - half);
-            size_t b = j < half ? (neox ? j + half : 2 * j + 1) : a + 1;
+            size_t a, b;
+            rope_pair_dims(j, half, n_rot, neox, &a, &b);
             x0[i] = src[a], x1[i] = src[b];
             ss += x0[i] * x0[i] + x1[i] * x1[i];
         }
@@ -190,8 +195,8 @@ __global__ void __launch_bounds__(NRS_WARPS * 32)
         for (int i = 0; i < NRS_PAIRS; i++) {
             size_t j = lane + 32 * (size_t)i;
             if (j >= hh) continue;
-            size_t a = j < half ? (neox ? j : 2 * j) : n_rot + 2 * (j - half);
-            size_t b = j < half ? (neox ? j + half : 2 * j + 1) : a + 1;
+            size_t a, b;
+            rope_pair_dims(j, half, n_rot, neox, &a, &b);
             float y0 = nw ? x0[i] * inv * nw[a] : x0[i], y1 = nw ? x1[i] * inv * nw[b] : x1[i];
             float sn = 0.0f, cs = 1.0f;
             if (j < half) cuda_rope_sincos(pos[t], freq[j], rp.mscale, &sn, &cs);

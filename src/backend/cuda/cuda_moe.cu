@@ -282,7 +282,7 @@ __global__ void k_swiglu_oai(const float *gate, const float *up, float *out, siz
 }
 
 cleave_status cuda_moe_swiglu_oai(be_device *dev, const float *gate, const float *up, float *out, size_t n,
-                                float alpha, float limit) {
+                                  float alpha, float limit) {
     cuda_device *d = cuda_dev(dev);
     if (!gate || !up || !out || !n) return err_set(CLEAVE_ERR_INVALID_ARG, "swiglu_oai: NULL buffer or n of 0");
     CUDA_LAUNCH(d, k_swiglu_oai, cuda_blocks(n, 256), 256, 0, gate, up, out, n, alpha, limit);
@@ -290,7 +290,7 @@ cleave_status cuda_moe_swiglu_oai(be_device *dev, const float *gate, const float
 }
 
 cleave_status cuda_moe_route(be_device *dev, const float *logits, size_t n, size_t n_expert, size_t k,
-                               be_gating gating, bool norm, float scale, int32_t *ids, float *weights) {
+                             be_gating gating, bool norm, float scale, int32_t *ids, float *weights) {
     cuda_device *d = cuda_dev(dev);
     if (!logits || !ids || !weights || !n)
         return err_set(CLEAVE_ERR_INVALID_ARG, "moe_route: NULL buffer or no tokens");
@@ -304,7 +304,7 @@ cleave_status cuda_moe_route(be_device *dev, const float *logits, size_t n, size
 }
 
 cleave_status cuda_moe_combine(be_device *dev, const float *y, const float *weights, size_t n, size_t k,
-                                 size_t width, float *out) {
+                               size_t width, float *out) {
     cuda_device *d = cuda_dev(dev);
     if (!y || !weights || !out || !n || !k || !width)
         return err_set(CLEAVE_ERR_INVALID_ARG, "moe_combine: NULL buffer or a size of 0");
@@ -431,8 +431,8 @@ static bool moe_by_mmq(size_t n) {
     return max < 0 || n <= (size_t)max;
 }
 
-cleave_status cuda_moe_matmul_id(be_device *dev, const be_mat *w, const float *bias, const float *x, size_t x_slots,
-                               size_t n, size_t k, const int32_t *ids, float *y) {
+cleave_status cuda_moe_matmul_id(be_device *dev, const be_mat *w, const float *bias, const float *x,
+                                 size_t x_slots, size_t n, size_t k, const int32_t *ids, float *y) {
     cuda_device *d = cuda_dev(dev);
     if (!w || !w->data || !x || !ids || !y)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul_id: NULL matrix or buffer");
@@ -454,8 +454,8 @@ cleave_status cuda_moe_matmul_id(be_device *dev, const be_mat *w, const float *b
 }
 
 cleave_status cuda_moe_matmul_id_glu(be_device *dev, const be_mat *gate, const be_mat *up, const float *bias_g,
-                                   const float *bias_u, const float *x, size_t n, size_t k, const int32_t *ids,
-                                   bool oai, float alpha, float limit, float *y) {
+                                     const float *bias_u, const float *x, size_t n, size_t k, const int32_t *ids,
+                                     bool oai, float alpha, float limit, float *y) {
     cuda_device *d = cuda_dev(dev);
     if (!gate || !up || !gate->data || !up->data || !x || !ids || !y || !n || !k)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul_id_glu: NULL matrix or buffer, or no tokens");
@@ -477,7 +477,8 @@ cleave_status cuda_moe_matmul_id_glu(be_device *dev, const be_mat *gate, const b
         float *o[2] = {y, (float *)up_y};
         if (cuda_mmq_id(d, w, b, o, 2, x, 1, n, k, ids, &st)) {
             if (st) return st;
-            return oai ? cuda_moe_swiglu_oai(dev, y, o[1], y, values, alpha, limit) : cuda_op_swiglu(dev, y, o[1], y, values);
+            return oai ? cuda_moe_swiglu_oai(dev, y, o[1], y, values, alpha, limit)
+                       : cuda_op_swiglu(dev, y, o[1], y, values);
         }
     }
     if (!d->recording && n * k > ID_DEVICE_PAIRS) { /* a prompt: the grouped path's GEMMs, then the activation */
