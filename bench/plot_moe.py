@@ -1,5 +1,5 @@
 """Mixtures of experts on one H200: cleave against llama.cpp from the same
-call of moe-gpu-2026-12-03.md (call V unless named). Prints the table
+call of moe-gpu-2026-12-03.md (call AB unless named). Prints the table
 RESULTS.md holds and draws cleave / llama.cpp per test, for the tests
 both engines ran in that call.
 
@@ -46,7 +46,7 @@ def parse(section):
 
 def main():
     text = open(sys.argv[1]).read()
-    call = sys.argv[3] if len(sys.argv) > 3 else "Call V"
+    call = sys.argv[3] if len(sys.argv) > 3 else "Call AB"
     data = parse(call_section(text, call))
     models = ["qwen3-30b-a3b", "gpt-oss-20b"]
     tests = [t for t in ["pp4096", "tg128"] + ["batched %d" % b for b in (1, 2, 4, 8, 16, 32)]

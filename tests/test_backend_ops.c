@@ -909,6 +909,23 @@ static void test_moe(void) {
         free(bias);
         hmat_free(&h);
     }
+    /* rows the GPU's per-pair GEMV packs several to a unit (3 super-blocks
+     * as Qwen3-30B-A3B's down; 5 blocks), a pair's last unit part-filled
+     * (88 rows: 5 or 12 a unit; MXFP4's odd rows need 80 for 16-byte
+     * aligned experts) */
+    static const size_t ns_pack[] = {1, 3};
+    for (int ti = 0; w_mm && ti < W_TYPES; ti++) {
+        cleave_type t = w_types[ti];
+        size_t ne0 = block_elems(t) == 256 ? 768 : 160, ne1 = t == CLEAVE_TYPE_MXFP4 ? 80 : 88, ne = 6;
+        hmat h = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
+        float *bias = xmalloc(ne * ne1 * 4);
+        fill(bias, ne * ne1, 1.0f);
+        for (size_t ni = 0; ni < 2; ni++)
+            for (int slots = 0; slots < 2; slots++)
+                check_matmul_id(t, &h, bias, ne0, ne1, ne, ns_pack[ni], 3, slots, false);
+        free(bias);
+        hmat_free(&h);
+    }
     /* the GPU's block types past the per-pair GEMV again, without the
      * int8 GEMM: the decode form's grouped GEMV and the prompt's host
      * grouping */
@@ -950,9 +967,11 @@ static void test_moe(void) {
      * expert with their biases, then SwiGLU or the clamped form */
     for (int ti = 0; want("matmul_id_glu") && ti < W_TYPES; ti++) {
         cleave_type t = w_types[ti];
-        /* 48 rows: experts a multiple of 16 bytes apart in every type, as
-         * the per-pair GEMV needs (MXFP4's 85-byte rows of 160) */
-        size_t ne0 = block_elems(t) == 256 ? 512 : 160, ne1 = 48, ne = 5;
+        /* experts a multiple of 16 bytes apart in every type, as the
+         * per-pair GEMV needs (MXFP4's 85-byte rows of 160: 80 rows);
+         * rows it packs 5 (K-quants' 768) or 12 (160) to a unit, 88 and
+         * 80 leaving each pair's last unit part-filled */
+        size_t ne0 = block_elems(t) == 256 ? 768 : 160, ne1 = t == CLEAVE_TYPE_MXFP4 ? 80 : 88, ne = 5;
         hmat hg = hmat_make(t, ne1 * ne, ne0, 0, 1.0f), hu = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
         float *bg = xmalloc(ne * ne1 * 4), *bu = xmalloc(ne * ne1 * 4);
         fill(bg, ne * ne1, 1.0f), fill(bu, ne * ne1, 1.0f);

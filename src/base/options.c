@@ -40,6 +40,11 @@ void options_reload(void) {
     opts.no_map = flag("CLEAVE_NO_MAP");
     opts.no_join = flag("CLEAVE_NO_JOIN");
     opts.no_wgmma = flag("CLEAVE_NO_WGMMA");
+    const char *pack = getenv("CLEAVE_GEMVQ_PACK");
+    opts.gemvq_pack = !pack                  ? OPTIONS_PACK_AUTO
+                      : !strcmp(pack, "0")   ? OPTIONS_PACK_NEVER
+                      : !strcmp(pack, "1")   ? OPTIONS_PACK_ALWAYS
+                                             : OPTIONS_PACK_AUTO;
     const char *numa = getenv("CLEAVE_TIER_NUMA");
     opts.tier_numa = !(numa && strcmp(numa, "0") == 0);
     const char *nccl = getenv("CLEAVE_NCCL");

@@ -13,6 +13,9 @@
  *   CLEAVE_GEMV_MAX_N=N        gemv_max_n: the CUDA GEMV serves batches of up to N rows (0: default)
  *   CLEAVE_GEMVQ_MAX_N=N       gemvq_max_n: the same for the block types' GEMV, 1..8 (0: default,
  *                              OPTIONS_GEMVQ_MAX_N)
+ *   CLEAVE_GEMVQ_PACK=0|1      gemvq_pack: the block types' GEMV streams rows shorter than half its
+ *                              round one a unit (0) or as many a unit as fill a round (1, so tests
+ *                              reach that kernel with small shapes); unset: as many as keep the grid
  *   CLEAVE_MOE_GEMVQ_MAX_N=N   moe_gemvq_max_n: the CUDA experts of a batch of up to N tokens through
  *                              the block types' GEMV a (token, expert) pair at a time, larger
  *                              batches grouped by expert (0: never; unset, -1: per weight type)
@@ -47,12 +50,16 @@ extern "C" {
  * backend and its tests read it; cuda_quant.cuh says why 6). */
 #define OPTIONS_GEMVQ_MAX_N 6
 
+/* gemvq_pack: how the block types' GEMV packs short rows */
+enum { OPTIONS_PACK_AUTO, OPTIONS_PACK_NEVER, OPTIONS_PACK_ALWAYS };
+
 /* decode_attn: which decode attention kernel where several apply */
 enum { OPTIONS_ATTN_AUTO, OPTIONS_ATTN_MMA, OPTIONS_ATTN_VEC, OPTIONS_ATTN_GQA };
 
 typedef struct cleave_env_options {
     bool load_trace, step_trace, no_graph, host_handoff, no_simd, no_p2p, no_pdl, tier_numa, nccl_off;
     bool host_sampling, no_map, no_join, no_wgmma;
+    int gemvq_pack; /* OPTIONS_PACK_* */
     int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
     long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, moe_mmq_max_n, upload_threads, nccl_min_kb;

@@ -387,9 +387,10 @@ __device__ __forceinline__ void cuda_pdl_trigger() {
 }
 __device__ __forceinline__ void cuda_pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
-/* Batches up to this size take the GEMV kernels, larger ones cuBLAS: 2,
- * or CLEAVE_GEMV_MAX_N (1..GEMV_MAX_N) to compare. */
-size_t cuda_gemv_max_n(void);
+/* Batches of weights of type t up to this size take the GEMV kernels,
+ * larger ones cuBLAS: 2 (q8_0: GEMV_MAX_N), or CLEAVE_GEMV_MAX_N
+ * (1..GEMV_MAX_N) to compare. */
+size_t cuda_gemv_max_n(cleave_type t);
 
 /* Whether kernels are launched as programmatic dependents (CLEAVE_NO_PDL=1
  * turns it off, for comparison; cuda_pass_begin, per pass). */

@@ -304,13 +304,17 @@ __global__ void __launch_bounds__(gv_grid<W>::warps * 32, gv_grid<W>::per_sm) k_
 
 /* ---- launch ------------------------------------------------------------- */
 
-size_t cuda_gemv_max_n(void) {
-    static size_t max_n; /* read once; every thread computes the same value */
+size_t cuda_gemv_max_n(cleave_type t) {
+    static size_t max_n, max_n_q8; /* read once; every thread computes the same value */
     /* 2 by default: batched decode of 8B bf16 on one H200 (8 sequences at
      * 2k tokens each) ran 4 sequences at 323 tok/s through the GEMV and
-     * 395 through cuBLAS; 2 were even (285 / 284) */
+     * 395 through cuBLAS; 2 were even (285 / 284). q8_0 (split layout)
+     * GEMV_MAX_N: past the GEMV its rows go to f16 first (4 more bytes a
+     * weight moved, each step); gpt-oss-20b's Q8_0 attention, 4 sequences:
+     * 509 -> 636 tok/s, 2 and 8 level (bench/moe-gpu-2026-12-03.md, call AA) */
     if (!max_n) max_n = cuda_option_n(options_get()->gemv_max_n, GEMV_MAX_N, 2);
-    return max_n;
+    if (!max_n_q8) max_n_q8 = cuda_option_n(options_get()->gemv_max_n, GEMV_MAX_N, GEMV_MAX_N);
+    return t == CLEAVE_TYPE_Q8_0 ? max_n_q8 : max_n;
 }
 
 static bool g_pdl_checked, g_pdl_on;
@@ -391,7 +395,7 @@ static int gv_format(const be_mat *w) {
 
 static bool gv_fill(gemv_job *j, const be_mat *const *w, const float *const *bias, float *const *y,
                     int count, const float *x, size_t n, int *fmt) {
-    if (count < 1 || count > GEMV_MAX_SEG || n == 0 || n > cuda_gemv_max_n() || (uintptr_t)x % 16)
+    if (count < 1 || count > GEMV_MAX_SEG || n == 0 || n > cuda_gemv_max_n(w[0]->type) || (uintptr_t)x % 16)
         return false;
     *j = gemv_job{};
     *fmt = gv_format(w[0]);

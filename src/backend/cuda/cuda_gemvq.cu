@@ -118,8 +118,6 @@ bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *g, const be_mat *u, const f
     return true;
 }
 
-/* x rows of an experts' launch at most (32 tokens of 8 experts' rows) */
-#define GQ_ID_MAX_X 256
 
 bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const float *bias, const float *bias_u,
                    const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, bool oai, float alpha,
@@ -128,7 +126,7 @@ bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const floa
     const size_t ne0 = w->ne0, pairs = n * k, n_x = x_slots == 1 ? n : pairs;
     const bool dual = wu != NULL;
     if (!ops || !ne0 || ne0 % cuda_qk(w->type) || (uintptr_t)x % 16 || !gq_takes(ops, w, ne0) ||
-        w->nb2 % 16 || n_x > GQ_ID_MAX_X || !ops->fits_x(0, ne0, dual))
+        w->nb2 % 16 || pairs > GQ_ID_MAX_PAIRS || pairs * w->ne1 > UINT32_MAX || !ops->fits_x(0, ne0, dual))
         return false;
     if (dual && (wu->type != w->type || wu->ne1 != w->ne1 || wu->nb1 != w->nb1 || wu->nb2 != w->nb2 ||
                  !gq_takes(ops, wu, ne0)))
@@ -148,6 +146,7 @@ bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const floa
     j.nb2 = w->nb2;
     j.n_expert = w->ne2;
     j.id_k = (int)k;
+    j.n_pairs = (int)pairs;
     j.x_per_pair = x_slots != 1;
     j.n_x = (int)n_x;
     j.bias_u = bias_u;

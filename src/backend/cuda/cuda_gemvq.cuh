@@ -19,17 +19,28 @@
  * a decode step reads only the chosen experts' rows, each as the dense
  * rows stream; the x rows of every pair sit in shared memory at once.
  *
+ * Narrow rows (at most half a round: Qwen3-30B-A3B's experts' down rows
+ * of 768 are 3 of a Q4_K round's 16 super-blocks) stream packed
+ * (gq_job.pack): a unit is then up to pack consecutive rows, which GGUF
+ * keeps contiguous, read as one round, each lane's blocks dotted with its
+ * row's x and the rows' sums reduced one by one at the round's end. A
+ * round's fixed work (ring wait and refill, cursor, a warp's SIMT lanes
+ * idle past a short row) bounded these kernels, not the bytes in flight:
+ * a warp a row kept a fifth of the lanes busy.
+ *
  * Instantiated per type in cuda_gemvq_*.cu (many kernels each: the files
  * compile in parallel); cuda_gemvq.cu chooses. */
 #ifndef CLEAVE_CUDA_GEMVQ_CUH
 #define CLEAVE_CUDA_GEMVQ_CUH
 
+#include "base/options.h"
 #include "cuda_gemv.cuh"
 #include "cuda_gemvq_fmt.cuh"
 
 #define GQ_WARPS    16           /* one block of 16 warps per multiprocessor */
 #define GQ_LAUNCH_N 4            /* tokens per launch (x of each in shared memory) */
 #define GQ_SMEM_MAX (227u << 10) /* Hopper's per-block shared-memory limit */
+#define GQ_ID_MAX_PAIRS 256      /* experts: (token, slot) pairs of a launch at most */
 /* At least this much shared memory a block, so that no multiprocessor
  * takes two: the grid has one block per multiprocessor, and where two fit
  * (n = 1: few registers, little x) some took two and others none, and the
@@ -52,17 +63,18 @@ struct gq_job {
      * writing y[0] row pair; biases per expert. total = pairs x rows. */
     const int32_t *ids;
     size_t nb2, n_expert;
-    int id_k, x_per_pair, n_x;
+    int id_k, x_per_pair, n_x, n_pairs; /* n_pairs: ids (at most GQ_ID_MAX_PAIRS) */
     void *gx;                      /* experts: x quantized in global memory (else in shared) */
     const float *bias_u;           /* DUAL: up's bias */
     int act;                       /* DUAL: GQ_ACT_* */
     float alpha, limit;            /* GQ_ACT_OAI's */
+    /* gq_pack's: rows a unit streams side by side (1: a row, in as many
+     * rounds as it takes), each segment's units (experts: each pair's),
+     * and the launch's */
+    int pack;
+    size_t groups[GEMV_MAX_SEG], units;
 };
 enum { GQ_ACT_SWIGLU, GQ_ACT_OAI };
-/* the units (warps' rows) of a launch */
-template <bool DUAL> GQ_HD size_t gq_units(const gq_job &j) {
-    return DUAL && !j.ids ? j.rows[0] : j.total;
-}
 /* the rows of x a launch of N tokens holds in shared memory */
 template <int N> GQ_HD int gq_smem_x_rows(const gq_job &j) { return j.gx ? 0 : j.ids ? j.n_x : N; }
 
@@ -88,27 +100,33 @@ GQ_HD size_t gq_xq_bytes(int n, size_t ne0) { return gq_al16((size_t)n * ne0 * 2
 template <int T> GQ_HD size_t gq_x_bytes(int n, size_t ne0) {
     return gq_xq_bytes(n, ne0) + gq_al16((size_t)n * gq_meta_words<gq<T>>(ne0) * 4);
 }
-template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0) {
-    return gq_x_bytes<T>(n, ne0) +
-           (size_t)GQ_WARPS * gq_stages<T, DUAL>() * gq_part_bytes<T>() * (DUAL ? 2 : 1);
+template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0, bool ids = false) {
+    return gq_x_bytes<T>(n, ne0) + (size_t)GQ_WARPS * gq_stages<T, DUAL>() * gq_part_bytes<T>() * (DUAL ? 2 : 1) +
+           (ids ? GQ_ID_MAX_PAIRS * 4 : 0);
 }
 
 /* Where a warp is in its stream of rounds: unit (row, or gate/up pair),
  * round r of it, and the unit's row (segment seg, row of it, its bytes). */
 struct gq_cursor {
     size_t unit, r, row;
-    int seg;
+    int seg, nr; /* nr: the unit's rows (j.pack or fewer at a segment's end) */
     const uint8_t *w, *wu;
     size_t e, pair, xr; /* experts: the unit's expert, pair and x row (else 0) */
     bool ok;            /* experts: the id is one */
 };
-template <bool DUAL>
-__device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t units) {
+template <bool DUAL, bool PACK>
+__device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t units, const int32_t *ids) {
     if (c.unit >= units) return;
     if (j.ids) {
-        const size_t rows = j.rows[0];
-        c.pair = c.unit / rows, c.row = c.unit % rows, c.seg = 0;
-        const int32_t id = j.ids[c.pair];
+        if constexpr (PACK) { /* 32-bit divisions: cuda_gemvq_id keeps the units below 2^32 */
+            const uint32_t g = (uint32_t)j.groups[0], unit = (uint32_t)c.unit, pair = unit / g;
+            c.pair = pair, c.row = (size_t)(unit - pair * g) * (size_t)j.pack;
+            c.nr = (int)min((size_t)j.pack, j.rows[0] - c.row);
+        } else {
+            c.pair = c.unit / j.rows[0], c.row = c.unit % j.rows[0];
+        }
+        c.seg = 0;
+        const int32_t id = ids[c.pair];
         c.ok = id >= 0 && (size_t)id < j.n_expert;
         c.e = c.ok ? (size_t)id : 0;
         c.xr = j.x_per_pair ? c.pair : c.pair / (size_t)j.id_k;
@@ -116,24 +134,25 @@ __device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t 
         c.wu = DUAL ? j.w_up + c.e * j.nb2 + c.row * j.nb1[0] : NULL;
         return;
     }
-    size_t row = c.unit;
+    size_t g = c.unit;
     int seg = 0;
 #pragma unroll
     for (int k = 0; k < GEMV_MAX_SEG - 1; k++)
-        if (!DUAL && seg + 1 < j.n_seg && row >= j.rows[seg]) row -= j.rows[seg], seg++;
+        if (!DUAL && seg + 1 < j.n_seg && g >= j.groups[seg]) g -= j.groups[seg], seg++;
     c.seg = seg;
-    c.row = row;
-    c.w = j.w[seg] + row * j.nb1[seg];
-    c.wu = DUAL ? j.w_up + row * j.nb1[0] : NULL;
+    c.row = PACK ? g * (size_t)j.pack : g;
+    if (PACK) c.nr = (int)min((size_t)j.pack, j.rows[seg] - c.row);
+    c.w = j.w[seg] + c.row * j.nb1[seg];
+    c.wu = DUAL ? j.w_up + c.row * j.nb1[0] : NULL;
 }
 /* on to the next round: the unit's next, or the warp's next unit's first */
-template <bool DUAL>
+template <bool DUAL, bool PACK>
 __device__ __forceinline__ bool gq_advance(const gq_job &j, gq_cursor &c, size_t rounds,
-                                           size_t stride, size_t units) {
+                                           size_t stride, size_t units, const int32_t *ids) {
     if (++c.r < rounds) return false;
     c.r = 0;
     c.unit += stride;
-    gq_locate<DUAL>(j, c, units);
+    gq_locate<DUAL, PACK>(j, c, units, ids);
     return true;
 }
 
@@ -177,7 +196,9 @@ template <int T> __global__ void k_gq_quant_x(const float *x, size_t n8, size_t 
                       (size_t)gridDim.x * blockDim.x);
 }
 
-template <int T, int N, bool DUAL>
+/* PACK: j.pack > 1 (units of several rows, one round each), a kernel of
+ * its own so that the unpacked rounds carry none of its work */
+template <int T, int N, bool DUAL, bool PACK>
 __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     using F = gq<T>;
     constexpr int S = gq_stages<T, DUAL>();
@@ -185,21 +206,36 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     extern __shared__ __align__(16) uint8_t gq_smem[];
     cuda_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const size_t ne0 = j.ne0, nblk = ne0 / F::QK, rounds = (nblk + F::GB - 1) / F::GB;
-    const size_t units = gq_units<DUAL>(j), stride = (size_t)gridDim.x * GQ_WARPS;
+    const size_t ne0 = j.ne0, nblk = ne0 / F::QK, rounds = PACK ? 1 : (nblk + F::GB - 1) / F::GB;
+    const size_t units = j.units, stride = (size_t)gridDim.x * GQ_WARPS;
     const int nx = gq_smem_x_rows<N>(j);
     const size_t xb = gq_x_bytes<T>(nx, ne0);
     const uint32_t ring = (uint32_t)(xb + (size_t)warp * S * SB); /* this warp's stages */
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(gq_smem) + ring;
 
+    /* experts: the ids, which place the rows, are an earlier kernel's
+     * output; packed, copied to shared memory after the ring first, so
+     * that locating a unit is no global load in the prefetch's chain (the
+     * unpacked kernel read them so: gpt-oss's experts 1.5% slower) */
+    const int32_t *ids = j.ids;
+    if (j.ids) {
+        cuda_pdl_wait();
+        if constexpr (PACK) {
+            int32_t *sids = (int32_t *)(gq_smem + xb + (size_t)GQ_WARPS * S * SB);
+            for (int i = threadIdx.x; i < j.n_pairs; i += blockDim.x)
+                sids[i] = j.ids[i];
+            __syncthreads();
+            ids = sids;
+        }
+    }
     /* prefetch: the round at cursor p into stage st (a group either way) */
-    if (j.ids) cuda_pdl_wait(); /* the ids, which place the rows, are an earlier kernel's output */
-    gq_cursor p = {(size_t)blockIdx.x * GQ_WARPS + warp, 0, 0, 0, NULL, NULL, 0, 0, 0, true};
-    gq_locate<DUAL>(j, p, units);
+    gq_cursor p = {(size_t)blockIdx.x * GQ_WARPS + warp, 0, 0, 0, 1, NULL, NULL, 0, 0, 0, true};
+    gq_locate<DUAL, PACK>(j, p, units, ids);
     gq_cursor c = p; /* consume */
     auto issue = [&](int st) {
         if (p.unit < units) {
-            size_t b0 = p.r * F::GB, nb = nblk - b0 < (size_t)F::GB ? nblk - b0 : (size_t)F::GB;
+            const size_t ub = PACK ? (size_t)p.nr * nblk : nblk; /* the unit's blocks */
+            size_t b0 = p.r * F::GB, nb = ub - b0 < (size_t)F::GB ? ub - b0 : (size_t)F::GB;
 #pragma unroll
             for (int m = 0; m < (DUAL ? 2 : 1); m++) {
                 const uint8_t *src = (m ? p.wu : p.w) + b0 * F::BLK;
@@ -208,7 +244,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
                 for (uint32_t v = lane; v < n16; v += 32)
                     cuda_cp16(ring_s + (uint32_t)st * SB + m * PB + 16 * v, a + 16 * v);
             }
-            gq_advance<DUAL>(j, p, rounds, stride, units);
+            gq_advance<DUAL, PACK>(j, p, rounds, stride, units, ids);
         }
         cuda_cp_commit();
     };
@@ -226,22 +262,32 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     const size_t mw = gq_meta_words<F>(ne0);
 
     constexpr int M = DUAL ? 2 : 1; /* rows a lane reads per x chunk: gate and up share them */
-    float acc[M][N];
+    constexpr int U = F::U, UA = PACK ? U : 1;
+    /* packed, per block of the lane's U: its sums, and which of the unit's rows it is of */
+    float acc[UA][M][N];
+    int rowu[UA];
 #pragma unroll
-    for (int m = 0; m < M; m++)
+    for (int u = 0; u < UA; u++) {
+        rowu[u] = 0;
 #pragma unroll
-        for (int t = 0; t < N; t++)
-            acc[m][t] = 0.0f;
+        for (int m = 0; m < M; m++)
+#pragma unroll
+            for (int t = 0; t < N; t++)
+                acc[u][m][t] = 0.0f;
+    }
     const int b = lane / F::LPB, part = lane % F::LPB; /* this lane's block of a round, and part */
     for (int i = 0; c.unit < units; i++) {
         cuda_cp_wait<S - 2>(); /* this lane's copies of round i have landed */
         __syncwarp();     /* ... and every lane's, and round i-1 is read */
         issue((i + S - 1) % S);
-        const size_t b0 = c.r * F::GB;
+        const size_t b0 = c.r * F::GB, ub = PACK ? (size_t)c.nr * nblk : nblk;
 #pragma unroll
-        for (int u = 0; u < F::U; u++) {
+        for (int u = 0; u < U; u++) {
             const int bu = b + u * (32 / F::LPB);
-            if (b0 + bu >= nblk) break;
+            if (b0 + bu >= ub) break;
+            /* packed: block bu is of row rp, block kb of it (one round, b0 = 0) */
+            const int rp = PACK ? (int)((uint32_t)bu / (uint32_t)nblk) : 0;
+            const size_t kb = b0 + bu - (size_t)rp * nblk;
             /* this lane's block in stage i % S, at the row's offset from 16 */
             uint32_t at = ring + (uint32_t)(i % S) * SB + (uint32_t)bu * F::BLK +
                           (uint32_t)((uintptr_t)(c.w + b0 * F::BLK) & 15);
@@ -250,51 +296,102 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
             for (int m = 0; m < M; m++)
                 F::load(gq_smem, at + m * PB, part, r[m]);
             const gq_x xv = {xq + c.xr * ne0, meta + c.xr * mw, ne0}; /* the unit's x (experts) */
-            gq_dot<F, N, M>(r, xv, (b0 + bu) * F::LPB + part, acc);
+            gq_dot<F, N, M>(r, xv, kb * F::LPB + part, acc[PACK ? u : 0]);
+            rowu[PACK ? u : 0] = rp;
         }
         if (c.r + 1 == rounds) {
+            for (int rp = 0; rp < (PACK ? c.nr : 1); rp++)
 #pragma unroll
-            for (int t = 0; t < N; t++) {
-                float a = cuda_warp_sum(acc[0][t]), au = DUAL ? cuda_warp_sum(acc[M - 1][t]) : 0.0f;
+                for (int t = 0; t < N; t++) {
+                    float s = 0.0f, su = 0.0f;
+#pragma unroll
+                    for (int u = 0; u < UA; u++)
+                        if (rowu[u] == rp) s += acc[u][0][t], su += acc[u][M - 1][t];
+                    float a = cuda_warp_sum(s), au = DUAL ? cuda_warp_sum(su) : 0.0f;
+                    if (lane || !c.ok) continue;
+                    const size_t rows = j.rows[c.seg], yr = j.ids ? c.pair : (size_t)t,
+                                 row = c.row + (size_t)rp, bi = c.e * rows + row;
+                    const float *bias = j.bias[c.seg];
+                    a += bias ? bias[bi] : 0.0f;
+                    if (DUAL) {
+                        au += j.bias_u ? j.bias_u[bi] : 0.0f;
+                        if (j.act == GQ_ACT_OAI) { /* gpt-oss's clamped SwiGLU, expf as the CPU */
+                            float gc = fminf(a, j.limit), uc = fminf(fmaxf(au, -j.limit), j.limit);
+                            a = gc / (1.0f + expf(-j.alpha * gc)) * (uc + 1.0f);
+                        } else {
+                            a = a / (1.0f + __expf(-a)) * au;
+                        }
+                    }
+                    j.y[c.seg][yr * rows + row] = a;
+                }
+#pragma unroll
+            for (int u = 0; u < UA; u++)
 #pragma unroll
                 for (int m = 0; m < M; m++)
-                    acc[m][t] = 0.0f;
-                if (lane || !c.ok) continue;
-                const size_t rows = j.rows[c.seg], yr = j.ids ? c.pair : (size_t)t, bi = c.e * rows + c.row;
-                const float *bias = j.bias[c.seg];
-                a += bias ? bias[bi] : 0.0f;
-                if (DUAL) {
-                    au += j.bias_u ? j.bias_u[bi] : 0.0f;
-                    if (j.act == GQ_ACT_OAI) { /* gpt-oss's clamped SwiGLU, expf as the CPU */
-                        float gc = fminf(a, j.limit), uc = fminf(fmaxf(au, -j.limit), j.limit);
-                        a = gc / (1.0f + expf(-j.alpha * gc)) * (uc + 1.0f);
-                    } else {
-                        a = a / (1.0f + __expf(-a)) * au;
-                    }
-                }
-                j.y[c.seg][yr * rows + c.row] = a;
-            }
+#pragma unroll
+                    for (int t = 0; t < N; t++)
+                        acc[u][m][t] = 0.0f;
         }
-        gq_advance<DUAL>(j, c, rounds, stride, units);
+        gq_advance<DUAL, PACK>(j, c, rounds, stride, units, ids);
     }
     cuda_cp_wait<0>(); /* nothing left in flight at exit */
 }
 
 /* ---- launch --------------------------------------------------------------- */
 
-template <int T, int N, bool DUAL> static cudaError_t gq_launch_n(cuda_device *d, const gq_job &j) {
-    size_t smem = gq_smem_bytes<T, DUAL>(gq_smem_x_rows<N>(j), j.ne0);
+/* How a launch's rows go to units (j.pack, groups, units): rows of at
+ * most half a round, stored one after another, go several to a unit
+ * (the header's comment says why), else one. */
+static void gq_set_pack(gq_job &j, bool dual, int pack) {
+    j.pack = pack;
+    j.units = 0;
+    for (int s = 0; s < j.n_seg; s++) {
+        j.groups[s] = (j.rows[s] + (size_t)pack - 1) / (size_t)pack;
+        j.units += j.groups[s];
+    }
+    if (j.ids) j.units = (size_t)j.n_pairs * j.groups[0];
+    else if (dual) j.units = j.groups[0];
+}
+/* the warps gq_launch_n gives units: as many as they need, in even rounds */
+static size_t gq_warps(const cuda_device *d, size_t units) {
+    size_t max_warps = (size_t)d->n_sm * GQ_WARPS, rounds = (units + max_warps - 1) / max_warps;
+    return (units + rounds - 1) / rounds;
+}
+/* The most rows a unit that keeps the launch's warps: fewer warps (a
+ * smaller grid) cost more than fuller rounds saved. On an H200 (ncu,
+ * Qwen3-30B-A3B Q4_K_M): q/k/v and gate/up, rows of 8 Q4_K super-blocks
+ * two to a unit on fewer multiprocessors, took 14% and 5% longer; the
+ * experts' down rows of 3, five to a unit, 25% less time. This rule packs
+ * the down rows four to a unit and leaves the others a row a unit. */
+template <int T> static void gq_pack(const cuda_device *d, gq_job &j, bool dual, size_t n) {
+    using F = gq<T>;
+    const size_t nblk = j.ne0 / F::QK;
+    const int mode = options_get()->gemvq_pack;
+    bool contiguous = mode != OPTIONS_PACK_NEVER && n == 1; /* (the packed kernel's one token) */
+    for (int s = 0; s < j.n_seg; s++)
+        contiguous = contiguous && j.nb1[s] == nblk * (size_t)F::BLK;
+    gq_set_pack(j, dual, 1);
+    const size_t warps1 = gq_warps(d, j.units);
+    for (int p = contiguous ? (int)((size_t)F::GB / nblk) : 1; p > 1; p--) {
+        gq_set_pack(j, dual, p);
+        if (mode == OPTIONS_PACK_ALWAYS || gq_warps(d, j.units) >= warps1) return;
+    }
+    gq_set_pack(j, dual, 1);
+}
+
+template <int T, int N, bool DUAL, bool PACK> static cudaError_t gq_launch_k(cuda_device *d, const gq_job &j) {
+    size_t smem = gq_smem_bytes<T, DUAL>(gq_smem_x_rows<N>(j), j.ne0, j.ids != NULL);
     if (smem < GQ_SMEM_ONE) smem = GQ_SMEM_ONE;
     static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
-    cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL>, smem, raised);
+    cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL, PACK>, smem, raised);
     if (e != cudaSuccess) return e;
-    size_t units = gq_units<DUAL>(j);
-    /* as many warps as the units need, in even rounds (as launch_pf) */
-    size_t max_warps = (size_t)d->n_sm * GQ_WARPS;
-    size_t rounds = (units + max_warps - 1) / max_warps;
-    size_t warps = (units + rounds - 1) / rounds, blocks = (warps + GQ_WARPS - 1) / GQ_WARPS;
-    return cuda_launch(d, k_gemvq<T, N, DUAL>, dim3((unsigned)blocks), dim3(GQ_WARPS * 32), smem,
-                       j);
+    size_t warps = gq_warps(d, j.units), blocks = (warps + GQ_WARPS - 1) / GQ_WARPS;
+    return cuda_launch(d, k_gemvq<T, N, DUAL, PACK>, dim3((unsigned)blocks), dim3(GQ_WARPS * 32), smem, j);
+}
+template <int T, int N, bool DUAL> static cudaError_t gq_launch_n(cuda_device *d, const gq_job &j) {
+    if constexpr (N == 1)
+        if (j.pack > 1) return gq_launch_k<T, 1, DUAL, true>(d, j);
+    return gq_launch_k<T, N, DUAL, false>(d, j);
 }
 
 /* The most tokens of x one launch holds in shared memory (0: not one). */
@@ -339,17 +436,21 @@ struct gq_ops {
 template <int T> static int gq_fit(size_t ne0, bool dual) {
     return dual ? gq_fit_n<T, true>(ne0) : gq_fit_n<T, false>(ne0);
 }
-template <int T> static cudaError_t gq_run(cuda_device *d, const gq_job &j, size_t n, bool dual) {
+template <int T> static cudaError_t gq_run(cuda_device *d, const gq_job &job, size_t n, bool dual) {
+    gq_job j = job;
+    gq_pack<T>(d, j, dual, n);
     return dual ? gq_launch_all<T, true>(d, j, n) : gq_launch_all<T, false>(d, j, n);
 }
 template <int T> static bool gq_fits_x(int n_x, size_t ne0, bool dual) {
-    return (dual ? gq_smem_bytes<T, true>(n_x, ne0) : gq_smem_bytes<T, false>(n_x, ne0)) <= GQ_SMEM_MAX;
+    return (dual ? gq_smem_bytes<T, true>(n_x, ne0, true) : gq_smem_bytes<T, false>(n_x, ne0, true)) <= GQ_SMEM_MAX;
 }
 /* x_bytes (j.gx NULL): the global x that gq_run_id will need, else 0 */
 template <int T> static size_t gq_gx_bytes(const gq_job &j, bool dual) {
     return gq_fits_x<T>(j.n_x, j.ne0, dual) ? 0 : gq_x_bytes<T>(j.n_x, j.ne0);
 }
-template <int T> static cudaError_t gq_run_id(cuda_device *d, const gq_job &j, bool dual) {
+template <int T> static cudaError_t gq_run_id(cuda_device *d, const gq_job &job, bool dual) {
+    gq_job j = job;
+    gq_pack<T>(d, j, dual, 1);
     if (j.gx) { /* x quantized once, in plain launches: the GEMV's PDL wait orders it */
         size_t n8 = (size_t)j.n_x * j.ne0 / 8;
         k_gq_quant_x<T><<<cuda_blocks(n8, 256), 256, 0, d->stream>>>(

@@ -310,7 +310,7 @@ cleave_status cuda_op_matmul(be_device *dev, const be_mat *w, const float *x, si
     if (w->scales && w->type != CLEAVE_TYPE_Q8_0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul: split layout is for q8_0 only");
     if (cuda_qk(w->type)) return matmul_q(d, w, x, n, bias, y);
-    if (n <= cuda_gemv_max_n()) {
+    if (n <= cuda_gemv_max_n(w->type)) {
         cleave_status st;
         if (cuda_gemv(d, &w, &bias, &y, 1, x, n, &st)) return st;
         if (w->scales)

@@ -58,11 +58,11 @@ static inline size_t cuda_qk(cleave_type t) {
  * most CUDA_GEMVQ_MAX_N) and the int8 tensor-core GEMM (cuda_mmq.cuh) the
  * rest up to CUDA_MMQ_MAX_N, each reading the blocks once, where the way
  * to cuBLAS (rows to f16 first) moves 4.5 bytes per weight against
- * 0.5-0.8; cuda_gemv_max_n() for the others. */
+ * 0.5-0.8; cuda_gemv_max_n(t) for the others. */
 #define CUDA_GEMVQ_MAX_N 8
 #define CUDA_MMQ_MAX_N 32
 static inline size_t cuda_gemv_limit(cleave_type t) {
-    return cuda_qk(t) ? CUDA_MMQ_MAX_N : cuda_gemv_max_n();
+    return cuda_qk(t) ? CUDA_MMQ_MAX_N : cuda_gemv_max_n(t);
 }
 /* The block types' GEMV serves batches of up to this many tokens
  * (CLEAVE_GEMVQ_MAX_N, default 6): it holds x of at most 4 in shared
