@@ -46,6 +46,7 @@ static bool gq_fill(gq_job *j, const gq_ops **ops, const be_mat *const *w, const
     j->n_seg = count;
     j->ne0 = ne0;
     j->x = x;
+    size_t rows = 0;
     for (int s = 0; s < count; s++) {
         if (w[s]->type != w[0]->type || !gq_takes(*ops, w[s], ne0)) return false;
         j->w[s] = (const uint8_t *)w[s]->data;
@@ -53,9 +54,9 @@ static bool gq_fill(gq_job *j, const gq_ops **ops, const be_mat *const *w, const
         j->rows[s] = w[s]->ne1;
         j->bias[s] = bias ? bias[s] : NULL;
         j->y[s] = y[s];
-        j->total += w[s]->ne1;
+        rows += w[s]->ne1;
     }
-    return j->total > 0;
+    return rows > 0;
 }
 
 /* The launches for count matrices on x: one per weight type among them
@@ -140,7 +141,6 @@ bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const floa
     j.rows[0] = w->ne1;
     j.bias[0] = bias;
     j.y[0] = y;
-    j.total = pairs * w->ne1;
     j.w_up = dual ? (const uint8_t *)wu->data : NULL;
     j.ids = ids;
     j.nb2 = w->nb2;

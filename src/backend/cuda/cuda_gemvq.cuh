@@ -53,14 +53,14 @@ struct gq_job {
     const float *bias[GEMV_MAX_SEG];
     float *y[GEMV_MAX_SEG];
     int n_seg;
-    size_t total, ne0;
+    size_t ne0;
     const float *x;
     const uint8_t *w_up; /* DUAL: the up matrix, shaped like segment 0 */
-    /* experts (cuda_gemvq_id): unit u is row u % rows[0] of pair
-     * u / rows[0], whose expert ids[pair] is w[0] + ids * nb2 (w_up
-     * likewise; an id of n_expert or more writes nothing), reading x row
-     * pair (x_per_pair) or pair / id_k of the n_x in shared memory and
-     * writing y[0] row pair; biases per expert. total = pairs x rows. */
+    /* experts (cuda_gemvq_id): unit u is rows of pair u / groups[0]
+     * (one row, u % rows[0], unpacked), whose expert ids[pair] is w[0] +
+     * ids * nb2 (w_up likewise; an id of n_expert or more writes nothing),
+     * reading x row pair (x_per_pair) or pair / id_k of the n_x in shared
+     * memory and writing y[0] row pair; biases per expert. */
     const int32_t *ids;
     size_t nb2, n_expert;
     int id_k, x_per_pair, n_x, n_pairs; /* n_pairs: ids (at most GQ_ID_MAX_PAIRS) */
