@@ -851,6 +851,20 @@ static void check_matmul_id(cleave_type t, const hmat *h, const float *bias, siz
     free(x), free(y), free(ids), free(ref);
 }
 
+/* check_matmul_id for each of n_ns batch sizes and both x layouts, on one
+ * stack of ne experts of ne1 x ne0 random weights with biases */
+static void check_matmul_id_batches(cleave_type t, size_t ne0, size_t ne1, size_t ne, const size_t *ns, size_t n_ns,
+                                    size_t k, bool gpu_only) {
+    hmat h = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
+    float *bias = xmalloc(ne * ne1 * 4);
+    fill(bias, ne * ne1, 1.0f);
+    for (size_t ni = 0; ni < n_ns; ni++)
+        for (int slots = 0; slots < 2; slots++)
+            check_matmul_id(t, &h, bias, ne0, ne1, ne, ns[ni], k, slots, gpu_only);
+    free(bias);
+    hmat_free(&h);
+}
+
 static void test_moe(void) {
     bool w_route = want("moe_route"), w_mm = want("matmul_id"), w_comb = want("moe_combine");
     /* route: expert counts of the real models (8 Mixtral, 32 and 128
@@ -916,15 +930,8 @@ static void test_moe(void) {
     static const size_t ns_pack[] = {1, 3};
     for (int ti = 0; w_mm && ti < W_TYPES; ti++) {
         cleave_type t = w_types[ti];
-        size_t ne0 = block_elems(t) == 256 ? 768 : 160, ne1 = t == CLEAVE_TYPE_MXFP4 ? 80 : 88, ne = 6;
-        hmat h = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
-        float *bias = xmalloc(ne * ne1 * 4);
-        fill(bias, ne * ne1, 1.0f);
-        for (size_t ni = 0; ni < 2; ni++)
-            for (int slots = 0; slots < 2; slots++)
-                check_matmul_id(t, &h, bias, ne0, ne1, ne, ns_pack[ni], 3, slots, false);
-        free(bias);
-        hmat_free(&h);
+        check_matmul_id_batches(t, block_elems(t) == 256 ? 768 : 160, t == CLEAVE_TYPE_MXFP4 ? 80 : 88, 6, ns_pack, 2,
+                                3, false);
     }
     /* the GPU's block types past the per-pair GEMV again, without the
      * int8 GEMM: the decode form's grouped GEMV and the prompt's host
@@ -932,17 +939,8 @@ static void test_moe(void) {
     if (w_mm) {
         char *saved = option_set("CLEAVE_MOE_MMQ_MAX_N", "0");
         static const cleave_type no_mmq[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
-        for (int ti = 0; ti < 4; ti++) {
-            size_t ne0 = block_elems(no_mmq[ti]) == 256 ? 512 : 160, ne1 = 48, ne = 6;
-            hmat h = hmat_make(no_mmq[ti], ne1 * ne, ne0, 0, 1.0f);
-            float *bias = xmalloc(ne * ne1 * 4);
-            fill(bias, ne * ne1, 1.0f);
-            for (size_t ni = 2; ni < 5; ni++)
-                for (int slots = 0; slots < 2; slots++)
-                    check_matmul_id(no_mmq[ti], &h, bias, ne0, ne1, ne, ns[ni], 3, slots, true);
-            free(bias);
-            hmat_free(&h);
-        }
+        for (int ti = 0; ti < 4; ti++)
+            check_matmul_id_batches(no_mmq[ti], block_elems(no_mmq[ti]) == 256 ? 512 : 160, 48, 6, ns + 2, 3, 3, true);
         option_restore("CLEAVE_MOE_MMQ_MAX_N", saved);
     }
     /* a batch whose x rows, as the GPU's per-pair GEMV holds them, outgrow
@@ -951,17 +949,18 @@ static void test_moe(void) {
     if (w_mm) {
         char *saved = option_set("CLEAVE_MOE_GEMVQ_MAX_N", "8");
         static const cleave_type big_x[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
-        for (int ti = 0; ti < 4; ti++) {
-            size_t ne0 = 4096, ne1 = 32, ne = 4;
-            hmat h = hmat_make(big_x[ti], ne1 * ne, ne0, 0, 1.0f);
-            float *bias = xmalloc(ne * ne1 * 4);
-            fill(bias, ne * ne1, 1.0f);
-            for (int slots = 0; slots < 2; slots++)
-                check_matmul_id(big_x[ti], &h, bias, ne0, ne1, ne, 8, 3, slots, false);
-            free(bias);
-            hmat_free(&h);
-        }
+        static const size_t ns_big[] = {8};
+        for (int ti = 0; ti < 4; ti++) check_matmul_id_batches(big_x[ti], 4096, 32, 4, ns_big, 1, 3, false);
         option_restore("CLEAVE_MOE_GEMVQ_MAX_N", saved);
+    }
+    /* a prompt's experts of over 96 pairs each, which the GPU's int8 GEMM
+     * takes 64 to a unit for MXFP4 (a last unit part-filled), the other
+     * types 32 */
+    if (w_mm) {
+        static const cleave_type wide_t[] = {CLEAVE_TYPE_MXFP4, CLEAVE_TYPE_Q4_K};
+        static const size_t ns_wide[] = {160, 200};
+        for (int ti = 0; ti < 2; ti++)
+            check_matmul_id_batches(wide_t[ti], block_elems(wide_t[ti]) == 256 ? 512 : 160, 48, 3, ns_wide, 2, 2, false);
     }
     /* matmul_id_glu (where a device has it): gate and up of each chosen
      * expert with their biases, then SwiGLU or the clamped form */

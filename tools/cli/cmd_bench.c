@@ -31,7 +31,7 @@ static void bench_usage(FILE *out) {
             "                          filled once per depth, each run's own tokens dropped after it)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
-            "  -b, --batch-size N      tokens per forward pass (default 512)\n"
+            "  -b, --batch-size N      tokens per forward pass (default 2048, as llama-bench's -b)\n"
             "  -ctk T, -ctv T          K and V cache types: f16 (default), f32, bf16, q8_0, q5_0, q4_0\n"
             CLI_PLACEMENT_HELP);
 }
@@ -41,7 +41,12 @@ static bool parse(int argc, char **argv, bench_opts *o) {
     o->tg[0] = 128, o->n_tg = 1;
     o->depth[0] = 0, o->n_depth = 1;
     o->reps = 5;
-    o->cx = cli_context_default(512);
+    /* 2048 tokens a pass, as llama-bench's batch: each weight read,
+     * unpacked or converted once a pass serves four times the tokens of a
+     * 512-token pass, for the activations' memory of 2048 tokens (an
+     * H200, pp4096: 8B Q4_K_M 21019 -> 30311 tok/s, gpt-oss-20b 10375 ->
+     * 14633; bench/moe-gpu-2026-12-03.md, call AF) */
+    o->cx = cli_context_default(2048);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

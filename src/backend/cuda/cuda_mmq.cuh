@@ -39,8 +39,8 @@
 #define MQ_WARP_ROWS (16 * MQ_RT)
 #define MQ_TASK_ROWS (MQ_WARPS * MQ_WARP_ROWS) /* a block's rows */
 /* Blocks a multiprocessor runs at once (registers and shared memory
- * allow three; two for Q6_K's larger stages), which the K split aims to
- * fill. */
+ * allow three; two for Q6_K's larger stages, and for the experts' wide
+ * tasks, MQ_WIDE_NT), which the K split aims to fill. */
 #define MQ_BLOCKS_PER_SM 3
 /* Row tiles (of a block) of a matrix: the tasks of one K range. */
 __host__ __device__ __forceinline__ size_t mq_row_tiles(size_t rows) {
@@ -176,7 +176,7 @@ template <int BPC> __device__ __forceinline__ int mq_blocks(const mq_job &j, siz
  * both quads; for k16 slots and positions 4c..4c+3; its results are
  * tokens 2c, 2c+1 of rows r, r + 8. */
 template <int T, int NT>
-__global__ void __launch_bounds__(MQ_WARPS * 32, MQ_BLOCKS_PER_SM) k_mmq(mq_job j) {
+__global__ void __launch_bounds__(MQ_WARPS * 32, NT > 4 ? 2 : MQ_BLOCKS_PER_SM) k_mmq(mq_job j) {
     using F = mq<T>;
     using K = mq_chunk<T>;
     constexpr int RT = MQ_RT, NP = MQ_TILE_N * NT, XLD = NP / 2; /* tokens held; float4 a group */
@@ -371,18 +371,33 @@ template <int T, int NT> static cudaError_t mq_launch_nt(cuda_device *d, const m
 /* What cuda_mmq.cu asks of a type's file. */
 struct mq_ops {
     int group, align, qk; /* weights a scale covers, a block's alignment, weights a block */
+    int max_nt;           /* token tiles a task can hold: MQ_WIDE_NT where mq_wide, else 4 */
     cudaError_t (*launch)(cuda_device *d, const mq_job &j);
 };
+/* Experts' units of a prompt: 8 token tiles (64 rows of x) a task, so
+ * each weight chunk staged and unpacked serves twice the tokens. MXFP4
+ * only, as measured on an H200 (pp4096, prompt passes of 2048 / 4096
+ * tokens): gpt-oss-20b 13141 -> 14608 and 13684 -> 15671 tok/s, while
+ * Qwen3-30B-A3B's Q4_K lost 2% (the wide task's two blocks a
+ * multiprocessor, against three, hide less of its longer unpacking);
+ * bench/moe-gpu-2026-12-03.md, call AG. */
+#define MQ_WIDE_NT 8
+template <int T> __host__ __device__ constexpr bool mq_wide() {
+    return T == CLEAVE_TYPE_MXFP4 && 2 * MQ_STAGES * mq_stage_bytes<T>(MQ_TILE_N * MQ_WIDE_NT) <= (227u << 10);
+}
 template <int T> static cudaError_t mq_run(cuda_device *d, const mq_job &j) {
     switch ((j.n_pad + MQ_TILE_N - 1) / MQ_TILE_N) {
     case 1: return mq_launch_nt<T, 1>(d, j);
     case 2: return mq_launch_nt<T, 2>(d, j);
     case 3: return mq_launch_nt<T, 3>(d, j);
-    default: return mq_launch_nt<T, 4>(d, j);
+    case 4: return mq_launch_nt<T, 4>(d, j);
+    default:
+        if constexpr (mq_wide<T>()) return mq_launch_nt<T, MQ_WIDE_NT>(d, j);
+        return cudaErrorInvalidValue; /* mq_ops.max_nt keeps callers below */
     }
 }
 #define MQ_DEFINE_OPS(T, name)                                                                     \
-    extern const mq_ops name = {mq<T>::G, mq<T>::AL, mq<T>::QK, mq_run<T>}
+    extern const mq_ops name = {mq<T>::G, mq<T>::AL, mq<T>::QK, mq_wide<T>() ? MQ_WIDE_NT : 4, mq_run<T>}
 
 extern const mq_ops mq_ops_q4_0, mq_ops_q4_1, mq_ops_q5_0, mq_ops_q5_1, mq_ops_iq4_nl, mq_ops_mxfp4,
     mq_ops_q2_k, mq_ops_q3_k, mq_ops_q4_k, mq_ops_q5_k, mq_ops_q6_k, mq_ops_iq4_xs;

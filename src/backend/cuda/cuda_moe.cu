@@ -33,6 +33,11 @@
 #define MG_ROWS 32          /* rows of the expert a block takes */
 #define MG_MT 8             /* pairs' inputs a block holds in shared memory at once */
 #define MG_SMEM (96u << 10) /* at most this much for them */
+/* 16-bit rows: 16-byte loads a lane has in flight per matrix (one at a
+ * time before: Qwen3-30B-A3B bf16 decode on an H200, one sequence 208 ->
+ * 254 tok/s, 32 sequences 1106 -> 1292; bench/moe-gpu-2026-12-03.md,
+ * call AJ) */
+#define MG_VU 4
 
 /* One warp per token (cuda_moe_route_token). */
 __global__ void __launch_bounds__(ROUTE_WARPS * 32)
@@ -148,25 +153,39 @@ __global__ void __launch_bounds__(MG_WARPS * 32)
                     }
                 }
             } else if (vec && (T == CLEAVE_TYPE_F16 || T == CLEAVE_TYPE_BF16)) {
-                /* 8 weights (16 bytes) a lane at a time: rows of whole 256s, 16-byte aligned */
-                for (size_t i = 8 * (size_t)lane; i < ne0; i += 256) {
+                /* 8 weights (16 bytes) a lane at a time: rows of whole
+                 * 256s, 16-byte aligned; MG_VU such loads of each matrix
+                 * issued before any is used, so a warp has a row's worth
+                 * in flight rather than one load's latency after another */
+                for (size_t i0 = 8 * (size_t)lane; i0 < ne0; i0 += 256 * MG_VU) {
+                    uint4 raw[MG_VU][M];
 #pragma unroll
-                    for (int u = 0; u < M; u++) {
-                        uint4 raw = *(const uint4 *)(r[u] + 2 * i);
-                        const uint16_t *h = (const uint16_t *)&raw;
-                        float wv[8];
+                    for (int q = 0; q < MG_VU; q++)
 #pragma unroll
-                        for (int t = 0; t < 8; t++)
-                            wv[t] = T == CLEAVE_TYPE_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[t]))
-                                                          : __half2float(__ushort_as_half(h[t]));
+                        for (int u = 0; u < M; u++)
+                            raw[q][u] = i0 + 256 * q < ne0 ? *(const uint4 *)(r[u] + 2 * (i0 + 256 * q))
+                                                            : make_uint4(0, 0, 0, 0);
 #pragma unroll
-                        for (int j = 0; j < MG_MT; j++) {
-                            if (j >= mt) break;
-                            const float *xr = xs + j * ld + mg_at((int)i);
-                            float s = 0.0f;
+                    for (int q = 0; q < MG_VU; q++) {
+                        const size_t i = i0 + 256 * q;
+                        if (i >= ne0) break;
 #pragma unroll
-                            for (int t = 0; t < 8; t++) s += wv[t] * xr[t];
-                            acc[u][j] += s;
+                        for (int u = 0; u < M; u++) {
+                            const uint16_t *h = (const uint16_t *)&raw[q][u];
+                            float wv[8];
+#pragma unroll
+                            for (int t = 0; t < 8; t++)
+                                wv[t] = T == CLEAVE_TYPE_BF16 ? __bfloat162float(__ushort_as_bfloat16(h[t]))
+                                                              : __half2float(__ushort_as_half(h[t]));
+#pragma unroll
+                            for (int j = 0; j < MG_MT; j++) {
+                                if (j >= mt) break;
+                                const float *xr = xs + j * ld + mg_at((int)i);
+                                float s = 0.0f;
+#pragma unroll
+                                for (int t = 0; t < 8; t++) s += wv[t] * xr[t];
+                                acc[u][j] += s;
+                            }
                         }
                     }
                 }
