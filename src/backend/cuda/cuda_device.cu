@@ -62,15 +62,20 @@ static void cuda_free(be_device *dev, void *p) {
 static const char *cuda_name(be_device *dev) { return cuda_dev(dev)->name; }
 
 /* Programmatic dependent launch for passes whose matmuls take the GEMVs
- * (one-token steps, the smallest batches) and for prompts, not for decode
- * batches of the int8 GEMM's sizes. Measured on an H200 (8B Q4_K_M,
- * CLEAVE_NO_PDL=1 against the default, one run): batched decode 2539
+ * (one-token steps, the smallest batches) and for passes of over 512
+ * tokens, not for those between. Measured on an H200 (CLEAVE_NO_PDL=1
+ * against the default, one run each): batched decode of 8B Q4_K_M 2539
  * against 2340 tok/s at 32 sequences and 1301 against 1265 at 8, while a
- * one-token step took 3.16 against 2.96 ms. Why is not established; those
- * steps' kernels have several waves of blocks, where dependents launched
- * early can hold multiprocessors that later blocks need. */
+ * one-token step took 3.16 against 2.96 ms; prompts in 512-token passes
+ * (pp4096, bench/moe-gpu-2026-12-03.md calls AE and AF) 11080 against
+ * 10452 for gpt-oss-20b, 13542 against 13216 for Qwen3-30B-A3B, level
+ * (21005 / 21019) for the dense 8B; in 2048-token passes within 1% either
+ * way. Why is not established; those passes' kernels have several waves
+ * of blocks, where dependents launched early can hold multiprocessors
+ * that later blocks need. */
+#define CUDA_PDL_OFF_MAX_N 512
 static void cuda_pass_begin(be_device *dev, size_t n_tokens) {
-    cuda_dev(dev)->pdl_off = n_tokens > cuda_gemvq_max_n() && n_tokens <= CUDA_MMQ_MAX_N;
+    cuda_dev(dev)->pdl_off = n_tokens > cuda_gemvq_max_n() && n_tokens <= CUDA_PDL_OFF_MAX_N;
 }
 
 static void cuda_mem_stats(be_device *dev, be_mem_stats *out) {
