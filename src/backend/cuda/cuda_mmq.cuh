@@ -10,8 +10,9 @@
  * quants, so a group's offsets and mins cost one multiply-add per output.
  * A block of MQ_WARPS warps owns MQ_TASK_ROWS rows over a range of
  * 256-weight chunks, each warp 32 of them (two tiles of 16) and all
- * tokens (up to 4 tiles of 8): per group, one mma.m16n8k32 (k16 for the
- * 16-weight groups) per tile of rows and tile of tokens, the int32 result
+ * tokens (up to 4 tiles of 8; MXFP4 experts of prompts up to 8,
+ * MQ_WIDE_NT): per group, one mma.m16n8k32 (k16 for the 16-weight
+ * groups) per tile of rows and tile of tokens, the int32 result
  * scaled into f32 accumulators. Each chunk's x is copied into shared
  * memory once for the block beside the weights, and x's fragments, read
  * from there, serve both of a warp's row tiles: read by each warp from
