@@ -1,10 +1,11 @@
 """Mixtures of experts on one H200: cleave against llama.cpp from the same
-calls of moe-gpu-2026-12-03.md (calls AH and AI unless named: AI ran on
-AH's machine right after it, with its llama.cpp build). Prints the table
-RESULTS.md holds and draws cleave / llama.cpp (its defaults) per test,
-for the tests both engines ran.
+calls of a raw results file (moe-gpu-2026-12-04.md: call AN for the
+quantized files, AM for bf16, unless named; a call named later replaces
+an earlier one's rows of the same model). Prints the table RESULTS.md holds
+and draws cleave / llama.cpp (its defaults) per test, for the tests both
+engines ran.
 
-    python3 bench/plot_moe.py bench/moe-gpu-2026-12-03.md bench/moe.png [CALL ...]
+    python3 bench/plot_moe.py bench/moe-gpu-2026-12-04.md bench/moe.png [CALL ...]
 """
 import re
 import sys
@@ -54,7 +55,7 @@ def parse(section):
 
 def main():
     text = open(sys.argv[1]).read()
-    calls = sys.argv[3:] or ["Call AH", "Call AI"]
+    calls = sys.argv[3:] or ["Call AN", "Call AM"]
     data = {}
     for call in calls:
         data.update(parse(call_section(text, call)))
@@ -79,7 +80,8 @@ def main():
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("cleave / llama.cpp (same machine, its defaults)")
-    ax.set_title("Mixtures of experts, one NVIDIA H200 (2026-12-03, %s)" % " + ".join(calls))
+    date = re.search(r"\d{4}-\d{2}-\d{2}", sys.argv[1])
+    ax.set_title("Mixtures of experts, one NVIDIA H200 (%s, %s)" % (date.group(0) if date else "", " + ".join(calls)))
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)

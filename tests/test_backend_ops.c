@@ -905,9 +905,11 @@ static void test_moe(void) {
         free(l), free(w), free(ids), free(rids), free(rw);
     }
     /* matmul_id: every weight type; a token's own row (gate, up) or a row
-     * per slot (down); batches across the decode kernels and the grouped
-     * prompt path */
-    static const size_t ns[] = {1, 3, 8, 33, 100};
+     * per slot (down); batches across the decode kernels (the GPU's bf16
+     * tensor-core form takes pairs 8, 16 or 32 to a reading of the rows:
+     * 12 and 33 tokens reach the latter two) and the grouped prompt path */
+    static const size_t ns[] = {1, 3, 8, 12, 33, 100};
+    const size_t n_ns = sizeof ns / sizeof *ns;
     for (int ti = 0; w_mm && ti < W_TYPES; ti++)
     for (int wide = 0; wide < 2; wide++) { /* rows of 160 (32-block types) and of 512 (16-byte loads of 16-bit rows) */
         cleave_type t = w_types[ti];
@@ -916,7 +918,7 @@ static void test_moe(void) {
         hmat h = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
         float *bias = xmalloc(ne * ne1 * 4);
         fill(bias, ne * ne1, 1.0f);
-        for (size_t ni = 0; ni < 5; ni++)
+        for (size_t ni = 0; ni < n_ns; ni++)
             for (size_t k = 1; k <= 3; k += 2)
                 for (int slots = 0; slots < 2; slots++)
                     check_matmul_id(t, &h, bias, ne0, ne1, ne, ns[ni], k, slots, false);
@@ -940,8 +942,17 @@ static void test_moe(void) {
         char *saved = option_set("CLEAVE_MOE_MMQ_MAX_N", "0");
         static const cleave_type no_mmq[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
         for (int ti = 0; ti < 4; ti++)
-            check_matmul_id_batches(no_mmq[ti], block_elems(no_mmq[ti]) == 256 ? 512 : 160, 48, 6, ns + 2, 3, 3, true);
+            check_matmul_id_batches(no_mmq[ti], block_elems(no_mmq[ti]) == 256 ? 512 : 160, 48, 6, ns + 2, n_ns - 2, 3,
+                                    true);
         option_restore("CLEAVE_MOE_MMQ_MAX_N", saved);
+    }
+    /* MXFP4 experts through the GPU's tensor-core decode kernel, which
+     * takes them only when asked (CLEAVE_MOE_MMA_MAX_N): batches of one
+     * and two pair tiles, rows of odd byte alignment (85-byte rows of 160) */
+    if (w_mm) {
+        char *saved = option_set("CLEAVE_MOE_MMA_MAX_N", "32");
+        check_matmul_id_batches(CLEAVE_TYPE_MXFP4, 160, 48, 6, ns + 2, 2, 3, true);
+        option_restore("CLEAVE_MOE_MMA_MAX_N", saved);
     }
     /* a batch whose x rows, as the GPU's per-pair GEMV holds them, outgrow
      * shared memory (8 tokens of 4096, 3 slots): quantized once into
@@ -974,7 +985,7 @@ static void test_moe(void) {
         hmat hg = hmat_make(t, ne1 * ne, ne0, 0, 1.0f), hu = hmat_make(t, ne1 * ne, ne0, 0, 1.0f);
         float *bg = xmalloc(ne * ne1 * 4), *bu = xmalloc(ne * ne1 * 4);
         fill(bg, ne * ne1, 1.0f), fill(bu, ne * ne1, 1.0f);
-        for (size_t ni = 0; ni < 5; ni++)
+        for (size_t ni = 0; ni < n_ns; ni++)
             for (int oai = 0; oai < 2; oai++) {
                 size_t n = ns[ni], k = oai ? 2 : 3;
                 float *x = xmalloc(n * ne0 * 4), *y = xmalloc(n * k * ne1 * 4);
@@ -997,8 +1008,14 @@ static void test_moe(void) {
                             ref[p * ne1 + r] = silu(g) * u;
                         }
                     }
-                for (int di = 0; di < n_devs; di++) {
-                    if (!BE_HAS(devs[di].d, moe) || !be_has_matmul_id_glu(devs[di].d)) continue;
+                /* MXFP4 batches past the per-pair GEMV a second time on
+                 * a GPU, through the tensor-core kernel asked for */
+                const bool mma_too = t == CLEAVE_TYPE_MXFP4 && n > 4 && n <= 32;
+                for (int dv = 0; dv < n_devs * (mma_too ? 2 : 1); dv++) {
+                    const int di = dv % n_devs, mma = dv >= n_devs;
+                    if (!BE_HAS(devs[di].d, moe) || !be_has_matmul_id_glu(devs[di].d) || (mma && !devs[di].lowp))
+                        continue;
+                    char *saved = mma ? option_set("CLEAVE_MOE_MMA_MAX_N", "32") : NULL;
                     cx c;
                     cx_init_w(&c, &devs[di], t);
                     be_mat mg = cx_mat(&c, &hg, false), mu = cx_mat(&c, &hu, false);
@@ -1008,10 +1025,11 @@ static void test_moe(void) {
                     int32_t *idd = cx_up(&c, ids, n * k * 4);
                     RUN(&c, BE(c.d, matmul_id_glu, &mg, &mu, bgd, bud, xd, n, k, idd, oai, 1.702f, 7.0f, yd));
                     char shape[96];
-                    snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s", n, k, ne, ne1, ne0,
-                             oai ? "clamped +bias" : "swiglu");
+                    snprintf(shape, sizeof shape, "n=%zu k=%zu of %zu %zux%zu %s%s", n, k, ne, ne1, ne0,
+                             oai ? "clamped +bias" : "swiglu", mma ? " (tensor-core decode)" : "");
                     finish_id(&c, y, yd, ref, n * k * ne1, "matmul_id_glu", shape, t,
                               2 * tol_id(&devs[di], t, n));
+                    if (mma) option_restore("CLEAVE_MOE_MMA_MAX_N", saved);
                 }
                 free(x), free(y), free(ids), free(ref);
             }

@@ -22,6 +22,9 @@
  *   CLEAVE_MOE_MMQ_MAX_N=N     moe_mmq_max_n: past that, the CUDA block-type experts of a batch of up
  *                              to N tokens through the int8 GEMM grouped on the device, larger
  *                              batches the other paths (0: never; unset, -1: every batch)
+ *   CLEAVE_MOE_MMA_MAX_N=N     moe_mma_max_n: past the per-pair GEMV, the CUDA MXFP4 experts of a
+ *                              batch of up to N tokens through the tensor-core kernel grouped on the
+ *                              device, larger batches the int8 GEMM (unset, -1, 0: never; slower)
  *   CLEAVE_NO_PDL=1            no_pdl: CUDA kernels launched without programmatic dependent launch
  *   CLEAVE_DECODE_ATTN=K       decode_attn: the CUDA decode attention kernel on f16/bf16 caches where
  *                              it applies: mma (tensor cores), vec (16-byte), gqa (8-byte); unset: auto
@@ -62,7 +65,7 @@ typedef struct cleave_env_options {
     int gemvq_pack; /* OPTIONS_PACK_* */
     int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
-    long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, moe_mmq_max_n, upload_threads, nccl_min_kb;
+    long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, moe_mmq_max_n, moe_mma_max_n, upload_threads, nccl_min_kb;
 } cleave_env_options;
 
 /* The switches, read from the environment on the first call. */

@@ -249,6 +249,14 @@ int main(void) {
      * attention, over 40 + 280 positions */
     const char *oss_small = tu_gen_model("small", "gpt-oss", CLEAVE_TYPE_F32, 7);
     if (oss_small) compare("small gpt-oss f32", oss_small, CLEAVE_TYPE_F16, 1e-2);
+    /* bf16 experts: the decode steps' tensor-core kernel (rows of whole
+     * 32s), one sequence and 12 recorded as graphs; bf16 tolerance as the
+     * dense bf16 models' (the prompt's GEMMs round activations to bf16) */
+    const char *moe_bf16 = tu_gen_model("small", "qwen3moe", CLEAVE_TYPE_BF16, 7);
+    if (moe_bf16) {
+        compare("small qwen3moe bf16", moe_bf16, CLEAVE_TYPE_F16, 2e-2);
+        compare_batch("small qwen3moe bf16", moe_bf16, 12, 20, 8, 1024, false, CLEAVE_TYPE_F16, 2e-2);
+    }
     /* batched decode: 12 sequences x 3 experts, recorded as graphs */
     const char *moe_tiny = tu_tiny_model("qwen3moe", CLEAVE_TYPE_F32);
     if (moe_tiny) compare_batch("tiny qwen3moe f32", moe_tiny, 12, 20, 8, 1024, false, CLEAVE_TYPE_F32, 1e-4);

@@ -5,13 +5,17 @@
  * matmul_id takes the first of these paths that fits:
  * - a batch of a few tokens: the block types' GEMV a (token, slot) pair
  *   at a time (cuda_gemvq_id, moe_by_pairs);
+ * - MXFP4 batches up to CLEAVE_MOE_MMA_MAX_N tokens (none unless set):
+ *   the tensor-core decode kernel that groups the pairs by expert itself
+ *   (cuda_moe_mma.cu);
  * - block types: the int8 tensor-core GEMM over the pairs grouped by
  *   expert on the device (cuda_mmq_id, moe_by_mmq);
  * - a decode step (up to ID_DEVICE_PAIRS (token, slot) pairs, and any
- *   step being recorded as a graph) of other types: the pairs grouped by
- *   expert on the device (k_moe_group) and one kernel whose blocks each
- *   take rows of one chosen expert for every pair that chose it, so each
- *   chosen expert's rows are read once and nothing waits for the host;
+ *   step being recorded as a graph) of other types: bf16 through that
+ *   tensor-core kernel, the rest grouped by expert on the device
+ *   (k_moe_group) and one kernel whose blocks each take rows of one
+ *   chosen expert for every pair that chose it; either way each chosen
+ *   expert's rows are read once and nothing waits for the host;
  * - a prompt of other types: its rows grouped on the host (the ids come
  *   back), gathered in expert order, each matrix one grouped GEMM over
  *   the chosen experts (or each expert an ordinary matmul), the outputs
@@ -101,8 +105,6 @@ __global__ void k_moe_group(const int32_t *ids, int P, int ne, moe_groups g) {
 /* x's value i of a staged row, one float of padding every 32 so lanes
  * reading 32-groups of their own hit distinct banks */
 static __device__ __forceinline__ int mg_at(int i) { return i + (i >> 5); }
-
-enum { MG_ACT_NONE, MG_ACT_SWIGLU, MG_ACT_OAI };
 
 /* Block (x, y): rows [MG_ROWS x, +MG_ROWS) of the y-th chosen expert, for
  * each pair that chose it, MG_MT pairs' inputs staged in shared memory
@@ -231,8 +233,10 @@ static cleave_status moe_gemv(cuda_device *d, const be_mat *w, const be_mat *wu,
                               const float *bias_u, const float *x, size_t x_slots, size_t n, size_t k,
                               const int32_t *ids, int act, float alpha, float limit, float *y) {
     size_t P = n * k, ne = w->ne2;
+    cleave_status st;
+    if (cuda_moe_mma(d, w, wu, bias, bias_u, x, x_slots, n, k, ids, act, alpha, limit, y, &st)) return st;
     void *buf;
-    cleave_status st = cuda_scratch(d, CUDA_SCRATCH_MOE, (2 * ne + 2 + P) * sizeof(int32_t), &buf);
+    st = cuda_scratch(d, CUDA_SCRATCH_MOE, (2 * ne + 2 + P) * sizeof(int32_t), &buf);
     if (st) return st;
     moe_groups g;
     g.off = (int32_t *)buf, g.active = g.off + ne + 1, g.n_active = g.active + ne, g.perm = g.n_active + 1;
@@ -466,6 +470,9 @@ cleave_status cuda_moe_matmul_id(be_device *dev, const be_mat *w, const float *b
     if (moe_by_pairs(n, w->type) &&
         cuda_gemvq_id(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, false, 0.0f, 0.0f, y, &st))
         return st;
+    if (w->type == CLEAVE_TYPE_MXFP4 &&
+        cuda_moe_mma(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, y, &st))
+        return st;
     if (moe_by_mmq(n) && cuda_mmq_id(d, &w, &bias, &y, 1, x, x_slots, n, k, ids, &st)) return st;
     if (d->recording || n * k <= ID_DEVICE_PAIRS)
         return moe_gemv<false>(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, y);
@@ -484,6 +491,9 @@ cleave_status cuda_moe_matmul_id_glu(be_device *dev, const be_mat *gate, const b
     if (!gate->ne1) return CLEAVE_OK;
     cleave_status st;
     if (moe_by_pairs(n, gate->type) && cuda_gemvq_id(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, oai, alpha, limit, y, &st))
+        return st;
+    if (gate->type == CLEAVE_TYPE_MXFP4 && cuda_moe_mma(d, gate, up, bias_g, bias_u, x, 1, n, k, ids,
+                                                        oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha, limit, y, &st))
         return st;
     const be_mat *w[2] = {gate, up};
     const float *b[2] = {bias_g, bias_u};

@@ -22,6 +22,21 @@ cleave_status cuda_moe_matmul_id_glu(be_device *d, const be_mat *gate, const be_
 
 #define ROUTE_MAX_EXPERTS 512 /* 16 logits a lane */
 
+/* What the grouped decode kernels apply to their output: nothing (one
+ * matrix), or gate and up's SwiGLU or gpt-oss's clamped form of it. */
+enum { MG_ACT_NONE, MG_ACT_SWIGLU, MG_ACT_OAI };
+
+/* bf16 and MXFP4 experts' decode on tensor cores (cuda_moe_mma.cu),
+ * grouping the n x k pairs of ids itself: y = x . w for every pair (wu:
+ * gate and up, y their activation act). *st set and true where it takes
+ * w (bf16 with rows of whole 32s and 16-byte aligned rows; MXFP4 in
+ * batches up to CLEAVE_MOE_MMA_MAX_N tokens, none unless set; x 16-byte
+ * aligned, up to 1024 tokens); false, nothing launched, where it does
+ * not. */
+bool cuda_moe_mma(cuda_device *d, const be_mat *w, const be_mat *wu, const float *bias, const float *bias_u,
+                  const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, int act, float alpha,
+                  float limit, float *y, cleave_status *st);
+
 /* A token's routing by one warp (every lane calls it): the k largest of
  * its ne logits in order (ties to the lower index), then their weights as
  * be_moe_ops.route defines them, into ids[k] and w[k]. The logits are
