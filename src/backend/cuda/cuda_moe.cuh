@@ -31,7 +31,7 @@ enum { MG_ACT_NONE, MG_ACT_SWIGLU, MG_ACT_OAI };
  * gate and up, y their activation act). *st set and true where it takes
  * w (bf16 with rows of whole 32s and 16-byte aligned rows; MXFP4 in
  * batches up to CLEAVE_MOE_MMA_MAX_N tokens, none unless set; x 16-byte
- * aligned, up to 1024 tokens); false, nothing launched, where it does
+ * aligned, up to 1024 pairs); false, nothing launched, where it does
  * not. */
 bool cuda_moe_mma(cuda_device *d, const be_mat *w, const be_mat *wu, const float *bias, const float *bias_u,
                   const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, int act, float alpha,

@@ -30,7 +30,7 @@
 #define MM_WARPS 4
 #define MM_U 4           /* 32-weight chunks of each row a lane has in flight */
 #define MM_NT_MAX 4      /* 8-pair tiles a block takes per reading of its rows */
-#define MM_PAIRS_MAX 1024 /* pairs an expert may have: batches up to as many tokens */
+#define MM_PAIRS_MAX 1024 /* (token, slot) pairs a launch takes: an expert's list holds at most all */
 
 /* A lane's share of one row's 32-weight chunk, as loaded. */
 template <int T> struct mm_chunk;
@@ -278,7 +278,7 @@ bool cuda_moe_mma(cuda_device *d, const be_mat *w, const be_mat *wu, const float
     long mx_max = options_get()->moe_mma_max_n;
     if (!bf16 && (mx_max <= 0 || n > (size_t)mx_max)) return false;
     if (w->ne0 % 32 || w->ne0 > (1u << 30) || w->ne1 > (1u << 30) || w->ne2 > ROUTE_MAX_EXPERTS ||
-        n > MM_PAIRS_MAX || n * k > (1u << 30) || w->scales || (uintptr_t)x % 16 ||
+        n * k > MM_PAIRS_MAX || w->scales || (uintptr_t)x % 16 ||
         (bf16 && (w->nb1 % 16 || w->nb2 % 16 || (uintptr_t)w->data % 16 || (wu && (uintptr_t)wu->data % 16))))
         return false;
     /* a pair tile per 8 tokens, up to MM_NT_MAX: an expert has at most one
