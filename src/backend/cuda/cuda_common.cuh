@@ -328,6 +328,11 @@ template <typename F> static inline bool cuda_dispatch(cleave_type t, F f) {
 /* SwiGLU of one gate and up value: silu(g) * u (expf: the SwiGLU kernels
  * and the batched GEMM's sum agree to the bit) */
 __device__ __forceinline__ float cuda_swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+/* gpt-oss's clamped SwiGLU of one gate and up value (expf as the CPU) */
+__device__ __forceinline__ float cuda_swiglu_oai(float g, float u, float alpha, float limit) {
+    float gc = fminf(g, limit), uc = fminf(fmaxf(u, -limit), limit);
+    return gc / (1.0f + expf(-alpha * gc)) * (uc + 1.0f);
+}
 __device__ __forceinline__ float cuda_warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

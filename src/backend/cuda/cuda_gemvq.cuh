@@ -315,9 +315,8 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
                     a += bias ? bias[bi] : 0.0f;
                     if (DUAL) {
                         au += j.bias_u ? j.bias_u[bi] : 0.0f;
-                        if (j.act == GQ_ACT_OAI) { /* gpt-oss's clamped SwiGLU, expf as the CPU */
-                            float gc = fminf(a, j.limit), uc = fminf(fmaxf(au, -j.limit), j.limit);
-                            a = gc / (1.0f + expf(-j.alpha * gc)) * (uc + 1.0f);
+                        if (j.act == GQ_ACT_OAI) {
+                            a = cuda_swiglu_oai(a, au, j.alpha, j.limit);
                         } else {
                             a = a / (1.0f + __expf(-a)) * au;
                         }

@@ -213,12 +213,7 @@ __global__ void __launch_bounds__(MG_WARPS * 32)
                 a += bias ? bias[(size_t)e * ne1 + row] : 0.0f;
                 if (DUAL) {
                     b += bias_u ? bias_u[(size_t)e * ne1 + row] : 0.0f;
-                    if (act == MG_ACT_OAI) {
-                        float gc = fminf(a, limit), uc = fminf(fmaxf(b, -limit), limit);
-                        a = gc / (1.0f + expf(-alpha * gc)) * (uc + 1.0f);
-                    } else {
-                        a = cuda_swiglu(a, b);
-                    }
+                    a = cuda_moe_act(a, b, act, alpha, limit);
                 }
                 y[(size_t)p * ne1 + row] = a;
             }
@@ -298,10 +293,8 @@ __global__ void k_scatter_rows(const float *yg, const int32_t *perm, size_t rows
 __global__ void k_swiglu_oai(const float *gate, const float *up, float *out, size_t n, float alpha, float limit) {
     cuda_pdl_wait();
     cuda_pdl_trigger();
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = fminf(gate[i], limit), u = fminf(fmaxf(up[i], -limit), limit);
-        out[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = cuda_swiglu_oai(gate[i], up[i], alpha, limit);
 }
 
 cleave_status cuda_moe_swiglu_oai(be_device *dev, const float *gate, const float *up, float *out, size_t n,

@@ -25,6 +25,10 @@ cleave_status cuda_moe_matmul_id_glu(be_device *d, const be_mat *gate, const be_
 /* What the grouped decode kernels apply to their output: nothing (one
  * matrix), or gate and up's SwiGLU or gpt-oss's clamped form of it. */
 enum { MG_ACT_NONE, MG_ACT_SWIGLU, MG_ACT_OAI };
+/* act (SwiGLU or the clamped form) of one gate and up value */
+__device__ __forceinline__ float cuda_moe_act(float g, float u, int act, float alpha, float limit) {
+    return act == MG_ACT_OAI ? cuda_swiglu_oai(g, u, alpha, limit) : cuda_swiglu(g, u);
+}
 
 /* bf16 and MXFP4 experts' decode on tensor cores (cuda_moe_mma.cu),
  * grouping the n x k pairs of ids itself: y = x . w for every pair (wu:

@@ -192,13 +192,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
             int j = p0 + 8 * t + gq;
             xr[t] = j < m ? x + (size_t)(x_slots == 1 ? pairs[j] / k : pairs[j]) * ne0 : NULL;
         }
-        float acc[M][NT][4];
-#pragma unroll
-        for (int u = 0; u < M; u++)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) acc[u][t][r] = 0.0f;
+        float acc[M][NT][4] = {};
         for (int c0 = c_begin; c0 < c_end; c0 += MM_U) {
             mm_chunk<T> ca[MM_U][M], cb[MM_U][M];
 #pragma unroll
@@ -250,12 +244,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32)
                 float a = s[0] + (bias ? bias[(size_t)e * ne1 + row] : 0.0f);
                 if (DUAL) {
                     float b = s[M - 1] + (bias_u ? bias_u[(size_t)e * ne1 + row] : 0.0f);
-                    if (act == MG_ACT_OAI) {
-                        float gc = fminf(a, limit), uc = fminf(fmaxf(b, -limit), limit);
-                        a = gc / (1.0f + expf(-alpha * gc)) * (uc + 1.0f);
-                    } else {
-                        a = cuda_swiglu(a, b);
-                    }
+                    a = cuda_moe_act(a, b, act, alpha, limit);
                 }
                 y[(size_t)pairs[j] * ne1 + row] = a;
             }
