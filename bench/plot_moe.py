@@ -1,5 +1,5 @@
 """Mixtures of experts on one H200: cleave against llama.cpp from the same
-calls of a raw results file (moe-gpu-2026-12-04.md: call AN for the
+calls of a raw results file (moe-gpu-2026-12-04.md: call AR for the
 quantized files, AM for bf16, unless named; a call named later replaces
 an earlier one's rows of the same model). Prints the table RESULTS.md holds
 and draws cleave / llama.cpp (its defaults) per test, for the tests both
@@ -55,7 +55,7 @@ def parse(section):
 
 def main():
     text = open(sys.argv[1]).read()
-    calls = sys.argv[3:] or ["Call AN", "Call AM"]
+    calls = sys.argv[3:] or ["Call AR", "Call AM"]
     data = {}
     for call in calls:
         data.update(parse(call_section(text, call)))

@@ -784,7 +784,7 @@ static void rand_ids(int32_t *ids, size_t n, size_t ne, size_t k) {
  * block type past the per-pair GEMV. */
 static double tol_id(const tdev *td, cleave_type t, size_t n) {
     long per_pair = options_get()->moe_gemvq_max_n;
-    if (per_pair < 0) per_pair = t == CLEAVE_TYPE_MXFP4 ? 4 : 2; /* cuda_moe.cu's moe_by_pairs */
+    if (per_pair < 0) per_pair = t == CLEAVE_TYPE_MXFP4 ? 2 : 1; /* cuda_moe.cu's moe_by_pairs */
     if (td->lowp && is_qtype(t) && n > (size_t)per_pair) return 2e-2 * opt.tol_scale;
     return tol_mm_n(td, t, 1);
 }
@@ -939,11 +939,12 @@ static void test_moe(void) {
      * int8 GEMM: the decode form's grouped GEMV and the prompt's host
      * grouping */
     if (w_mm) {
-        char *saved = option_set("CLEAVE_MOE_MMQ_MAX_N", "0");
+        char *saved = option_set("CLEAVE_MOE_MMQ_MAX_N", "0"), *saved_group = option_set("CLEAVE_MOE_GROUP_MAX_N", "0");
         static const cleave_type no_mmq[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
         for (int ti = 0; ti < 4; ti++)
             check_matmul_id_batches(no_mmq[ti], block_elems(no_mmq[ti]) == 256 ? 512 : 160, 48, 6, ns + 2, n_ns - 2, 3,
                                     true);
+        option_restore("CLEAVE_MOE_GROUP_MAX_N", saved_group);
         option_restore("CLEAVE_MOE_MMQ_MAX_N", saved);
     }
     /* MXFP4 experts through the GPU's tensor-core decode kernel, which
@@ -956,12 +957,26 @@ static void test_moe(void) {
     }
     /* a batch whose x rows, as the GPU's per-pair GEMV holds them, outgrow
      * shared memory (8 tokens of 4096, 3 slots): quantized once into
-     * global memory instead; the per-pair GEMV asked for up to 8 tokens */
-    if (w_mm) {
-        char *saved = option_set("CLEAVE_MOE_GEMVQ_MAX_N", "8");
+     * global memory instead; the per-pair GEMV asked for up to 8 tokens,
+     * then the grouped one (per pair never) */
+    for (int grouped = 0; w_mm && grouped < 2; grouped++) {
+        char *saved = option_set("CLEAVE_MOE_GEMVQ_MAX_N", grouped ? "0" : "8");
+        char *saved_group = option_set("CLEAVE_MOE_GROUP_MAX_N", grouped ? "8" : "0");
         static const cleave_type big_x[] = {CLEAVE_TYPE_Q4_0, CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4};
         static const size_t ns_big[] = {8};
         for (int ti = 0; ti < 4; ti++) check_matmul_id_batches(big_x[ti], 4096, 32, 4, ns_big, 1, 3, false);
+        option_restore("CLEAVE_MOE_GROUP_MAX_N", saved_group);
+        option_restore("CLEAVE_MOE_GEMVQ_MAX_N", saved);
+    }
+    /* every batch size through the grouped GEMV (per pair never), single
+     * tokens included (slots of one pair), up to its 256 pairs */
+    if (w_mm) {
+        char *saved = option_set("CLEAVE_MOE_GEMVQ_MAX_N", "0"), *saved_group = option_set("CLEAVE_MOE_GROUP_MAX_N", "100");
+        static const cleave_type grp[] = {CLEAVE_TYPE_Q4_K, CLEAVE_TYPE_Q6_K, CLEAVE_TYPE_MXFP4, CLEAVE_TYPE_Q4_0};
+        static const size_t ns_grp[] = {1, 2, 5, 40};
+        for (int ti = 0; ti < 4; ti++)
+            check_matmul_id_batches(grp[ti], block_elems(grp[ti]) == 256 ? 512 : 160, 48, 6, ns_grp, 4, 3, true);
+        option_restore("CLEAVE_MOE_GROUP_MAX_N", saved_group);
         option_restore("CLEAVE_MOE_GEMVQ_MAX_N", saved);
     }
     /* a prompt's experts of over 96 pairs each, which the GPU's int8 GEMM

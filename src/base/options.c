@@ -54,6 +54,7 @@ void options_reload(void) {
     opts.gemv_max_n = number("CLEAVE_GEMV_MAX_N", 0);
     opts.gemvq_max_n = number("CLEAVE_GEMVQ_MAX_N", 0);
     opts.moe_gemvq_max_n = number("CLEAVE_MOE_GEMVQ_MAX_N", -1);
+    opts.moe_group_max_n = number("CLEAVE_MOE_GROUP_MAX_N", -1);
     opts.moe_mmq_max_n = number("CLEAVE_MOE_MMQ_MAX_N", -1);
     opts.moe_mma_max_n = number("CLEAVE_MOE_MMA_MAX_N", -1);
     opts.upload_threads = number("CLEAVE_UPLOAD_THREADS", -1);

@@ -19,6 +19,9 @@
  *   CLEAVE_MOE_GEMVQ_MAX_N=N   moe_gemvq_max_n: the CUDA experts of a batch of up to N tokens through
  *                              the block types' GEMV a (token, expert) pair at a time, larger
  *                              batches grouped by expert (0: never; unset, -1: per weight type)
+ *   CLEAVE_MOE_GROUP_MAX_N=N   moe_group_max_n: past that, the CUDA block-type experts of a batch of
+ *                              up to N tokens through the same GEMV with the pairs that share an
+ *                              expert taking its rows together (0: never; unset, -1: 4)
  *   CLEAVE_MOE_MMQ_MAX_N=N     moe_mmq_max_n: past that, the CUDA block-type experts of a batch of up
  *                              to N tokens through the int8 GEMM grouped on the device, larger
  *                              batches the other paths (0: never; unset, -1: every batch)
@@ -65,7 +68,8 @@ typedef struct cleave_env_options {
     int gemvq_pack; /* OPTIONS_PACK_* */
     int decode_attn; /* OPTIONS_ATTN_* */
     size_t host_budget_mib;
-    long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, moe_mmq_max_n, moe_mma_max_n, upload_threads, nccl_min_kb;
+    long gemv_max_n, gemvq_max_n, moe_gemvq_max_n, moe_group_max_n, moe_mmq_max_n, moe_mma_max_n;
+    long upload_threads, nccl_min_kb;
 } cleave_env_options;
 
 /* The switches, read from the environment on the first call. */

@@ -121,9 +121,10 @@ bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *g, const be_mat *u, const f
 
 
 bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const float *bias, const float *bias_u,
-                   const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, bool oai, float alpha,
-                   float limit, float *y, cleave_status *st) {
+                   const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, bool group, bool oai,
+                   float alpha, float limit, float *y, cleave_status *st) {
     const gq_ops *ops = gq_ops_of(w->type);
+    if (group && w->ne2 > GQ_GROUP_MAX_EXPERTS) return false;
     const size_t ne0 = w->ne0, pairs = n * k, n_x = x_slots == 1 ? n : pairs;
     const bool dual = wu != NULL;
     if (!ops || !ne0 || ne0 % cuda_qk(w->type) || (uintptr_t)x % 16 || !gq_takes(ops, w, ne0) ||
@@ -147,6 +148,7 @@ bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const floa
     j.n_expert = w->ne2;
     j.id_k = (int)k;
     j.n_pairs = (int)pairs;
+    j.group = group;
     j.x_per_pair = x_slots != 1;
     j.n_x = (int)n_x;
     j.bias_u = bias_u;

@@ -19,6 +19,13 @@
  * a decode step reads only the chosen experts' rows, each as the dense
  * rows stream; the x rows of every pair sit in shared memory at once.
  *
+ * Experts grouped (gq_job.group, a batch of several tokens): each chosen
+ * expert's pairs in slots of up to GQ_GROUP_N, found by every block from
+ * the ids at its start; a unit is rows of one slot, each lane's blocks
+ * dotted with the x rows of all the slot's pairs, so an expert that two
+ * or four pairs chose is read once, not per pair (per pair, gpt-oss-20b's
+ * 8 sequences read 32 experts' rows a layer where 20 were chosen).
+ *
  * Narrow rows (at most half a round: Qwen3-30B-A3B's experts' down rows
  * of 768 are 3 of a Q4_K round's 16 super-blocks) stream packed
  * (gq_job.pack): a unit is then up to pack consecutive rows, which GGUF
@@ -46,6 +53,8 @@
  * (n = 1: few registers, little x) some took two and others none, and the
  * launch ran at half speed (n = 2 was faster than n = 1 on an H200). */
 #define GQ_SMEM_ONE (116u << 10)
+#define GQ_GROUP_N 4                /* experts grouped: pairs a slot (a unit's x rows) at most */
+#define GQ_GROUP_MAX_EXPERTS 512    /* ... and experts a matrix at most (their counts in shared memory) */
 
 struct gq_job {
     const uint8_t *w[GEMV_MAX_SEG];
@@ -64,6 +73,7 @@ struct gq_job {
     const int32_t *ids;
     size_t nb2, n_expert;
     int id_k, x_per_pair, n_x, n_pairs; /* n_pairs: ids (at most GQ_ID_MAX_PAIRS) */
+    bool group;                    /* experts: units are rows of slots of pairs that share an expert */
     void *gx;                      /* experts: x quantized in global memory (else in shared) */
     const float *bias_u;           /* DUAL: up's bias */
     int act;                       /* DUAL: GQ_ACT_* */
@@ -100,9 +110,12 @@ GQ_HD size_t gq_xq_bytes(int n, size_t ne0) { return gq_al16((size_t)n * ne0 * 2
 template <int T> GQ_HD size_t gq_x_bytes(int n, size_t ne0) {
     return gq_xq_bytes(n, ne0) + gq_al16((size_t)n * gq_meta_words<gq<T>>(ne0) * 4);
 }
-template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0, bool ids = false) {
+/* experts grouped: the ids, each expert's pair count and first slot, the slots */
+#define GQ_GROUP_CNT (GQ_GROUP_MAX_EXPERTS + 4) /* a count per expert and the total, 16-byte aligned */
+constexpr size_t GQ_GROUP_BYTES = GQ_ID_MAX_PAIRS * 4 + GQ_GROUP_CNT * 8 + GQ_ID_MAX_PAIRS * 16;
+template <int T, bool DUAL> static size_t gq_smem_bytes(int n, size_t ne0, bool ids = false, bool group = false) {
     return gq_x_bytes<T>(n, ne0) + (size_t)GQ_WARPS * gq_stages<T, DUAL>() * gq_part_bytes<T>() * (DUAL ? 2 : 1) +
-           (ids ? GQ_ID_MAX_PAIRS * 4 : 0);
+           (group ? GQ_GROUP_BYTES : ids ? GQ_ID_MAX_PAIRS * 4 : 0);
 }
 
 /* Where a warp is in its stream of rounds: unit (row, or gate/up pair),
@@ -113,10 +126,78 @@ struct gq_cursor {
     const uint8_t *w, *wu;
     size_t e, pair, xr; /* experts: the unit's expert, pair and x row (else 0) */
     bool ok;            /* experts: the id is one */
+    /* grouped: the slot's pairs (m of them) and their x rows, a byte each */
+    uint32_t pp, xp;
+    int m;
 };
-template <bool DUAL, bool PACK>
-__device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t units, const int32_t *ids) {
+
+/* Experts grouped: every block finds the same slots from the ids (so a
+ * unit names the same rows in every block): each expert's pairs in the
+ * order of their index, GQ_GROUP_N to a slot, the experts in order; slot
+ * s is {expert | pairs << 16, pair indices, x rows} (a byte each; at most
+ * GQ_ID_MAX_PAIRS = 256 pairs). Returns the slots' count. */
+__device__ __forceinline__ uint32_t gq_group(const gq_job &j, uint8_t *area, const uint4 *&slots_out) {
+    int32_t *sids = (int32_t *)area;
+    uint32_t *cnt = (uint32_t *)(sids + GQ_ID_MAX_PAIRS), *first = cnt + GQ_GROUP_CNT;
+    uint4 *slots = (uint4 *)(first + GQ_GROUP_CNT);
+    const int P = j.n_pairs, NE = (int)j.n_expert, tid = threadIdx.x, nth = blockDim.x;
+    for (int i = tid; i < NE; i += nth)
+        cnt[i] = 0;
+    for (int i = tid; i < P; i += nth)
+        sids[i] = j.ids[i];
+    __syncthreads();
+    for (int i = tid; i < P; i += nth)
+        if (sids[i] >= 0 && sids[i] < NE) atomicAdd(&cnt[sids[i]], 1u);
+    __syncthreads();
+    if (tid < 32) { /* the slots' starts: a scan of each expert's slot count, 16 experts a lane */
+        const int per = (NE + 31) / 32, e0 = tid * per;
+        uint32_t own = 0;
+        for (int q = 0; q < per && e0 + q < NE; q++)
+            own += (cnt[e0 + q] + GQ_GROUP_N - 1) / GQ_GROUP_N;
+        uint32_t incl = own;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+            if (tid >= o) incl += v;
+        }
+        uint32_t at = incl - own;
+        for (int q = 0; q < per && e0 + q < NE; q++) {
+            first[e0 + q] = at;
+            at += (cnt[e0 + q] + GQ_GROUP_N - 1) / GQ_GROUP_N;
+        }
+        if (tid == 31) first[GQ_GROUP_MAX_EXPERTS] = incl;
+    }
+    __syncthreads();
+    for (int i = tid; i < P; i += nth) {
+        const int e = sids[i];
+        if (e < 0 || e >= NE) continue;
+        uint32_t rank = 0; /* the pairs of e before i: each block counts alike */
+        for (int q = 0; q < i; q++)
+            rank += sids[q] == e;
+        const uint32_t s = first[e] + rank / GQ_GROUP_N, b = rank % GQ_GROUP_N;
+        if (!b) slots[s].x = (uint32_t)e | min(cnt[e] - rank, (uint32_t)GQ_GROUP_N) << 16;
+        ((uint8_t *)&slots[s].y)[b] = (uint8_t)i;
+        ((uint8_t *)&slots[s].z)[b] = (uint8_t)(j.x_per_pair ? i : i / j.id_k);
+    }
+    __syncthreads();
+    slots_out = slots;
+    return first[GQ_GROUP_MAX_EXPERTS];
+}
+template <bool DUAL, bool PACK, bool G>
+__device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t units, const int32_t *ids,
+                                          const uint4 *slots) {
     if (c.unit >= units) return;
+    if constexpr (G) { /* 32-bit divisions: cuda_gemvq_id keeps the units below 2^32 */
+        const uint32_t g = (uint32_t)j.groups[0], unit = (uint32_t)c.unit, s = unit / g;
+        c.row = (size_t)(unit - s * g) * (size_t)(PACK ? j.pack : 1);
+        if (PACK) c.nr = (int)min((size_t)j.pack, j.rows[0] - c.row);
+        const uint4 sl = slots[s];
+        c.seg = 0, c.ok = true, c.pair = 0, c.xr = 0;
+        c.e = sl.x & 0xffffu, c.m = (int)(sl.x >> 16), c.pp = sl.y, c.xp = sl.z;
+        c.w = j.w[0] + c.e * j.nb2 + c.row * j.nb1[0];
+        c.wu = DUAL ? j.w_up + c.e * j.nb2 + c.row * j.nb1[0] : NULL;
+        return;
+    }
     if (j.ids) {
         if constexpr (PACK) { /* 32-bit divisions: cuda_gemvq_id keeps the units below 2^32 */
             const uint32_t g = (uint32_t)j.groups[0], unit = (uint32_t)c.unit, pair = unit / g;
@@ -146,13 +227,13 @@ __device__ __forceinline__ void gq_locate(const gq_job &j, gq_cursor &c, size_t 
     c.wu = DUAL ? j.w_up + c.row * j.nb1[0] : NULL;
 }
 /* on to the next round: the unit's next, or the warp's next unit's first */
-template <bool DUAL, bool PACK>
+template <bool DUAL, bool PACK, bool G>
 __device__ __forceinline__ bool gq_advance(const gq_job &j, gq_cursor &c, size_t rounds,
-                                           size_t stride, size_t units, const int32_t *ids) {
+                                           size_t stride, size_t units, const int32_t *ids, const uint4 *slots) {
     if (++c.r < rounds) return false;
     c.r = 0;
     c.unit += stride;
-    gq_locate<DUAL, PACK>(j, c, units, ids);
+    gq_locate<DUAL, PACK, G>(j, c, units, ids, slots);
     return true;
 }
 
@@ -197,8 +278,9 @@ template <int T> __global__ void k_gq_quant_x(const float *x, size_t n8, size_t 
 }
 
 /* PACK: j.pack > 1 (units of several rows, one round each), a kernel of
- * its own so that the unpacked rounds carry none of its work */
-template <int T, int N, bool DUAL, bool PACK>
+ * its own so that the unpacked rounds carry none of its work. G: experts
+ * grouped (j.group; N = GQ_GROUP_N, a slot's pairs in place of tokens). */
+template <int T, int N, bool DUAL, bool PACK, bool G>
 __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     using F = gq<T>;
     constexpr int S = gq_stages<T, DUAL>();
@@ -207,7 +289,8 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
     cuda_pdl_trigger();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t ne0 = j.ne0, nblk = ne0 / F::QK, rounds = PACK ? 1 : (nblk + F::GB - 1) / F::GB;
-    const size_t units = j.units, stride = (size_t)gridDim.x * GQ_WARPS;
+    size_t units = j.units;
+    const size_t stride = (size_t)gridDim.x * GQ_WARPS;
     const int nx = gq_smem_x_rows<N>(j);
     const size_t xb = gq_x_bytes<T>(nx, ne0);
     const uint32_t ring = (uint32_t)(xb + (size_t)warp * S * SB); /* this warp's stages */
@@ -218,9 +301,12 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
      * that locating a unit is no global load in the prefetch's chain (the
      * unpacked kernel read them so: gpt-oss's experts 1.5% slower) */
     const int32_t *ids = j.ids;
+    const uint4 *slots = NULL;
     if (j.ids) {
         cuda_pdl_wait();
-        if constexpr (PACK) {
+        if constexpr (G) {
+            units = (size_t)gq_group(j, gq_smem + xb + (size_t)GQ_WARPS * S * SB, slots) * j.groups[0];
+        } else if constexpr (PACK) {
             int32_t *sids = (int32_t *)(gq_smem + xb + (size_t)GQ_WARPS * S * SB);
             for (int i = threadIdx.x; i < j.n_pairs; i += blockDim.x)
                 sids[i] = j.ids[i];
@@ -229,8 +315,8 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
         }
     }
     /* prefetch: the round at cursor p into stage st (a group either way) */
-    gq_cursor p = {(size_t)blockIdx.x * GQ_WARPS + warp, 0, 0, 0, 1, NULL, NULL, 0, 0, 0, true};
-    gq_locate<DUAL, PACK>(j, p, units, ids);
+    gq_cursor p = {(size_t)blockIdx.x * GQ_WARPS + warp, 0, 0, 0, 1, NULL, NULL, 0, 0, 0, true, 0, 0, 1};
+    gq_locate<DUAL, PACK, G>(j, p, units, ids, slots);
     gq_cursor c = p; /* consume */
     auto issue = [&](int st) {
         if (p.unit < units) {
@@ -244,7 +330,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
                 for (uint32_t v = lane; v < n16; v += 32)
                     cuda_cp16(ring_s + (uint32_t)st * SB + m * PB + 16 * v, a + 16 * v);
             }
-            gq_advance<DUAL, PACK>(j, p, rounds, stride, units, ids);
+            gq_advance<DUAL, PACK, G>(j, p, rounds, stride, units, ids, slots);
         }
         cuda_cp_commit();
     };
@@ -295,21 +381,33 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
 #pragma unroll
             for (int m = 0; m < M; m++)
                 F::load(gq_smem, at + m * PB, part, r[m]);
-            const gq_x xv = {xq + c.xr * ne0, meta + c.xr * mw, ne0}; /* the unit's x (experts) */
-            gq_dot<F, N, M>(r, xv, kb * F::LPB + part, acc[PACK ? u : 0]);
+            if constexpr (G) { /* the slot's pairs' x rows */
+#pragma unroll
+                for (int t = 0; t < N; t++) {
+                    if (t >= c.m) break;
+                    const size_t xr = (c.xp >> (8 * t)) & 0xffu;
+                    gq_dot_row<F, N, M>(r, xq + xr * ne0, meta + xr * mw, kb * F::LPB + part, acc[PACK ? u : 0],
+                                        t);
+                }
+            } else {
+                const gq_x xv = {xq + c.xr * ne0, meta + c.xr * mw, ne0}; /* the unit's x (experts) */
+                gq_dot<F, N, M>(r, xv, kb * F::LPB + part, acc[PACK ? u : 0]);
+            }
             rowu[PACK ? u : 0] = rp;
         }
         if (c.r + 1 == rounds) {
             for (int rp = 0; rp < (PACK ? c.nr : 1); rp++)
 #pragma unroll
                 for (int t = 0; t < N; t++) {
+                    if (G && t >= c.m) break;
                     float s = 0.0f, su = 0.0f;
 #pragma unroll
                     for (int u = 0; u < UA; u++)
                         if (rowu[u] == rp) s += acc[u][0][t], su += acc[u][M - 1][t];
                     float a = cuda_warp_sum(s), au = DUAL ? cuda_warp_sum(su) : 0.0f;
                     if (lane || !c.ok) continue;
-                    const size_t rows = j.rows[c.seg], yr = j.ids ? c.pair : (size_t)t,
+                    const size_t rows = j.rows[c.seg],
+                                 yr = G ? (c.pp >> (8 * t)) & 0xffu : j.ids ? c.pair : (size_t)t,
                                  row = c.row + (size_t)rp, bi = c.e * rows + row;
                     const float *bias = j.bias[c.seg];
                     a += bias ? bias[bi] : 0.0f;
@@ -331,7 +429,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32, 1) k_gemvq(gq_job j) {
                     for (int t = 0; t < N; t++)
                         acc[u][m][t] = 0.0f;
         }
-        gq_advance<DUAL, PACK>(j, c, rounds, stride, units, ids);
+        gq_advance<DUAL, PACK, G>(j, c, rounds, stride, units, ids, slots);
     }
     cuda_cp_wait<0>(); /* nothing left in flight at exit */
 }
@@ -378,18 +476,24 @@ template <int T> static void gq_pack(const cuda_device *d, gq_job &j, bool dual,
     gq_set_pack(j, dual, 1);
 }
 
-template <int T, int N, bool DUAL, bool PACK> static cudaError_t gq_launch_k(cuda_device *d, const gq_job &j) {
-    size_t smem = gq_smem_bytes<T, DUAL>(gq_smem_x_rows<N>(j), j.ne0, j.ids != NULL);
+template <int T, int N, bool DUAL, bool PACK, bool G = false>
+static cudaError_t gq_launch_k(cuda_device *d, const gq_job &j) {
+    size_t smem = gq_smem_bytes<T, DUAL>(gq_smem_x_rows<N>(j), j.ne0, j.ids != NULL, G);
     if (smem < GQ_SMEM_ONE) smem = GQ_SMEM_ONE;
     static size_t raised[CUDA_MAX_ORDINALS]; /* per instantiation and GPU */
-    cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL, PACK>, smem, raised);
+    cudaError_t e = cuda_allow_smem(d, (const void *)k_gemvq<T, N, DUAL, PACK, G>, smem, raised);
     if (e != cudaSuccess) return e;
+    /* grouped: j.units counts a slot a pair, the most there can be */
     size_t warps = gq_warps(d, j.units), blocks = (warps + GQ_WARPS - 1) / GQ_WARPS;
-    return cuda_launch(d, k_gemvq<T, N, DUAL, PACK>, dim3((unsigned)blocks), dim3(GQ_WARPS * 32), smem, j);
+    return cuda_launch(d, k_gemvq<T, N, DUAL, PACK, G>, dim3((unsigned)blocks), dim3(GQ_WARPS * 32), smem, j);
 }
 template <int T, int N, bool DUAL> static cudaError_t gq_launch_n(cuda_device *d, const gq_job &j) {
-    if constexpr (N == 1)
+    if constexpr (N == 1) {
+        if (j.group)
+            return j.pack > 1 ? gq_launch_k<T, GQ_GROUP_N, DUAL, true, true>(d, j)
+                              : gq_launch_k<T, GQ_GROUP_N, DUAL, false, true>(d, j);
         if (j.pack > 1) return gq_launch_k<T, 1, DUAL, true>(d, j);
+    }
     return gq_launch_k<T, N, DUAL, false>(d, j);
 }
 
@@ -441,7 +545,8 @@ template <int T> static cudaError_t gq_run(cuda_device *d, const gq_job &job, si
     return dual ? gq_launch_all<T, true>(d, j, n) : gq_launch_all<T, false>(d, j, n);
 }
 template <int T> static bool gq_fits_x(int n_x, size_t ne0, bool dual) {
-    return (dual ? gq_smem_bytes<T, true>(n_x, ne0, true) : gq_smem_bytes<T, false>(n_x, ne0, true)) <= GQ_SMEM_MAX;
+    return (dual ? gq_smem_bytes<T, true>(n_x, ne0, true, true) : gq_smem_bytes<T, false>(n_x, ne0, true, true)) <=
+           GQ_SMEM_MAX;
 }
 /* x_bytes (j.gx NULL): the global x that gq_run_id will need, else 0 */
 template <int T> static size_t gq_gx_bytes(const gq_job &j, bool dual) {

@@ -466,56 +466,62 @@ GQ_HD void gq_put_x(int16_t *xq, uint32_t *meta, size_t ne0, size_t t, size_t i0
     }
 }
 
+/* acc[m][t] += row m's unit u . the x row at xq (its unit metadata at
+ * meta), for M rows of one unit */
+template <class F, int N, int M>
+GQ_HD void gq_dot_row(const typename F::row (&r)[M], const int16_t *xq, const uint32_t *meta, size_t u,
+                      float (&acc)[M][N], int t) {
+    constexpr int C = F::C, NS = F::NS, MW = 2 * NS;
+    const int sw = gq_swz<F::LW>(u);
+    const uint4 *xc = (const uint4 *)(xq + u * F::LW);
+    const uint32_t *mp = meta + u * MW;
+    uint32_t mt[MW];
+    if constexpr (MW == 2) {
+        const uint2 v = *(const uint2 *)mp;
+        mt[0] = v.x, mt[1] = v.y;
+    } else {
+        GQ_UNROLL
+        for (int k = 0; k < MW / 4; k++) {
+            const uint4 v = ((const uint4 *)mp)[k];
+            mt[4 * k] = v.x, mt[4 * k + 1] = v.y, mt[4 * k + 2] = v.z, mt[4 * k + 3] = v.w;
+        }
+    }
+    int S[M][NS];
+    GQ_UNROLL
+    for (int m = 0; m < M; m++)
+        GQ_UNROLL
+    for (int s = 0; s < NS; s++)
+        S[m][s] = 0;
+    GQ_UNROLL
+    for (int c = 0; c < C; c++) {
+        const uint4 v = xc[c ^ sw];
+        const int sl = F::sub_lo(c), sh = F::sub_hi(c);
+        GQ_UNROLL
+        for (int m = 0; m < M; m++) {
+            S[m][sl] = gq_dp2a_lo(v.x, r[m].lo[c], S[m][sl]);
+            S[m][sl] = gq_dp2a_hi(v.y, r[m].lo[c], S[m][sl]);
+            S[m][sh] = gq_dp2a_lo(v.z, r[m].hi[c], S[m][sh]);
+            S[m][sh] = gq_dp2a_hi(v.w, r[m].hi[c], S[m][sh]);
+        }
+    }
+    GQ_UNROLL
+    for (int m = 0; m < M; m++) {
+        float a = 0.0f;
+        GQ_UNROLL
+        for (int s = 0; s < NS; s++) {
+            int X = (int)mt[NS + s];
+            a += gq_f32(mt[s]) * (r[m].a[s] * (float)(S[m][s] - F::ZERO * X) + r[m].b[s] * (float)X);
+        }
+        acc[m][t] += a;
+    }
+}
+
 /* acc[m][t] += row m's unit u . token t's x, for M rows of one unit */
 template <class F, int N, int M>
 GQ_HD void gq_dot(const typename F::row (&r)[M], const gq_x &x, size_t u, float (&acc)[M][N]) {
-    constexpr int C = F::C, NS = F::NS, MW = 2 * NS;
-    const int sw = gq_swz<F::LW>(u);
     GQ_UNROLL
-    for (int t = 0; t < N; t++) {
-        const uint4 *xc = (const uint4 *)(x.xq + (size_t)t * x.ne0 + u * F::LW);
-        const uint32_t *mp = x.meta + (size_t)t * gq_meta_words<F>(x.ne0) + u * MW;
-        uint32_t mt[MW];
-        if constexpr (MW == 2) {
-            const uint2 v = *(const uint2 *)mp;
-            mt[0] = v.x, mt[1] = v.y;
-        } else {
-            GQ_UNROLL
-            for (int k = 0; k < MW / 4; k++) {
-                const uint4 v = ((const uint4 *)mp)[k];
-                mt[4 * k] = v.x, mt[4 * k + 1] = v.y, mt[4 * k + 2] = v.z, mt[4 * k + 3] = v.w;
-            }
-        }
-        int S[M][NS];
-        GQ_UNROLL
-        for (int m = 0; m < M; m++)
-            GQ_UNROLL
-        for (int s = 0; s < NS; s++)
-            S[m][s] = 0;
-        GQ_UNROLL
-        for (int c = 0; c < C; c++) {
-            const uint4 v = xc[c ^ sw];
-            const int sl = F::sub_lo(c), sh = F::sub_hi(c);
-            GQ_UNROLL
-            for (int m = 0; m < M; m++) {
-                S[m][sl] = gq_dp2a_lo(v.x, r[m].lo[c], S[m][sl]);
-                S[m][sl] = gq_dp2a_hi(v.y, r[m].lo[c], S[m][sl]);
-                S[m][sh] = gq_dp2a_lo(v.z, r[m].hi[c], S[m][sh]);
-                S[m][sh] = gq_dp2a_hi(v.w, r[m].hi[c], S[m][sh]);
-            }
-        }
-        GQ_UNROLL
-        for (int m = 0; m < M; m++) {
-            float a = 0.0f;
-            GQ_UNROLL
-            for (int s = 0; s < NS; s++) {
-                int X = (int)mt[NS + s];
-                a += gq_f32(mt[s]) *
-                     (r[m].a[s] * (float)(S[m][s] - F::ZERO * X) + r[m].b[s] * (float)X);
-            }
-            acc[m][t] += a;
-        }
-    }
+    for (int t = 0; t < N; t++)
+        gq_dot_row<F, N, M>(r, x.xq + (size_t)t * x.ne0, x.meta + (size_t)t * gq_meta_words<F>(x.ne0), u, acc, t);
 }
 
 #endif

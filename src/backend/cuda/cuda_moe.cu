@@ -5,6 +5,9 @@
  * matmul_id takes the first of these paths that fits:
  * - a batch of a few tokens: the block types' GEMV a (token, slot) pair
  *   at a time (cuda_gemvq_id, moe_by_pairs);
+ * - a few more: the same GEMV with the pairs grouped by expert, each
+ *   chosen expert's rows read once for up to 4 of its pairs
+ *   (moe_by_group; after the next path where that is asked for);
  * - MXFP4 batches up to CLEAVE_MOE_MMA_MAX_N tokens (none unless set):
  *   the tensor-core decode kernel that groups the pairs by expert itself
  *   (cuda_moe_mma.cu);
@@ -430,11 +433,29 @@ static cleave_status matmul_id_grouped(be_device *dev, const be_mat *const *w, c
  * pair in one call, the GEMM in a later one, bench/moe-gpu-2026-12-03.md
  * calls M and Q): Qwen3-30B-A3B Q4_K_M 2 tokens 412 / 337, 4: 530 / 580,
  * so Q4_K and the other block types per pair up to 2 tokens; gpt-oss-20b
- * MXFP4 2: 528 / 269, 4: 494 / 375, 8: 680 / 701 (one call), so MXFP4 per
- * pair up to 4. CLEAVE_MOE_GEMVQ_MAX_N overrides both. */
+ * MXFP4 2: 528 / 269, 4: 494 / 375, 8: 680 / 701 (one call). Then the
+ * grouped form below took 3 and 4 tokens from it, Q4_K's 2 too (call AP:
+ * -npp 128 -ntg 32, two rounds each): so one token per pair, MXFP4 up to
+ * 2. CLEAVE_MOE_GEMVQ_MAX_N overrides both. */
 static bool moe_by_pairs(size_t n, cleave_type t) {
     long max = options_get()->moe_gemvq_max_n;
-    if (max < 0) max = t == CLEAVE_TYPE_MXFP4 ? 4 : 2;
+    if (max < 0) max = t == CLEAVE_TYPE_MXFP4 ? 2 : 1;
+    return max > 0 && n <= (size_t)max;
+}
+
+/* Past that, the same GEMV with each expert's pairs grouped (up to 4 a
+ * unit), so a chosen expert's rows are read once for the pairs that
+ * chose it: batches of up to CLEAVE_MOE_GROUP_MAX_N tokens, 4 unless set.
+ * Measured on an H200 (call AP, tokens/s of generation, grouped / per
+ * pair or int8 GEMM): Qwen3-30B-A3B Q4_K_M 2 tokens 512 / 461-497 (per
+ * pair), 4: 722 / 506-522 (GEMM), 8: 951-977 / 1110-1126 (GEMM), 16:
+ * 1248-1292 / 1766-1803; gpt-oss-20b MXFP4 4: 660-668 / 623-631 (per
+ * pair), 8: 802-822 / 843-856 (GEMM), 16: 1041-1080 / 1156-1288. Past 4
+ * tokens the GEMM wins: these GEMVs are bound by their per-pair work
+ * (decoding and dotting each block), not by the bytes grouping saves. */
+static bool moe_by_group(size_t n) {
+    long max = options_get()->moe_group_max_n;
+    if (max < 0) max = 4;
     return max > 0 && n <= (size_t)max;
 }
 
@@ -461,10 +482,13 @@ cleave_status cuda_moe_matmul_id(be_device *dev, const be_mat *w, const float *b
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul_id: rows of %zu", w->ne0);
     cleave_status st;
     if (moe_by_pairs(n, w->type) &&
-        cuda_gemvq_id(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, false, 0.0f, 0.0f, y, &st))
+        cuda_gemvq_id(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, false, false, 0.0f, 0.0f, y, &st))
         return st;
     if (w->type == CLEAVE_TYPE_MXFP4 &&
         cuda_moe_mma(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, MG_ACT_NONE, 0.0f, 0.0f, y, &st))
+        return st;
+    if (moe_by_group(n) &&
+        cuda_gemvq_id(d, w, NULL, bias, NULL, x, x_slots, n, k, ids, true, false, 0.0f, 0.0f, y, &st))
         return st;
     if (moe_by_mmq(n) && cuda_mmq_id(d, &w, &bias, &y, 1, x, x_slots, n, k, ids, &st)) return st;
     if (d->recording || n * k <= ID_DEVICE_PAIRS)
@@ -483,10 +507,14 @@ cleave_status cuda_moe_matmul_id_glu(be_device *dev, const be_mat *gate, const b
         return err_set(CLEAVE_ERR_INVALID_ARG, "matmul_id_glu: gate and up differ in type or shape");
     if (!gate->ne1) return CLEAVE_OK;
     cleave_status st;
-    if (moe_by_pairs(n, gate->type) && cuda_gemvq_id(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, oai, alpha, limit, y, &st))
+    if (moe_by_pairs(n, gate->type) &&
+        cuda_gemvq_id(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, false, oai, alpha, limit, y, &st))
         return st;
     if (gate->type == CLEAVE_TYPE_MXFP4 && cuda_moe_mma(d, gate, up, bias_g, bias_u, x, 1, n, k, ids,
                                                         oai ? MG_ACT_OAI : MG_ACT_SWIGLU, alpha, limit, y, &st))
+        return st;
+    if (moe_by_group(n) &&
+        cuda_gemvq_id(d, gate, up, bias_g, bias_u, x, 1, n, k, ids, true, oai, alpha, limit, y, &st))
         return st;
     const be_mat *w[2] = {gate, up};
     const float *b[2] = {bias_g, bias_u};

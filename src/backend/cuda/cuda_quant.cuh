@@ -295,11 +295,13 @@ bool cuda_gemvq_swiglu(cuda_device *d, const be_mat *gate, const be_mat *up, con
  * fused gate/up of matmul_id_glu: SwiGLU or gpt-oss's clamped one): each
  * (token, slot) pair's rows of its expert ids[pair] of w (ne2 experts,
  * nb2 apart), x a row per token (x_slots 1) or per pair (x_slots k),
- * biases per expert; false (nothing launched) where the type, layout or
- * the x rows of the batch do not fit it. */
+ * biases per expert; group: the pairs that share an expert take its rows
+ * together (at most GQ_GROUP_MAX_EXPERTS experts), else a pair at a time;
+ * false (nothing launched) where the type, layout or the x rows of the
+ * batch do not fit it. */
 bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const float *bias, const float *bias_u,
-                   const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, bool oai, float alpha,
-                   float limit, float *y, cleave_status *st);
+                   const float *x, size_t x_slots, size_t n, size_t k, const int32_t *ids, bool group, bool oai,
+                   float alpha, float limit, float *y, cleave_status *st);
 /* The batched GEMM (cuda_mmq.cu): y[s] = x . w[s]^T (+ bias[s]) for
  * `count` (at most 3) matrices of one type and width, in one launch, for
  * batches of up to CUDA_MMQ_MAX_N; false (nothing launched) when their
