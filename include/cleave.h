@@ -113,6 +113,16 @@ cleave_status cleave_tokenize(const cleave_model *model, const char *text, size_
  * cleave_tokenize. */
 cleave_status cleave_tokenize_ex(const cleave_model *model, const char *text, size_t len, bool add_special,
                                  bool parse_special, int32_t *tokens, size_t cap, size_t *n_out);
+/* A prompt's BOS: where the vocabulary's metadata asks for it
+ * (tokenizer.ggml.add_bos_token; false when a BPE vocabulary leaves it
+ * out, as llama.cpp reads it), always, or never. */
+typedef enum { CLEAVE_BOS_AUTO = 0, CLEAVE_BOS_ALWAYS, CLEAVE_BOS_NEVER } cleave_bos;
+/* A prompt's tokens, BOS as `bos` says (with AUTO also EOS where the
+ * metadata asks, as llama.cpp's tools tokenize); parse_special as in
+ * cleave_tokenize_ex. What `cleave run` and `cleave serve` feed the model
+ * (their --bos / --no-bos). Same contract as cleave_tokenize. */
+cleave_status cleave_tokenize_prompt(const cleave_model *model, const char *text, size_t len, cleave_bos bos,
+                                     bool parse_special, int32_t *tokens, size_t cap, size_t *n_out);
 /* Text of one token for streaming output; prev is the token before it (-1 at
  * the start) so a leading space after BOS is dropped as SentencePiece does.
  * Writes up to cap bytes (no terminator) and sets *n_out. */

@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-scripts/build.sh build
+# the CUDA backend only where a GPU is: compiling its sources takes minutes
+# on a small machine (the tests, scripts/test.sh, still compile them)
+cuda=OFF
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then cuda=AUTO; fi
+scripts/build.sh build -DCLEAVE_CUDA=$cuda
 models=${CLEAVE_MODELS:-../shared/models}
 mkdir -p build/models
 if [ -f "$models/stories260K.bin" ] && [ -f "$models/tok512.bin" ]; then

@@ -2,6 +2,9 @@
 # Installs what building and testing cleave needs on Debian 12 (as root).
 # Quiet and quick when everything is already there.
 set -euo pipefail
+# another apt (an unattended upgrade) may hold the lock: wait for it up to
+# 10 minutes instead of failing and building without a part
+apt_wait=(-o DPkg::Lock::Timeout=600)
 need=()
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v make >/dev/null 2>&1 || need+=(make)
@@ -13,8 +16,8 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}"
+  apt-get "${apt_wait[@]}" update -qq
+  apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends "${need[@]}"
 fi
 # Optional libraries: each missing one is installed when we are root on a
 # Debian-like system; the build works without it, losing one feature.
@@ -22,7 +25,8 @@ optional() { # header package feature
   [ -f "$1" ] && return 0
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$2"; } && return 0
+    { apt-get "${apt_wait[@]}" update -qq && apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends "$2"; } &&
+      return 0
   fi
   echo "cleave: could not install $2; building without $3" >&2
 }
@@ -36,7 +40,8 @@ optional /usr/include/microhttpd.h libmicrohttpd-dev "the server (cleave serve)"
 if ! python3 -c 'import numpy, gguf' >/dev/null 2>&1; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 python3-numpy python3-pip &&
+    { apt-get "${apt_wait[@]}" update -qq &&
+      apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends python3 python3-numpy python3-pip &&
       pip3 install -q --break-system-packages gguf; } ||
       echo "cleave: could not install python3-numpy and gguf; the quantization tests will fail" >&2
   else

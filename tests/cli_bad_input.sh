@@ -38,6 +38,18 @@ expect_error "prompt longer than context" "$cli" run -m "$tmp/good.gguf" -c 64 -
 expect_error "bad flag value" "$cli" run -m "$tmp/good.gguf" -n many
 expect_error "unknown flag" "$cli" run -m "$tmp/good.gguf" --frobnicate
 expect_error "unknown command" "$cli" frobnicate
+# the server's key from a file: missing, empty, or beside --api-key
+: >"$tmp/empty.key"
+expect_error "--api-key-file missing" "$cli" serve -m "$tmp/good.gguf" --api-key-file "$tmp/no.key"
+expect_error "--api-key-file empty" "$cli" serve -m "$tmp/good.gguf" --api-key-file "$tmp/empty.key"
+# empty lists said nothing and exited 2
+expect_error "logits --tokens ''" "$cli" logits -m "$tmp/good.gguf" --tokens "" -o "$tmp/l.f32"
+expect_error "batched-bench -npl ''" "$cli" batched-bench -m "$tmp/good.gguf" -npl ""
+expect_error "batched-bench -npl ','" "$cli" batched-bench -m "$tmp/good.gguf" -npl ","
+# a FIFO as the model or the prompt file is refused at once (it waited for a writer)
+mkfifo "$tmp/pipe" 2>/dev/null || true
+expect_error "a FIFO as the model" timeout 60 "$cli" run -m "$tmp/pipe" -p hi -n 1
+expect_error "a FIFO as the prompt file" timeout 60 "$cli" run -m "$tmp/good.gguf" -f "$tmp/pipe" -n 1
 expect_error "bad llama2c checkpoint" "$cli" convert --from llama2c "$tmp/good.gguf" "$tmp/good.gguf" -o "$tmp/x.gguf"
 expect_error "unknown preset" "$cli" gen --preset 3b -o "$tmp/x.gguf"
 expect_error "unknown device" "$cli" run -m "$tmp/good.gguf" -p hi -n 4 --device tpu:0

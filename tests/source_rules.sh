@@ -7,7 +7,9 @@
 #   struct of switches);
 # - nothing outside src/backend/ looks into a device's tables: calls go
 #   through the be_* wrappers and be_has (tests may build a device's
-#   tables themselves).
+#   tables themselves);
+# - user-given paths are opened for reading through base/file (a FIFO or
+#   device is refused instead of waited on).
 # usage: source_rules.sh SOURCE_DIR
 set -uo pipefail
 cd "$1"
@@ -29,4 +31,7 @@ rule "getenv outside src/base/options.c" \
      grep -v '^src/base/options\.c:')"
 rule "device tables read outside src/backend/ (use be_* and be_has)" \
   "$(grep -rn --include='*.c' --include='*.h' --include='*.cu' -e '->ops->' src tools bench | grep -v '^src/backend/')"
+rule "files opened for reading outside src/base/file.c (use file_open_read: a FIFO would hang)" \
+  "$(grep -rnE 'fopen\s*\([^;]*"r|\bopen\s*\([^;]*O_RDONLY' src tools --include='*.c' |
+     grep -v '^src/base/file\.c:' | grep -v '"/proc/')"
 exit $fail

@@ -1,6 +1,8 @@
 /* The llama2.c import: the converted GGUF must hold exactly the checkpoint's
  * float32 tensors (read back through our GGUF reader and compared byte for
  * byte with the .bin), and the tokenizer's pieces and scores. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,28 @@ static void same(const gguf_file *g, const char *name, const float *w, size_t at
               name, t->type, (unsigned long long)t->n_elems);
     if (t->n_elems == count)
         CHECK_MSG(memcmp(t->data, w + at, count * 4) == 0, "%s differs from the checkpoint", name);
+}
+
+/* Headers whose vocabulary size is out of range, INT_MIN among them (its
+ * abs() was undefined: a sanitizer build stopped without a message), are
+ * refused as no llama2.c checkpoint, naming the size. */
+static void bad_vocab_sizes(const unsigned char *raw, size_t n, const char *tok) {
+    static const int32_t sizes[] = {INT32_MIN, -(1 << 23), 1 << 23, 0};
+    const char *path = tu_tmp("bad_vocab.bin"), *out = tu_tmp("bad_vocab.gguf");
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        unsigned char *copy = malloc(n);
+        memcpy(copy, raw, n);
+        memcpy(copy + 5 * 4, &sizes[i], 4); /* the header's sixth int32: vocab_size */
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(copy, 1, n, f) == n);
+        if (f) fclose(f);
+        free(copy);
+        cleave_status st = cleave_convert_llama2c(path, tok, out);
+        char want[64];
+        snprintf(want, sizeof want, "vocab=%d", sizes[i]);
+        CHECK_MSG(st == CLEAVE_ERR_FORMAT && strstr(cleave_last_error(), want), "vocab_size %d: %d %s", sizes[i],
+                  (int)st, cleave_last_error());
+    }
 }
 
 int main(void) {
@@ -90,6 +114,7 @@ int main(void) {
         p += 8 + len;
     }
     gguf_close(g);
+    bad_vocab_sizes(raw, n, tok);
     free(raw);
     free(traw);
     return tu_finish("test_convert_llama2c");

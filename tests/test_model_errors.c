@@ -2,8 +2,12 @@
  * the right status, never crash. Corrupt files are made by patching bytes
  * of a valid generated model. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -33,6 +37,12 @@ static size_t tensor_info(const blob *b, const char *name) {
     memcpy(key + 8, name, len);
     unsigned char *hit = memmem(b->data, b->size, key, 8 + len);
     return hit ? (size_t)(hit - b->data) + 8 + len : 0;
+}
+
+/* Byte offset of a metadata key's value (past its name and type). */
+static size_t key_value(const blob *b, const char *name) {
+    size_t off = tensor_info(b, name); /* keys are GGUF strings as tensor names are */
+    return off ? off + 4 : 0;
 }
 
 /* Loads a patched copy and checks status and that the message mentions `needle`. */
@@ -78,10 +88,55 @@ static void expert_files(void) {
     free(b.data);
 }
 
+/* A FIFO (or a directory) where a file is read: the model, an importer's
+ * input, a saved state, a rates file. Each is refused at once, naming
+ * what it is: a FIFO opened for reading used to wait for a writer forever
+ * (ctest's timeout then ended the test). */
+static void not_files(const char *good) {
+    const char *fifo = tu_tmp("not_a_file.fifo"), *dir = tu_tmp("not_a_file.dir");
+    unlink(fifo);
+    if (mkfifo(fifo, 0600) != 0 || (mkdir(dir, 0700) != 0 && errno != EEXIST)) {
+        CHECK(!"a FIFO and a directory to read");
+        return;
+    }
+    const char *paths[2] = {fifo, dir}, *kinds[2] = {"a FIFO", "a directory"};
+    for (int i = 0; i < 2; i++) {
+        cleave_model *m = NULL;
+        cleave_status st = cleave_model_load(paths[i], NULL, &m);
+        CHECK_MSG(st == CLEAVE_ERR_IO && strstr(cleave_last_error(), kinds[i]), "model from %s: %s %s", kinds[i],
+                  cleave_status_name(st), cleave_last_error());
+        cleave_model_free(m);
+        st = cleave_convert_llama2c(paths[i], paths[i], tu_tmp("not_a_file.gguf"));
+        CHECK_MSG(st == CLEAVE_ERR_IO && strstr(cleave_last_error(), kinds[i]), "llama2.c import from %s: %s %s",
+                  kinds[i], cleave_status_name(st), cleave_last_error());
+        cleave_psm_decision d;
+        st = cleave_psm_decide(paths[i], 64, 8, 0.02, &d);
+        CHECK_MSG(st == CLEAVE_ERR_IO && strstr(cleave_last_error(), kinds[i]), "rates from %s: %s %s", kinds[i],
+                  cleave_status_name(st), cleave_last_error());
+    }
+    cleave_model *m = NULL;
+    cleave_context *ctx = NULL;
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = 16;
+    cp.n_threads = 1;
+    if (!cleave_model_load(good, NULL, &m) && !cleave_context_new(m, &cp, &ctx)) {
+        cleave_status st = cleave_state_seq_load_file(ctx, 0, fifo, NULL);
+        CHECK_MSG(st == CLEAVE_ERR_IO && strstr(cleave_last_error(), "a FIFO"), "state from a FIFO: %s %s",
+                  cleave_status_name(st), cleave_last_error());
+    } else {
+        CHECK(!"a context to restore into");
+    }
+    cleave_context_free(ctx);
+    cleave_model_free(m);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void) {
     expert_files();
     const char *good = tu_tiny_model("llama", CLEAVE_TYPE_F32);
     if (!good) return tu_finish("test_model_errors");
+    not_files(good);
     blob b = load(good);
     CHECK(b.size > 1000);
     unsigned char *orig = malloc(b.size);
@@ -140,6 +195,39 @@ int main(void) {
     memcpy(b.data + at + 4 + 8 * n_dims, &q8_1, 4);
     expect("unsupported-type", &b, CLEAVE_ERR_UNSUPPORTED, "'blk.0.attn_k.weight' has type q8_1");
     RESET();
+
+    /* Non-finite float hyperparameters are refused by name (inf ran as garbage) */
+    const float inf = INFINITY, nan_v = NAN;
+    at = key_value(&b, "llama.rope.freq_base");
+    CHECK(at != 0);
+    memcpy(b.data + at, &inf, 4);
+    expect("rope-base-inf", &b, CLEAVE_ERR_FORMAT, "llama.rope.freq_base is inf, not a finite number");
+    RESET();
+    at = key_value(&b, "llama.attention.layer_norm_rms_epsilon");
+    CHECK(at != 0);
+    memcpy(b.data + at, &nan_v, 4);
+    expect("norm-eps-nan", &b, CLEAVE_ERR_FORMAT, "layer_norm_rms_epsilon is nan");
+    RESET();
+    /* context_length 0: it loads, and a context without a size says why
+     * there is no default (it said "the smallest context (0) must be 1..0") */
+    at = key_value(&b, "llama.context_length");
+    CHECK(at != 0);
+    memset(b.data + at, 0, 4);
+    const char *ctx0 = save("context-length-0", b.data, b.size);
+    RESET();
+    CHECK_OK(cleave_model_load(ctx0, NULL, &m));
+    if (m) {
+        cleave_context *c0 = NULL;
+        CHECK(cleave_context_new(m, NULL, &c0) == CLEAVE_ERR_INVALID_ARG);
+        CHECK_MSG(strstr(cleave_last_error(), "llama.context_length is 0") && strstr(cleave_last_error(), "-c N"),
+                  "context_length 0: %s", cleave_last_error());
+        cleave_context_params c0p = cleave_context_default_params();
+        c0p.n_ctx = 16; /* a size given: it runs */
+        CHECK_OK(cleave_context_new(m, &c0p, &c0));
+        cleave_context_free(c0);
+        cleave_model_free(m);
+        m = NULL;
+    }
 
     /* A tokenizer cleave cannot run (BPE for now): the model still loads and
      * runs on token ids; text in or out is a clear error. */

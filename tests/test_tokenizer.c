@@ -477,8 +477,47 @@ static void test_oom(void) {
     gguf_close(f);
 }
 
+/* A prompt's BOS follows the vocabulary's metadata unless forced: GPT-2's
+ * BPE vocabulary has a BOS id but no add_bos_token (so none, as llama.cpp),
+ * llama's SentencePiece one says true. `cleave run` added BOS to every
+ * prompt of a vocabulary that has one. */
+static void test_prompt_bos(void) {
+    static const struct {
+        const char *file;
+        bool adds;
+    } vocabs[] = {{"vocab/ggml-vocab-gpt-2.gguf", false}, {"vocab/ggml-vocab-llama-spm.gguf", true}};
+    for (size_t v = 0; v < sizeof vocabs / sizeof *vocabs; v++) {
+        const char *path = tu_shared(vocabs[v].file);
+        if (!path) continue;
+        cleave_model_params mp = cleave_model_default_params();
+        mp.vocab_only = true;
+        cleave_model *m = NULL;
+        cleave_status st = cleave_model_load(path, &mp, &m);
+        if (st == CLEAVE_ERR_UNSUPPORTED) { /* a BPE vocabulary in a build without PCRE2 */
+            fprintf(stderr, "note: %s: %s\n", vocabs[v].file, cleave_last_error());
+            continue;
+        }
+        CHECK_OK(st);
+        if (!m) continue;
+        const int32_t bos = cleave_token_bos(m);
+        CHECK(bos >= 0);
+        int32_t ids[32];
+        size_t n = 0, plain = 0;
+        CHECK_OK(cleave_tokenize_prompt(m, "Hello world", 11, CLEAVE_BOS_NEVER, false, ids, 32, &plain));
+        CHECK(plain > 0 && ids[0] != bos);
+        CHECK_OK(cleave_tokenize_prompt(m, "Hello world", 11, CLEAVE_BOS_AUTO, false, ids, 32, &n));
+        CHECK_MSG(n == plain + (vocabs[v].adds ? 1 : 0) && (ids[0] == bos) == vocabs[v].adds,
+                  "%s: as its metadata says: %zu tokens, first %d", vocabs[v].file, n, ids[0]);
+        CHECK_OK(cleave_tokenize_prompt(m, "Hello world", 11, CLEAVE_BOS_ALWAYS, false, ids, 32, &n));
+        CHECK_MSG(n == plain + 1 && ids[0] == bos, "%s: --bos", vocabs[v].file);
+        CHECK(cleave_tokenize_prompt(m, "x", 1, (cleave_bos)7, false, ids, 32, &n) == CLEAVE_ERR_INVALID_ARG);
+        cleave_model_free(m);
+    }
+}
+
 int main(void) {
     test_tiny();
+    test_prompt_bos();
     test_bad_vocabs();
     test_oom();
     test_llama_spm(); /* last: skips (exit 77) when the shared files are absent */

@@ -149,6 +149,10 @@ static cleave_status resolve(const cleave_model *model, cleave_context_params *p
     if (p->kv_vram_cells < CLEAVE_KV_VRAM_AUTO)
         return err_set(CLEAVE_ERR_INVALID_ARG, "KV cells in device memory: %lld is not a count (or ALL, AUTO)",
                        (long long)p->kv_vram_cells);
+    if (!p->n_ctx && !model->hp.n_ctx_train)
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "the model's %s.context_length is 0, so there is no default context: give one (-c N)",
+                       model->hp.arch_name);
     uint32_t n_ctx = p->n_ctx ? p->n_ctx : model->hp.n_ctx_train;
     if (!p->n_ctx && n_ctx > 4096) n_ctx = 4096;
     /* attention is full: a sliding-window model runs exactly only within one window */

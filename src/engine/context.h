@@ -47,6 +47,8 @@ placement_env engine_env(struct cleave_context *c, const cleave_context_params *
 void engine_unpin_logits(struct cleave_context *c);
 /* Room for rows x n_vocab host logits, page-locked where a device can. */
 cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows);
+/* Room for one row of logits (engine_keep_logits_row then cannot fail). */
+cleave_status engine_reserve_logits_row(struct cleave_context *c);
 /* The logits of the last decode become this one row (a restored state's). */
 cleave_status engine_keep_logits_row(struct cleave_context *c, const float *row);
 

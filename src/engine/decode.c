@@ -38,12 +38,17 @@ cleave_status engine_reserve_logits(struct cleave_context *c, size_t rows) {
     return CLEAVE_OK;
 }
 
-cleave_status engine_keep_logits_row(struct cleave_context *c, const float *row) {
+cleave_status engine_reserve_logits_row(struct cleave_context *c) {
     TRY(engine_reserve_logits(c, 1));
     if (!c->row_of_cap) {
         if (!(c->row_of = mem_alloc(sizeof *c->row_of, "logits rows"))) return CLEAVE_ERR_OOM;
         c->row_of_cap = 1;
     }
+    return CLEAVE_OK;
+}
+
+cleave_status engine_keep_logits_row(struct cleave_context *c, const float *row) {
+    TRY(engine_reserve_logits_row(c));
     memcpy(c->logits, row, (size_t)c->model->hp.n_vocab * sizeof *row);
     c->row_of[0] = 0, c->logits_rows = 1, c->last_n = 1;
     return CLEAVE_OK;

@@ -23,6 +23,7 @@
 #include "base/mem.h"
 #include "quant/quant.h"
 #include "plan/reshard.h"
+#include "base/file.h"
 
 #ifdef CLEAVE_WITH_XXHASH
 #define XXH_INLINE_ALL
@@ -345,7 +346,9 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
     size_t conv_bytes = block_to[0] > block_to[1] ? block_to[0] : block_to[1];
     char *conv = convert ? mem_alloc(conv_bytes + 1, "state conversion") : NULL;
     float *row = convert ? mem_alloc((size_t)hp->head_dim * sizeof *row, "state row") : NULL;
-    if (!cells || (convert && (!conv || !row))) {
+    /* the saved logits' room too: once the old cells go, nothing may fail
+     * but the devices (it returned OK with the logits lost) */
+    if (!cells || (convert && (!conv || !row)) || ((h.flags & STATE_LOGITS) && engine_reserve_logits_row(c))) {
         free(old), free(cells), free(conv), free(row);
         return CLEAVE_ERR_OOM;
     }
@@ -383,7 +386,7 @@ cleave_status cleave_state_seq_set(cleave_context *c, int32_t seq, const void *b
         if (!kv_cells_of_seq(kv, seq, &now, &n_now)) kv_cells_release(kv, now, n_now), free(now);
         err_wrap(st, "state: restoring sequence %d", seq);
     } else if (logits) {
-        engine_keep_logits_row(c, logits); /* without room the sequence is still restored, its logits not */
+        st = engine_keep_logits_row(c, logits); /* its room is reserved above: cannot fail */
     }
 out:
     free(old), free(cells), free(conv), free(row);
@@ -417,8 +420,9 @@ cleave_status cleave_state_seq_save_file(cleave_context *c, int32_t seq, const i
 
 static cleave_status file_read(const char *path, void **buf, size_t *n) {
     *buf = NULL, *n = 0;
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    if (!f) return err_set(CLEAVE_ERR_IO, "state: cannot open %s", path ? path : "(null)");
+    FILE *f;
+    cleave_status opened = file_fopen_read(path, &f);
+    if (opened) return err_wrap(opened, "state");
     long len = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
     cleave_status st = CLEAVE_OK;
     if (len < 0 || fseek(f, 0, SEEK_SET)) st = err_set(CLEAVE_ERR_IO, "state: cannot read %s", path);

@@ -18,6 +18,7 @@
 #include "base/mem.h"
 #include "model.h"
 #include "vocab/tokenizer.h"
+#include "base/file.h"
 
 typedef struct {
     int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;
@@ -31,8 +32,9 @@ typedef struct {
 static cleave_status map_file(const char *path, mapped_file *m) {
     m->data = NULL;
     m->size = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return err_set(CLEAVE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    cleave_status opened = file_open_read(path, &fd);
+    if (opened) return opened;
     struct stat sb;
     if (fstat(fd, &sb) != 0 || sb.st_size <= 0) {
         close(fd);
@@ -144,9 +146,16 @@ static cleave_status add_tensor(gguf_writer *w, const char *name, const float *d
                                   NULL);
 }
 
+/* The vocabulary's size: its sign only says whether the classifier is
+ * shared (positive) or stored. abs() of INT_MIN is undefined, so the
+ * magnitude comes through 64 bits. */
+static uint64_t vocab_count(const l2c_config *c) {
+    return c->vocab_size < 0 ? (uint64_t)(-(int64_t)c->vocab_size) : (uint64_t)c->vocab_size;
+}
+
 static cleave_status add_tensors(gguf_writer *w, const l2c_config *c, const float *p, bool shared) {
     const uint64_t D = (uint64_t)c->dim, H = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers,
-                   V = (uint64_t)abs(c->vocab_size), hs = D / (uint64_t)c->n_heads,
+                   V = vocab_count(c), hs = D / (uint64_t)c->n_heads,
                    KV = (uint64_t)c->n_kv_heads * hs;
     const float *emb = p;
     p += V * D;
@@ -193,14 +202,14 @@ static cleave_status check_config(const char *path, const l2c_config *c, size_t 
     if (c->dim <= 0 || c->dim > 65536 || c->hidden_dim <= 0 || c->hidden_dim > 1 << 20 ||
         c->n_layers <= 0 || c->n_layers > 1024 || c->n_heads <= 0 || c->dim % c->n_heads ||
         c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads || c->vocab_size == 0 ||
-        abs(c->vocab_size) > 1 << 22 || c->seq_len <= 0 || c->seq_len > 1 << 22)
+        vocab_count(c) > 1 << 22 || c->seq_len <= 0 || c->seq_len > 1 << 22)
         return err_set(CLEAVE_ERR_FORMAT,
                        "%s: not a llama2.c checkpoint (header dim=%d hidden=%d layers=%d "
                        "heads=%d kv_heads=%d vocab=%d seq_len=%d)",
                        path, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads,
                        c->vocab_size, c->seq_len);
     uint64_t D = (uint64_t)c->dim, H = (uint64_t)c->hidden_dim, L = (uint64_t)c->n_layers,
-             V = (uint64_t)abs(c->vocab_size), KV = (uint64_t)c->n_kv_heads * (D / (uint64_t)c->n_heads);
+             V = vocab_count(c), KV = (uint64_t)c->n_kv_heads * (D / (uint64_t)c->n_heads);
     uint64_t floats = V * D + L * (2 * D + 2 * D * D + 2 * D * KV + 3 * D * H) + D +
                       (uint64_t)c->seq_len * (D / (uint64_t)c->n_heads);
     *shared = c->vocab_size > 0;
@@ -232,7 +241,7 @@ cleave_status cleave_convert_llama2c(const char *model_bin, const char *tokenize
     }
     memcpy(&c, mf.data, sizeof c);
     if ((st = check_config(model_bin, &c, mf.size, &shared))) goto out;
-    size_t n_vocab = (size_t)abs(c.vocab_size);
+    size_t n_vocab = (size_t)vocab_count(&c);
     if ((st = read_vocab(tokenizer_bin, n_vocab, &voc))) goto out;
     if ((st = gguf_writer_new(&w))) goto out;
     uint32_t hs = (uint32_t)(c.dim / c.n_heads);

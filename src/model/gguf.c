@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/mem.h"
 #include "quant/quant.h"
+#include "base/file.h"
 
 /* Every message starts with the file's path (or the writer's name). */
 static cleave_status vferr(const char *path, cleave_status st, const char *fmt, va_list ap) {
@@ -256,8 +257,9 @@ static cleave_status rd_tensor(rd *r, size_t i) {
 }
 
 static cleave_status map_file(gguf_file *f) {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ferr(f->path, CLEAVE_ERR_IO, "cannot open: %s", strerror(errno));
+    int fd;
+    cleave_status opened = file_open_read(f->path, &fd); /* a FIFO or device: refused, not waited on */
+    if (opened) return opened;
     struct stat sb;
     cleave_status st = CLEAVE_OK;
     if (fstat(fd, &sb) != 0)

@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "base/mem.h"
+#include "base/file.h"
 
 #ifdef CLEAVE_WITH_CJSON
 #include <cjson/cJSON.h>
@@ -225,11 +226,8 @@ cleave_status st_open(const char *path, st_file **out) {
         st = CLEAVE_ERR_OOM;
         goto fail;
     }
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        st = err_set(CLEAVE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
+    int fd;
+    if ((st = file_open_read(path, &fd))) goto fail;
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
@@ -280,9 +278,9 @@ const st_tensor *st_find(const st_file *f, const char *name) {
 
 cleave_status st_read_json(const char *path, size_t max_bytes, struct cJSON **out) {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return err_set(CLEAVE_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    cleave_status st = CLEAVE_OK;
+    FILE *fp;
+    cleave_status st = file_fopen_read(path, &fp);
+    if (st) return st;
     char *buf = NULL;
     long size = -1;
     if (fseek(fp, 0, SEEK_END) == 0) size = ftell(fp);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/file.h"
 
 static const char *const mode_names[POLICY_MODES] = {"layer", "tensor"};
 
@@ -157,8 +158,9 @@ cleave_status policy_save(const policy_rates *r, const char *path) {
 cleave_status policy_load(const char *path, policy_rates *out) {
     if (!out) return err_set(CLEAVE_ERR_INVALID_ARG, "policy: nowhere to load the rates");
     memset(out, 0, sizeof *out);
-    FILE *f = path ? fopen(path, "r") : NULL;
-    if (!f) return err_set(CLEAVE_ERR_IO, "cannot read the rates file %s", path ? path : "(none)");
+    FILE *f;
+    cleave_status opened = file_fopen_read(path, &f);
+    if (opened) return err_wrap(opened, "the rates file");
     char line[256];
     int no = 0;
     cleave_status st = CLEAVE_OK;

@@ -28,6 +28,20 @@ cleave_status cleave_tokenize(const cleave_model *m, const char *text, size_t le
     return tokenizer_encode(m->tok, text ? text : "", len, add_bos, tokens, cap, n_out);
 }
 
+cleave_status cleave_tokenize_prompt(const cleave_model *m, const char *text, size_t len, cleave_bos bos,
+                                     bool parse_special, int32_t *tokens, size_t cap, size_t *n_out) {
+    if (!m || (!text && len) || !n_out) return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: null argument");
+    if (bos != CLEAVE_BOS_AUTO && bos != CLEAVE_BOS_ALWAYS && bos != CLEAVE_BOS_NEVER)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: BOS mode %d", (int)bos);
+    if (!m->tok) return no_tokenizer(m);
+    text = text ? text : "";
+    /* the metadata's BOS (and EOS), as llama.cpp's tools; or BOS forced on
+     * where the metadata leaves it off; or none */
+    if (bos == CLEAVE_BOS_AUTO || (bos == CLEAVE_BOS_ALWAYS && tokenizer_add_bos(m->tok)))
+        return tokenizer_encode_ex(m->tok, text, len, true, parse_special, tokens, cap, n_out);
+    return tokenizer_encode_parse(m->tok, text, len, bos == CLEAVE_BOS_ALWAYS, parse_special, tokens, cap, n_out);
+}
+
 cleave_status cleave_tokenize_ex(const cleave_model *m, const char *text, size_t len, bool add_special,
                                  bool parse_special, int32_t *tokens, size_t cap, size_t *n_out) {
     if (!m || (!text && len) || !n_out) return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: null argument");

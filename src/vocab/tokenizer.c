@@ -454,8 +454,8 @@ cleave_status tokenizer_encode_ex(const tokenizer *t, const char *text, size_t l
     return CLEAVE_OK;
 }
 
-cleave_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
-                               int32_t *tokens, size_t cap, size_t *n_out) {
+cleave_status tokenizer_encode_parse(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                                     bool parse_special, int32_t *tokens, size_t cap, size_t *n_out) {
     if (!t || !n_out || (!text && len) || (!tokens && cap))
         return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: NULL argument");
     *n_out = 0;
@@ -463,13 +463,18 @@ cleave_status tokenizer_encode(const tokenizer *t, const char *text, size_t len,
     if (add_bos && t->bos >= 0) push(tokens, cap, &count, t->bos);
     size_t n = 0;
     /* the text as it is (user-defined tokens taken out), into what is left */
-    cleave_status st = tokenizer_encode_ex(t, text, len, false, false, cap > count ? tokens + count : NULL,
+    cleave_status st = tokenizer_encode_ex(t, text, len, false, parse_special, cap > count ? tokens + count : NULL,
                                            cap > count ? cap - count : 0, &n);
     if (st && !(st == CLEAVE_ERR_INVALID_ARG && n)) return st;
     *n_out = count + n;
     if (count + n > cap)
         return err_set(CLEAVE_ERR_INVALID_ARG, "tokenize: %zu tokens do not fit in room for %zu", count + n, cap);
     return CLEAVE_OK;
+}
+
+cleave_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                               int32_t *tokens, size_t cap, size_t *n_out) {
+    return tokenizer_encode_parse(t, text, len, add_bos, false, tokens, cap, n_out);
 }
 
 /* ---- pieces ---- */

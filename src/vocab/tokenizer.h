@@ -40,6 +40,9 @@ bool tokenizer_is_eog(const tokenizer *t, int32_t token);
  * with *n_out = needed). Control-token text in the input is plain text. */
 cleave_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                                int32_t *tokens, size_t cap, size_t *n_out);
+/* The same with control-token text taken as those tokens when parse_special. */
+cleave_status tokenizer_encode_parse(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                                     bool parse_special, int32_t *tokens, size_t cap, size_t *n_out);
 /* As llama.cpp tokenizes: add_special adds BOS and EOS where the vocab's
  * metadata says so; parse_special takes control tokens written in the
  * text as those tokens (user-defined ones always are). */

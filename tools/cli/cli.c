@@ -6,6 +6,8 @@
 #include <time.h>
 
 #include "cli.h"
+#include "base/error.h"
+#include "base/file.h"
 
 int cli_fail(const char *what, cleave_status st) {
     fprintf(stderr, "cleave: %s: %s (%s)\n", what, cleave_last_error(), cleave_status_name(st));
@@ -63,7 +65,11 @@ bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t 
         }
     }
     free(buf);
-    return ok && *n > 0;
+    if (ok && !*n) { /* "" or only commas: say so rather than fail in silence */
+        fprintf(stderr, "cleave: %s needs at least one number (got '%s')\n", flag, v);
+        ok = false;
+    }
+    return ok;
 }
 
 /* "a,b,c" of numbers >= 0 into out[cap]; false (printed) when bad. */
@@ -106,10 +112,11 @@ int cli_split_mode(const char *flag, const char *v, cleave_split_mode *out) {
 
 char *cli_read_file(const char *path, size_t *len) {
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    FILE *f;
+    if (file_fopen_read(path, &f)) return NULL; /* a FIFO, device or directory too (cleave_last_error says) */
     size_t cap = 1 << 16, n = 0, got;
     char *buf = malloc(cap);
+    if (!buf) err_set(CLEAVE_ERR_OOM, "%s: out of memory reading it", path);
     while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
         n += got;
         if (n + 1 == cap) {

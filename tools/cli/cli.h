@@ -50,7 +50,8 @@ int cli_bench_flag(const char *flag, const char *v, long long *n_ctx, cli_contex
 int cli_split_mode(const char *flag, const char *value, cleave_split_mode *out);
 /* "none", "layer" or "tensor". */
 /* A whole file, NUL-terminated (len excludes the NUL); NULL when it
- * cannot be read or memory runs out. */
+ * cannot be read (it is no regular file: a FIFO is refused, not waited
+ * on) or memory runs out, cleave_last_error() saying which. */
 char *cli_read_file(const char *path, size_t *len);
 /* Initial placement: CPU, no split, fit by default. */
 cli_placement cli_placement_default(void);

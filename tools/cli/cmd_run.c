@@ -40,7 +40,8 @@ static void run_usage(FILE *out) {
             "  --frequency-penalty X   (default 0)\n"
             "  --presence-penalty X    (default 0)\n"
             "  -s, --seed N            sampling seed\n"
-            "  --no-bos                do not prepend BOS to the prompt\n"
+            "  --bos, --no-bos         prepend BOS to the prompt, or do not (default: as the vocabulary's\n"
+            "                          tokenizer.ggml.add_bos_token says, as llama.cpp)\n"
             "  -np, --parallel N       N sequences of the prompt share the context (sequence i samples\n"
             "                          with seed + i); their texts are printed when all are done\n"
             "  --np-stagger K          the sequences' prompts arrive K steps apart (default 0: together)\n"
@@ -129,7 +130,8 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--prompt-cache", NULL) && v) o->prompt_cache = v, i++;
         else if (IS("--prompt-cache-ro", NULL)) o->prompt_cache_ro = true;
         else if (IS("--prompt-cache-lossy", NULL)) o->prompt_cache_lossy = true;
-        else if (IS("--no-bos", NULL)) o->no_bos = true;
+        else if (IS("--no-bos", NULL)) o->bos = CLEAVE_BOS_NEVER;
+        else if (IS("--bos", NULL)) o->bos = CLEAVE_BOS_ALWAYS;
         else if (IS("--mem-report", NULL)) o->mem_report = true;
         else {
             fprintf(stderr, "cleave run: unknown or incomplete option '%s'\n", a);
@@ -308,7 +310,7 @@ int cmd_run(int argc, char **argv) {
     const char *ptext = o.prompt ? o.prompt : "";
     if (o.prompt_file) {
         if (!(file_text = cli_read_file(o.prompt_file, &plen))) {
-            fprintf(stderr, "cleave run: cannot read prompt file %s\n", o.prompt_file);
+            fprintf(stderr, "cleave run: cannot read the prompt file: %s\n", cleave_last_error());
             return 1;
         }
         ptext = file_text;
@@ -361,13 +363,13 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     /* a chat's markers are control tokens: parsed; a plain prompt's text stays text */
-    if ((st = o.chat ? cleave_tokenize_ex(m, ptext, plen, !o.no_bos, true, toks, cap, &n)
-                     : cleave_tokenize(m, ptext, plen, !o.no_bos, toks, cap, &n))) {
+    if ((st = cleave_tokenize_prompt(m, ptext, plen, o.bos, o.chat, toks, cap, &n))) {
         rc = cli_fail("tokenizing the prompt", st);
         goto out;
     }
     if (n == 0) {
-        fprintf(stderr, "cleave run: the prompt is empty and the model has no BOS token\n");
+        fprintf(stderr, "cleave run: the prompt is empty and no BOS is added (%s)\n",
+                cleave_token_bos(m) < 0 ? "the model has none" : "the vocabulary's metadata says not to; --bos adds it");
         goto out;
     }
     if (o.psm_policy && !strcmp(o.psm_policy, "auto")) {

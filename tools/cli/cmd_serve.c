@@ -28,6 +28,13 @@ static void serve_usage(FILE *out) {
             "  --queue N               requests that may wait for a slot (default 64; more: 503)\n"
             "  --alias NAME            the model's id in /v1/models (default: the file's name)\n"
             "  --api-key KEY           require \"Authorization: Bearer KEY\" (not on /health)\n"
+            "  --api-key-file F        the same with the key read from F (its first line), so it is\n"
+            "                          not in the process list\n"
+            "  --cors ORIGIN[,..]      origins a browser may let call and read this server (\"*\": any);\n"
+            "                          default none (on a loopback address, pages served from\n"
+            "                          loopback may call it; other Host names are refused)\n"
+            "  --bos, --no-bos         prepend BOS to text prompts, or do not (default: as the\n"
+            "                          vocabulary's tokenizer.ggml.add_bos_token says)\n"
             "  --chat-template NAME    llama3, chatml, mistral, llama2, qwen3, qwen3-nothink or\n"
             "                          gpt-oss instead of the model's\n"
             "  --max-body MIB          the largest request body (default 16)\n"
@@ -46,7 +53,7 @@ static const char *base_name(const char *path) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *port_file = NULL;
+    const char *model = NULL, *port_file = NULL, *key_file = NULL;
     long long n_ctx = 0, port = 8080, np = 1, queue = 64, n_predict = -1, max_body = 16, dwell = 8;
     cli_context_opts cx = cli_context_default(512);
     cli_placement pl = cli_placement_default();
@@ -68,6 +75,10 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--queue")) { if (!cli_int(a, v, 1, 1 << 16, &queue)) return 2; i++; }
         else if (!strcmp(a, "--alias") && v) o.alias = v, i++;
         else if (!strcmp(a, "--api-key") && v) o.api_key = v, i++;
+        else if (!strcmp(a, "--api-key-file") && v) key_file = v, i++;
+        else if (!strcmp(a, "--cors") && v) o.cors = v, i++;
+        else if (!strcmp(a, "--bos")) o.bos = CLEAVE_BOS_ALWAYS;
+        else if (!strcmp(a, "--no-bos")) o.bos = CLEAVE_BOS_NEVER;
         else if (!strcmp(a, "--chat-template") && v) o.defaults.chat_template = v, i++;
         else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1024, &max_body)) return 2; i++; }
         else if (!strcmp(a, "-psm") || !strcmp(a, "--prefill-split-mode")) {
@@ -90,16 +101,36 @@ int cmd_serve(int argc, char **argv) {
         serve_usage(stderr);
         return 2;
     }
+    char *key_text = NULL; /* --api-key-file's key, alive while the server runs */
+    if (key_file) {
+        size_t len = 0;
+        if (!(key_text = cli_read_file(key_file, &len))) {
+            fprintf(stderr, "cleave serve: --api-key-file: %s\n", cleave_last_error());
+            return 2;
+        }
+        key_text[strcspn(key_text, "\r\n")] = '\0'; /* the first line */
+        if (!key_text[0] || o.api_key) {
+            fprintf(stderr, "cleave serve: --api-key-file %s: %s\n", key_file,
+                    o.api_key ? "give --api-key or --api-key-file, not both" : "its first line is empty");
+            free(key_text);
+            return 2;
+        }
+        o.api_key = key_text;
+    }
     cleave_model *m = NULL;
     cleave_context *ctx = NULL;
     cleave_status st = cleave_model_load(model, NULL, &m);
-    if (st) return cli_fail("loading model", st);
+    if (st) {
+        free(key_text);
+        return cli_fail("loading model", st);
+    }
     cleave_context_params cp = cli_context_params(&cx, &pl, (uint32_t)n_ctx);
     if (has_psm) cp.split_mode = psm; /* requests begin with their prompts */
     cp.seq_regions = (uint32_t)np;    /* slot i's cells are its own: a step reads only its slots' */
     int rc = cli_new_context(m, &cp, &ctx);
     if (rc) {
         cleave_model_free(m);
+        free(key_text);
         return rc;
     }
     if (!o.defaults.chat_template && cleave_chat_template_of(m, &o.defaults.chat_template))
@@ -145,6 +176,7 @@ int cmd_serve(int argc, char **argv) {
     }
     cleave_context_free(ctx);
     cleave_model_free(m);
+    free(key_text);
     return rc;
 }
 #else

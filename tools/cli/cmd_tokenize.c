@@ -45,7 +45,7 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len = text ? strlen(text) : 0;
     char *buf = NULL;
     if (file && !(buf = cli_read_file(file, &len))) {
-        fprintf(stderr, "cleave tokenize: cannot read %s\n", file);
+        fprintf(stderr, "cleave tokenize: cannot read the file: %s\n", cleave_last_error());
         return 1;
     }
     if (file) text = buf;

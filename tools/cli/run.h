@@ -13,7 +13,8 @@ typedef struct {
     long long np_stagger;    /* --np-stagger: steps between their prompts' arrivals */
     long long np_dwell;      /* --np-dwell: steps a mode is kept at least (the gate) */
     cleave_type kv_type, kv_type_v; /* -ctk, -ctv (CLEAVE_KV_TYPE_AS_K: -ctk's) */
-    bool no_bos, verbose_prompt, mem_report;
+    cleave_bos bos;          /* --bos, --no-bos; else as the vocabulary's metadata says */
+    bool verbose_prompt, mem_report;
     bool has_psm;            /* -psm given: prefill under psm, then switch to -sm */
     cleave_split_mode psm;
     const char *psm_policy;  /* off, always (the default) or auto */

@@ -65,6 +65,10 @@ typedef struct serve_defaults {
     const char *chat_template;       /* a family name for chats; NULL: chats are refused */
     uint32_t n_vocab;                /* token ids in a prompt are below it */
 } serve_defaults;
+/* Whether a string of the JSON body holds the escape \u0000 (a NUL the
+ * parsed strings would end at); field gets the top-level key it is under
+ * ("" at the top). */
+bool serve_json_nul_field(const char *body, size_t len, char *field, size_t cap);
 
 /* Parses a request body. On failure returns false with err (a sentence)
  * and *param (the offending field, or NULL) set; nothing to free then. */
@@ -153,13 +157,27 @@ typedef struct serve_opts {
     int port;         /* 0: any free port (serve_port says which) */
     const char *alias; /* the model's id in /v1/models */
     const char *api_key; /* when set, requests need "Authorization: Bearer KEY" */
+    const char *cors;    /* origins (comma-separated, or "*") that browsers may let call and read; NULL: none */
     size_t max_body;   /* bytes */
+    cleave_bos bos;    /* text prompts' BOS (token-id prompts are taken as given) */
     int max_connections;
     serve_defaults defaults;
     serve_sched_opts sched;
 } serve_opts;
 
 typedef struct serve serve;
+
+/* ---- serve_guard.c: who may talk to the server ---------------------------- */
+
+/* A Host header the server answers: any unless it listens on loopback,
+ * then only loopback names (localhost, 127.x.x.x, [::1]; a rebound DNS
+ * name is refused). */
+bool serve_host_allowed(bool loopback, const char *host);
+/* A browser's Origin header: none, one --cors lists ("*": any), or on a
+ * loopback server a loopback page. */
+bool serve_origin_allowed(const char *cors, bool loopback, const char *origin);
+/* "Bearer KEY" for this key, compared in constant time. */
+bool serve_key_matches(const char *key, const char *auth);
 
 /* Starts listening; 0, or 1 after printing why not. */
 int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve **out);

@@ -27,6 +27,7 @@ struct serve {
     char alias[256];
     time_t created;
     _Atomic int in_flight; /* queued requests whose answers are not yet sent */
+    bool loopback;         /* listening on 127.0.0.0/8 (serve_guard.c) */
 };
 
 /* A request's body as it arrives. */
@@ -46,9 +47,17 @@ typedef struct stream {
     time_t created;
 } stream;
 
-/* Queues res (readable from any origin: browsers' clients) and lets go of it. */
+/* The origin --cors lets read the answer being made on this thread, or
+ * NULL: route() sets it for the handler call it makes, whose responses
+ * are all queued within that call. */
+static _Thread_local const char *cors_origin;
+
+/* Queues res (with CORS headers for an origin --cors allows) and lets go of it. */
 static enum MHD_Result queue(struct MHD_Connection *c, unsigned status, struct MHD_Response *res) {
-    MHD_add_response_header(res, "Access-Control-Allow-Origin", "*");
+    if (cors_origin) {
+        MHD_add_response_header(res, "Access-Control-Allow-Origin", cors_origin);
+        MHD_add_response_header(res, "Vary", "Origin");
+    }
     enum MHD_Result ret = MHD_queue_response(c, status, res);
     MHD_destroy_response(res);
     return ret;
@@ -154,7 +163,9 @@ static bool stream_fill(stream *st) {
     serve_buf text = {0};
     serve_sched_lock(s->sched);
     if (r->released <= st->sent && r->finish == SERVE_RUNNING) serve_sched_wait(s->sched, r, st->sent, 1000);
-    bool ok = serve_buf_add_utf8(&text, r->raw.p + st->sent, r->released - st->sent);
+    /* no text yet (queued, or a slow prompt): raw.p may still be NULL */
+    size_t fresh = r->released - st->sent;
+    bool ok = serve_buf_add_utf8(&text, fresh ? r->raw.p + st->sent : "", fresh);
     st->sent = r->released;
     serve_finish f = r->finish;
     serve_sched_unlock(s->sched);
@@ -251,14 +262,15 @@ static enum MHD_Result reply_whole(struct MHD_Connection *c, serve *s, serve_req
 }
 
 /* The prompt's tokens (malloc'd; OOM without a message); special tokens
- * in the text are tokens, as llama.cpp's server has it. */
-static cleave_status tokenize(const cleave_model *m, const char *text, int32_t **out, size_t *n) {
+ * in the text are tokens, as llama.cpp's server has it, and BOS as the
+ * vocabulary's metadata says unless --bos / --no-bos. */
+static cleave_status tokenize(const cleave_model *m, cleave_bos bos, const char *text, int32_t **out, size_t *n) {
     size_t len = strlen(text), cap = len + 8;
     *out = NULL, *n = 0;
     for (int attempt = 0; attempt < 2; attempt++) { /* the second with the room the first said it needs */
         free(*out);
         if (!(*out = malloc(cap * sizeof **out))) return CLEAVE_ERR_OOM;
-        cleave_status st = cleave_tokenize_ex(m, text, len, true, true, *out, cap, n);
+        cleave_status st = cleave_tokenize_prompt(m, text, len, bos, true, *out, cap, n);
         if (st != CLEAVE_ERR_INVALID_ARG || *n <= cap) return st;
         cap = *n;
     }
@@ -275,7 +287,7 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
         return send_error(c, 400, err, param, NULL);
     }
     if (r->p.text) {
-        cleave_status st = tokenize(s->m, r->p.text, &r->prompt, &r->n_prompt);
+        cleave_status st = tokenize(s->m, s->o.bos, r->p.text, &r->prompt, &r->n_prompt);
         if (st) {
             snprintf(err, sizeof err, "tokenizing the prompt: %s",
                      st == CLEAVE_ERR_OOM ? "out of memory" : cleave_last_error());
@@ -352,8 +364,8 @@ static bool is(const char *url, const char *path) {
     return strcmp(url, path) == 0 || (strncmp(url, "/v1", 3) == 0 && strcmp(url + 3, path) == 0);
 }
 
-static enum MHD_Result route(struct MHD_Connection *c, serve *s, conn *k, const char *url, const char *method) {
-    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+static enum MHD_Result route_allowed(struct MHD_Connection *c, serve *s, conn *k, const char *url,
+                                     const char *method, bool get, bool post) {
     if (strcmp(method, "OPTIONS") == 0) { /* a browser's preflight */
         struct MHD_Response *res = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!res) return MHD_NO;
@@ -362,11 +374,9 @@ static enum MHD_Result route(struct MHD_Connection *c, serve *s, conn *k, const 
         return queue(c, 204, res);
     }
     if (is(url, "/health")) return get ? health(c, s) : send_error(c, 405, "use GET", NULL, NULL);
-    if (s->o.api_key) {
-        const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-        if (!auth || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, s->o.api_key) != 0)
-            return send_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL, "invalid_api_key");
-    }
+    if (s->o.api_key &&
+        !serve_key_matches(s->o.api_key, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization")))
+        return send_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL, "invalid_api_key");
     bool chat = is(url, "/chat/completions");
     if (chat || is(url, "/completions")) {
         if (!post) return send_error(c, 405, "use POST", NULL, NULL);
@@ -382,6 +392,31 @@ static enum MHD_Result route(struct MHD_Connection *c, serve *s, conn *k, const 
     snprintf(msg, sizeof msg, "no route %s %.200s (the routes: /v1/completions, /v1/chat/completions, /v1/models, /health)",
              method, url);
     return send_error(c, 404, msg, NULL, NULL);
+}
+
+/* The guard (serve_guard.c) before any route: Host, Origin, CORS. */
+static enum MHD_Result route(struct MHD_Connection *c, serve *s, conn *k, const char *url, const char *method) {
+    bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!serve_host_allowed(s->loopback, host)) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "Host '%.200s' is not this server's: it listens on a loopback address and answers loopback "
+                 "names only (a page's DNS rebinding would look like this)", host);
+        return send_error(c, 403, msg, NULL, "forbidden_host");
+    }
+    if (!serve_origin_allowed(s->o.cors, s->loopback, origin)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "Origin '%.200s' may not call this server (--cors lists the origins that may)",
+                 origin);
+        return send_error(c, 403, msg, NULL, "forbidden_origin");
+    }
+    /* CORS headers for the origins --cors lists, not for loopback pages (same-site to a local UI) */
+    cors_origin = origin && s->o.cors && serve_origin_allowed(s->o.cors, false, origin) ? origin : NULL;
+    enum MHD_Result ret = route_allowed(c, s, k, url, method, get, post);
+    cors_origin = NULL;
+    return ret;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -426,6 +461,7 @@ int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve
         return 1;
     }
     s->m = m, s->o = *o, s->created = time(NULL);
+    s->loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
     snprintf(s->alias, sizeof s->alias, "%s", o->alias);
     if (serve_sched_start(m, ctx, &o->sched, &s->sched)) {
         free(s);

@@ -222,6 +222,17 @@ bool serve_parse(const char *body, size_t len, bool chat, const serve_defaults *
     cJSON *o = cJSON_ParseWithLength(body, len);
     if (!o) return fail(&w, NULL, "the body is not valid JSON");
     bool ok = cJSON_IsObject(o) || fail(&w, NULL, "the body must be a JSON object");
+    /* a NUL in the text cleave reads would cut it there: refused, naming
+     * the field (the fields that change no output may hold one) */
+    static const char *const text_fields[] = {"prompt", "messages", "stop"};
+    char nul_in[32];
+    if (ok && serve_json_nul_field(body, len, nul_in, sizeof nul_in))
+        for (size_t i = 0; i < sizeof text_fields / sizeof *text_fields; i++)
+            if (!strcmp(nul_in, text_fields[i])) {
+                ok = fail(&w, text_fields[i], "'%s' holds a NUL character (\\u0000), which cleave does not take in text",
+                          text_fields[i]);
+                break;
+            }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (ok && model && !cJSON_IsNull(model) && !cJSON_IsString(model)) ok = fail(&w, "model", "'model' must be a string");
     double max_tokens = chat ? -1 : (double)d->max_tokens_completion;

@@ -67,7 +67,7 @@ bool serve_buf_add(serve_buf *b, const char *s, size_t n) {
         if (!p) return false;
         b->p = p, b->cap = cap;
     }
-    memcpy(b->p + b->len, s, n);
+    if (n) memcpy(b->p + b->len, s, n); /* s may be NULL when n is 0 (no text yet) */
     b->len += n;
     b->p[b->len] = '\0';
     return true;
@@ -75,6 +75,7 @@ bool serve_buf_add(serve_buf *b, const char *s, size_t n) {
 
 bool serve_buf_add_utf8(serve_buf *b, const char *s, size_t n) {
     static const char replacement[] = "\xef\xbf\xbd";
+    if (!n) return serve_buf_add(b, "", 0); /* s may be NULL: no offset from it */
     size_t i = 0, run = 0; /* valid bytes s[i - run, i) not yet copied */
     while (i < n) {
         const unsigned char *u = (const unsigned char *)s + i;
