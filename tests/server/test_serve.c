@@ -13,10 +13,12 @@
  * - serve_text_release and serve_parse on their own (and parse fuzzed). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +42,9 @@ static int connect_to(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    /* a reply that never comes fails the check after 2 minutes instead of hanging the test */
+    struct timeval patience = {.tv_sec = 120};
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof patience);
     if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
     if (fd >= 0) close(fd);
     return -1;
@@ -430,6 +435,74 @@ static void *run_queued(void *arg) {
     return NULL;
 }
 
+/* Whether the server closed fd within 2 minutes (EOF or a reset, after
+ * whatever it sent). */
+static bool closed_by_server(int fd) {
+    char buf[512];
+    for (int i = 0; i < 1200; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            ssize_t n = read(fd, buf, sizeof buf);
+            if (n <= 0) return true;
+        }
+    }
+    return false;
+}
+
+/* Slow clients: 300 connections that each sent one byte of a request
+ * (256 took every connection before) hold nobody up: /health is answered
+ * while they stay open; past the read bound each is cut; past the
+ * per-client limit a connection is closed unanswered. */
+static void check_slow_clients(cleave_context *ctx) {
+    serve_opts so = {.host = "127.0.0.1", .port = 0, .alias = "stories", .max_body = 4096, .read_timeout = 2,
+                     .defaults = {16, -1, "chatml", (uint32_t)n_vocab},
+                     .sched = {.n_parallel = 1, .queue_max = 4, .n_batch = 16, .quiet = true}};
+    serve *srv = NULL;
+    if (serve_start(model, ctx, &so, &srv)) {
+        CHECK(!"the slow-clients server starts");
+        return;
+    }
+    port = serve_port(srv);
+    enum { SLOW = 300 };
+    int fds[SLOW], open_fds = 0;
+    for (int i = 0; i < SLOW; i++) {
+        fds[i] = connect_to();
+        if (fds[i] >= 0 && write(fds[i], "G", 1) == 1) open_fds++;
+    }
+    CHECK_MSG(open_fds == SLOW, "%d of %d slow connections opened", open_fds, SLOW);
+    reply h = http("GET", "/health", NULL, NULL);
+    CHECK_MSG(h.status == 200, "/health beside %d slow clients: %d", SLOW, h.status);
+    free(h.body);
+    int cut = 0;
+    for (int i = 0; i < SLOW; i++)
+        if (fds[i] >= 0) cut += closed_by_server(fds[i]), close(fds[i]);
+    CHECK_MSG(cut == open_fds, "%d of %d slow clients cut off past --timeout-read", cut, open_fds);
+    serve_stop(srv);
+
+    so.max_per_client = 4;
+    if (serve_start(model, ctx, &so, &srv)) {
+        CHECK(!"the per-client server starts");
+        return;
+    }
+    port = serve_port(srv);
+    int mine[4];
+    for (int i = 0; i < 4; i++) mine[i] = connect_to();
+    reply over = http("GET", "/health", NULL, NULL);
+    CHECK_MSG(over.status == 0, "a fifth connection from one address: answered %d", over.status);
+    free(over.body);
+    for (int i = 0; i < 4; i++)
+        if (mine[i] >= 0) close(mine[i]);
+    int status = 0;
+    for (int i = 0; i < WAIT_POLLS && status != 200; i++) { /* once the server has seen them go */
+        reply again = http("GET", "/health", NULL, NULL);
+        status = again.status;
+        free(again.body);
+        if (status != 200) usleep(10000);
+    }
+    CHECK_MSG(status == 200, "/health once the client's connections closed: %d", status);
+    serve_stop(srv);
+}
+
 int main(void) {
     check_text_release();
     fuzz_parse();
@@ -723,6 +796,7 @@ int main(void) {
     serve_stop(srv);
     CHECK_MSG(cleave_context_split_mode(ctx) == CLEAVE_SPLIT_TENSOR, "the answers ran under split %d",
               (int)cleave_context_split_mode(ctx));
+    check_slow_clients(ctx);
 
     for (int i = 0; i < N_PROMPTS; i++) free(refs[i]);
     cleave_context_free(ctx);

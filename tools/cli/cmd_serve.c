@@ -38,6 +38,11 @@ static void serve_usage(FILE *out) {
             "  --chat-template NAME    llama3, chatml, mistral, llama2, qwen3, qwen3-nothink or\n"
             "                          gpt-oss instead of the model's\n"
             "  --max-body MIB          the largest request body (default 16)\n"
+            "  --max-connections N     connections open at once (default 1024)\n"
+            "  --max-connections-per-client N\n"
+            "                          of them from one address (default 512)\n"
+            "  --timeout-read S        seconds a client has to send a whole request, headers and\n"
+            "                          body (default 30; 0: no bound): slow senders are cut off\n"
             "  -psm, --prefill-split-mode M\n"
             "                          steps of prompts alone run under split mode M, steps of\n"
             "                          answers alone under -sm (the switch gate of run -np)\n"
@@ -57,7 +62,9 @@ int cmd_serve(int argc, char **argv) {
     long long n_ctx = 0, port = 8080, np = 1, queue = 64, n_predict = -1, max_body = 16, dwell = 8;
     cli_context_opts cx = cli_context_default(512);
     cli_placement pl = cli_placement_default();
-    serve_opts o = {.host = "127.0.0.1", .max_connections = 256};
+    serve_opts o = {.host = "127.0.0.1"};
+    long long max_conn = 1024, per_client = 512;
+    double read_timeout = 30;
     bool has_psm = false, quiet = false;
     cleave_split_mode psm = CLEAVE_SPLIT_NONE;
     for (int i = 1; i < argc; i++) {
@@ -77,6 +84,18 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key") && v) o.api_key = v, i++;
         else if (!strcmp(a, "--api-key-file") && v) key_file = v, i++;
         else if (!strcmp(a, "--cors") && v) o.cors = v, i++;
+        else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &max_conn)) return 2; i++; }
+        else if (!strcmp(a, "--max-connections-per-client")) { if (!cli_int(a, v, 1, 1 << 16, &per_client)) return 2; i++; }
+        else if (!strcmp(a, "--timeout-read")) {
+            char *end = NULL;
+            read_timeout = v ? strtod(v, &end) : -1;
+            if (!v || end == v || *end || !(read_timeout >= 0) || read_timeout > 86400) {
+                fprintf(stderr, "cleave serve: --timeout-read needs seconds in 0..86400 (0: no bound), got '%s'\n",
+                        v ? v : "");
+                return 2;
+            }
+            i++;
+        }
         else if (!strcmp(a, "--bos")) o.bos = CLEAVE_BOS_ALWAYS;
         else if (!strcmp(a, "--no-bos")) o.bos = CLEAVE_BOS_NEVER;
         else if (!strcmp(a, "--chat-template") && v) o.defaults.chat_template = v, i++;
@@ -140,6 +159,8 @@ int cmd_serve(int argc, char **argv) {
     o.port = (int)port;
     o.alias = o.alias ? o.alias : base_name(model);
     o.max_body = (size_t)max_body << 20;
+    o.max_connections = (int)max_conn, o.max_per_client = (int)per_client;
+    o.read_timeout = read_timeout > 0 ? read_timeout : -1; /* 0 asked: no bound */
     o.defaults.max_tokens_completion = 16;
     o.defaults.max_tokens_cap = n_predict;
     o.defaults.n_vocab = d.n_vocab;

@@ -159,13 +159,29 @@ typedef struct serve_opts {
     const char *api_key; /* when set, requests need "Authorization: Bearer KEY" */
     const char *cors;    /* origins (comma-separated, or "*") that browsers may let call and read; NULL: none */
     size_t max_body;   /* bytes */
+    int max_connections;       /* open at once (0: 1024) */
+    int max_per_client;        /* open at once from one address (0: 512) */
+    double read_timeout;       /* seconds a client has to send a whole request (0: 30; < 0: no bound) */
     cleave_bos bos;    /* text prompts' BOS (token-id prompts are taken as given) */
-    int max_connections;
     serve_defaults defaults;
     serve_sched_opts sched;
 } serve_opts;
 
 typedef struct serve serve;
+
+/* ---- serve_watch.c: a bound on the time a request takes to arrive -------- */
+
+typedef struct serve_watch serve_watch;
+typedef struct serve_watch_conn serve_watch_conn;
+/* Starts the watch (0; 1 when it cannot); limit_s <= 0: no bound, *out NULL. */
+int serve_watch_start(double limit_s, serve_watch **out);
+void serve_watch_stop(serve_watch *w);
+/* A connection on socket fd began reading its first request (NULL: unwatched). */
+serve_watch_conn *serve_watch_open(serve_watch *w, int fd);
+/* It closes (before its socket does). */
+void serve_watch_close(serve_watch *w, serve_watch_conn *k);
+/* Its request is in (false), or it waits for its next one (true: the clock restarts). */
+void serve_watch_reading(serve_watch *w, serve_watch_conn *k, bool reading);
 
 /* ---- serve_guard.c: who may talk to the server ---------------------------- */
 

@@ -28,7 +28,27 @@ struct serve {
     time_t created;
     _Atomic int in_flight; /* queued requests whose answers are not yet sent */
     bool loopback;         /* listening on 127.0.0.0/8 (serve_guard.c) */
+    serve_watch *watch;    /* the bound on a request's arrival (serve_watch.c) */
 };
+
+/* The watch's entry of a connection (NULL: unwatched). */
+static serve_watch_conn *watched(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? (serve_watch_conn *)ci->socket_context : NULL;
+}
+
+/* MHD's news of a connection's socket: watched from its start to its close. */
+static void connection_news(void *cls, struct MHD_Connection *c, void **socket_context,
+                            enum MHD_ConnectionNotificationCode toe) {
+    serve *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? serve_watch_open(s->watch, ci->connect_fd) : NULL;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        serve_watch_close(s->watch, *socket_context);
+        *socket_context = NULL;
+    }
+}
 
 /* A request's body as it arrives. */
 typedef struct conn {
@@ -434,12 +454,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *upload_size = 0;
         return MHD_YES;
     }
+    serve_watch_reading(s->watch, watched(c), false); /* the request is in: no longer bounded */
     return route(c, s, k, url, method);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode why) {
     serve *s = cls;
     conn *k = *con_cls;
+    serve_watch_reading(s->watch, watched(c), true); /* a kept-alive connection's next request */
     if (k && k->in_flight) s->in_flight--;
     if (k) free(k->body.p);
     free(k);
@@ -463,17 +485,30 @@ int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve
     s->m = m, s->o = *o, s->created = time(NULL);
     s->loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
     snprintf(s->alias, sizeof s->alias, "%s", o->alias);
+    /* a thread per connection (a handler waits for its answer); slow
+     * clients are bounded by the watch, the counts and the idle timeout */
+    unsigned max_conn = o->max_connections > 0 ? (unsigned)o->max_connections : 1024;
+    unsigned per_client = o->max_per_client > 0 ? (unsigned)o->max_per_client : 512;
+    double read_s = o->read_timeout == 0 ? 30.0 : o->read_timeout;
+    if (serve_watch_start(read_s, &s->watch)) {
+        fprintf(stderr, "cleave serve: cannot start the request-time watch\n");
+        free(s);
+        return 1;
+    }
     if (serve_sched_start(m, ctx, &o->sched, &s->sched)) {
+        serve_watch_stop(s->watch);
         free(s);
         return 1;
     }
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_END);
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client > max_conn ? max_conn : per_client,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, connection_news, s, MHD_OPTION_END);
     if (!s->d) {
         fprintf(stderr, "cleave serve: cannot listen on %s:%d (in use, or not this host's address?)\n", o->host, o->port);
         serve_sched_free(s->sched);
+        serve_watch_stop(s->watch);
         free(s);
         return 1;
     }
@@ -491,5 +526,6 @@ void serve_stop(serve *s) {
     for (int i = 0; i < 500 && s->in_flight > 0; i++) nanosleep(&(struct timespec){0, 10000000L}, NULL);
     MHD_stop_daemon(s->d); /* closes what is left: idle keep-alive connections */
     serve_sched_free(s->sched);
+    serve_watch_stop(s->watch); /* after the daemon: every connection has closed */
     free(s);
 }
