@@ -34,6 +34,16 @@ optional /usr/include/cjson/cJSON.h libcjson-dev "the Hugging Face import and th
 optional /usr/include/xxhash.h libxxhash-dev "sequence states"
 optional /usr/include/pcre2.h libpcre2-dev "BPE tokenizers"
 optional /usr/include/microhttpd.h libmicrohttpd-dev "the server (cleave serve)"
+# clang with libFuzzer's runtime: scripts/fuzz.sh (without it the fuzzing is skipped, saying so)
+if ! command -v clang >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a \
+    >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get "${apt_wait[@]}" update -qq &&
+      apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends clang libclang-rt-14-dev; } ||
+      echo "cleave: could not install clang and libclang-rt-14-dev; the fuzzing will be skipped" >&2
+  fi
+fi
 # Python 3 with numpy and the gguf package: the quantization tests check
 # cleave's block formats and quantized files against gguf's independent
 # implementation (without them those tests fail and say so).

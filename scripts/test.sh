@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: a warnings-as-errors build with every test, then the
-# same tests under AddressSanitizer + UndefinedBehaviorSanitizer. CUDA
+# same tests under AddressSanitizer + UndefinedBehaviorSanitizer, then
+# libFuzzer on every parser (scripts/fuzz.sh, 30 s each). CUDA
 # sources compile when nvcc is present; GPU tests (tests/gpu) run only on a
 # GPU machine, not here.
 set -euo pipefail
@@ -29,8 +30,12 @@ else
   sanitized=$?
 fi
 
-if [ "$plain" -ne 0 ] || [ "$sanitized" -ne 0 ]; then
-  echo "FAILED: tests $([ "$plain" -ne 0 ] && echo "(plain build: $plain) ")$([ "$sanitized" -ne 0 ] && echo "(sanitizer build: $sanitized)")"
+# coverage-guided fuzzing of every parser, CLEAVE_FUZZ_SECONDS (30) each
+fuzzed=0
+scripts/fuzz.sh || fuzzed=$?
+
+if [ "$plain" -ne 0 ] || [ "$sanitized" -ne 0 ] || [ "$fuzzed" -ne 0 ]; then
+  echo "FAILED: tests $([ "$plain" -ne 0 ] && echo "(plain build: $plain) ")$([ "$sanitized" -ne 0 ] && echo "(sanitizer build: $sanitized) ")$([ "$fuzzed" -ne 0 ] && echo "(fuzzing: $fuzzed)")"
   exit 1
 fi
-echo "== all tests passed, plain and under sanitizers =="
+echo "== all tests passed, plain and under sanitizers, and the fuzzers found nothing =="

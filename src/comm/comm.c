@@ -13,9 +13,9 @@ cleave_status comm_create(be_device *const *devs, size_t n, size_t max_floats, c
     *out = NULL;
     if (n == 0 || n > CLEAVE_MAX_DEVICES)
         return err_set(CLEAVE_ERR_INVALID_ARG, "comm: 1..%d devices, not %zu", CLEAVE_MAX_DEVICES, n);
+#ifdef CLEAVE_WITH_CUDA
     bool all_cuda = true;
     for (size_t d = 0; d < n; d++) all_cuda &= be_is_cuda(devs[d]);
-#ifdef CLEAVE_WITH_CUDA
     if (all_cuda) return comm_cuda_create(devs, n, max_floats, out);
 #endif
     return comm_host_create(devs, n, max_floats, out);

@@ -1,0 +1,25 @@
+/* The server's request parser: any bytes as a completion (first byte even)
+ * or chat (odd) body, and through the NUL scan and the stop-string release
+ * of a generated text. */
+#include "fuzz_common.h"
+#include "serve/serve.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!size) return 0;
+    const bool chat = data[0] & 1;
+    const char *body = (const char *)data + 1;
+    size_t len = size - 1;
+    serve_defaults d = {16, -1, "chatml", 512};
+    serve_params p;
+    char err[256], field[32];
+    const char *param;
+    if (serve_parse(body, len, chat, &d, &p, err, sizeof err, &param)) {
+        if (p.text) {
+            bool found;
+            (void)serve_text_release(p.text, strlen(p.text), 0, p.stop, p.n_stop, false, &found);
+        }
+        serve_params_free(&p);
+    }
+    (void)serve_json_nul_field(body, len, field, sizeof field);
+    return 0;
+}
