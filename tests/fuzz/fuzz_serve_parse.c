@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     serve_params p;
     char err[256], field[32];
     const char *param;
-    if (serve_parse(body, len, chat, &d, &p, err, sizeof err, &param)) {
+    if (serve_parse(body, len, chat, &d, &p, err, sizeof err, &param) == 0) {
         if (p.text) {
             bool found;
             (void)serve_text_release(p.text, strlen(p.text), 0, p.stop, p.n_stop, false, &found);

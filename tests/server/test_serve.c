@@ -24,6 +24,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/error.h"
 #include "serve/serve.h"
 #include "testutil.h"
 
@@ -392,6 +393,45 @@ static void check_text_release(void) {
     free(e.p);
 }
 
+/* Each allocation of a request's parse failing in turn (the JSON's, the
+ * strings', the chat's text): 500 "out of memory", never a 400 that
+ * blames the request or an empty message, and nothing leaked (the
+ * sanitizer build); then the parse succeeds. */
+static void check_parse_oom(void) {
+    static const struct {
+        const char *body;
+        bool chat;
+    } bodies[] = {
+        {"{\"prompt\":\"Once\",\"stop\":[\"a\",\"bc\"],\"max_tokens\":4}", false},
+        {"{\"prompt\":[1,2,3],\"seed\":5}", false},
+        {"{\"messages\":[{\"role\":\"system\",\"content\":\"x\"},{\"role\":\"user\",\"content\":"
+         "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}]}",
+         true},
+    };
+    serve_defaults d = {16, -1, "chatml", 512};
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        int failures = 0;
+        for (long k = 1; k < 10000; k++) {
+            serve_params p;
+            char err[256] = "";
+            const char *param;
+            err_fail_alloc_countdown = k;
+            int st = serve_parse(bodies[i].body, strlen(bodies[i].body), bodies[i].chat, &d, &p, err, sizeof err, &param);
+            bool injected = err_fail_alloc_countdown == 0;
+            err_fail_alloc_countdown = 0;
+            if (!injected) {
+                CHECK_MSG(st == 0, "body %zu parses once memory suffices: %d %s", i, st, err);
+                if (!st) serve_params_free(&p);
+                break;
+            }
+            failures++;
+            CHECK_MSG(st == 500 && strstr(err, "out of memory"), "body %zu, allocation %ld: %d '%s'", i, k, st, err);
+            if (!st) serve_params_free(&p);
+        }
+        CHECK_MSG(failures >= 2, "body %zu: %d allocations failed in turn", i, failures);
+    }
+}
+
 /* Mutated bodies: serve_parse never crashes, and frees what it refuses
  * (ASan's leak check in the sanitizer build). */
 static void fuzz_parse(void) {
@@ -414,7 +454,7 @@ static void fuzz_parse(void) {
         serve_params p;
         char err[256];
         const char *param;
-        if (serve_parse(buf, n, it % 3 == 1, &d, &p, err, sizeof err, &param)) serve_params_free(&p);
+        if (serve_parse(buf, n, it % 3 == 1, &d, &p, err, sizeof err, &param) == 0) serve_params_free(&p);
     }
 }
 
@@ -505,6 +545,7 @@ static void check_slow_clients(cleave_context *ctx) {
 
 int main(void) {
     check_text_release();
+    check_parse_oom();
     fuzz_parse();
     const char *path = tu_stories_model();
     if (!path) path = tu_tiny_model("llama", CLEAVE_TYPE_F32);

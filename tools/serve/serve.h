@@ -70,9 +70,10 @@ typedef struct serve_defaults {
  * ("" at the top). */
 bool serve_json_nul_field(const char *body, size_t len, char *field, size_t cap);
 
-/* Parses a request body. On failure returns false with err (a sentence)
- * and *param (the offending field, or NULL) set; nothing to free then. */
-bool serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d, serve_params *out,
+/* Parses a request body: 0, or the HTTP status of its failure (400 for
+ * the request, 500 when memory ran out) with err (a sentence) and *param
+ * (the offending field, or NULL) set; nothing to free then. */
+int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d, serve_params *out,
                  char *err, size_t err_cap, const char **param);
 void serve_params_free(serve_params *p);
 

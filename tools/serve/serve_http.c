@@ -302,9 +302,10 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
     const char *param;
     serve_req *r = calloc(1, sizeof *r);
     if (!r) return send_error(c, 500, "out of memory", NULL, NULL);
-    if (!serve_parse(k->body.p ? k->body.p : "", k->body.len, chat, &s->o.defaults, &r->p, err, sizeof err, &param)) {
+    int bad = serve_parse(k->body.p ? k->body.p : "", k->body.len, chat, &s->o.defaults, &r->p, err, sizeof err, &param);
+    if (bad) {
         free(r);
-        return send_error(c, 400, err, param, NULL);
+        return send_error(c, (unsigned)bad, err, param, NULL);
     }
     if (r->p.text) {
         cleave_status st = tokenize(s->m, s->o.bos, r->p.text, &r->prompt, &r->n_prompt);

@@ -12,14 +12,32 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 
+#include "base/mem.h"
 #include "serve.h"
 
 typedef struct {
     char *err;
     size_t cap;
     const char **param;
+    bool oom; /* the failure was memory, not the request: 500, not 400 */
 } why;
+
+/* cJSON allocates through the library's checked allocator, so a parse
+ * that runs out of memory says so (and tests can make each allocation
+ * fail in turn) instead of reading as "not valid JSON". */
+static _Thread_local bool json_oom;
+static void *json_alloc(size_t n) {
+    void *p = mem_alloc(n, "the request's JSON");
+    if (!p) json_oom = true;
+    return p;
+}
+static pthread_once_t json_once = PTHREAD_ONCE_INIT;
+static void json_hooks(void) {
+    cJSON_Hooks h = {json_alloc, free};
+    cJSON_InitHooks(&h);
+}
 
 static bool fail(why *w, const char *param, const char *fmt, ...) {
     va_list ap;
@@ -50,9 +68,14 @@ static bool boolean(const cJSON *o, const char *name, bool *out, why *w) {
     return true;
 }
 
+static bool out_of_memory(why *w, const char *param) {
+    w->oom = true;
+    return fail(w, param, "out of memory");
+}
+
 static char *dup_string(const char *s, why *w, const char *param) {
-    char *d = strdup(s);
-    if (!d) fail(w, param, "out of memory");
+    char *d = mem_strdup(s, "a request's string");
+    if (!d) out_of_memory(w, param);
     return d;
 }
 
@@ -139,7 +162,7 @@ static bool prompt(const cJSON *o, const serve_defaults *d, serve_params *p, why
     if (!cJSON_IsArray(f) || !f->child)
         return fail(w, "prompt", "'prompt' must be a string, token ids, or an array of one of those");
     size_t n = (size_t)cJSON_GetArraySize(f);
-    if (!(p->tokens = malloc(n * sizeof *p->tokens))) return fail(w, "prompt", "out of memory");
+    if (!(p->tokens = mem_alloc(n * sizeof *p->tokens, "a prompt's tokens"))) return out_of_memory(w, "prompt");
     const cJSON *e;
     cJSON_ArrayForEach(e, f) {
         if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
@@ -159,10 +182,10 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
         return fail(w, "messages",
                     "the model has no chat template cleave knows; start the server with --chat-template NAME");
     size_t n = (size_t)cJSON_GetArraySize(f), k = 0;
-    cleave_chat_message *msgs = calloc(n, sizeof *msgs);
-    char **owned = calloc(n, sizeof *owned); /* contents joined from parts */
+    cleave_chat_message *msgs = mem_calloc(n, sizeof *msgs, "messages");
+    char **owned = mem_calloc(n, sizeof *owned, "messages' parts"); /* contents joined from parts */
     bool ok = msgs && owned;
-    if (!ok) fail(w, "messages", "out of memory");
+    if (!ok) out_of_memory(w, "messages");
     const cJSON *e;
     cJSON_ArrayForEach(e, f) {
         if (!ok) break;
@@ -179,8 +202,9 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
         } else if (cJSON_IsArray(content)) {
             serve_buf b = {0};
             const cJSON *part;
-            ok = serve_buf_add(&b, "", 0);
+            ok = serve_buf_add(&b, "", 0) || out_of_memory(w, "messages");
             cJSON_ArrayForEach(part, content) {
+                if (!ok) break;
                 const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
                 const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
                 if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
@@ -188,7 +212,7 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
                     break;
                 }
                 if (ok && !serve_buf_add(&b, text->valuestring, strlen(text->valuestring)))
-                    ok = fail(w, "messages", "out of memory");
+                    ok = out_of_memory(w, "messages");
             }
             msgs[k].content = owned[k] = b.p;
             if (!ok) break;
@@ -201,7 +225,7 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
     size_t need = 0;
     if (ok) {
         cleave_chat_apply(d->chat_template, msgs, n, true, NULL, 0, &need);
-        if (!(p->text = malloc(need + 1))) ok = fail(w, "messages", "out of memory");
+        if (!(p->text = mem_alloc(need + 1, "a chat's text"))) ok = out_of_memory(w, "messages");
     }
     cleave_status st;
     if (ok && (st = cleave_chat_apply(d->chat_template, msgs, n, true, p->text, need + 1, &need)))
@@ -213,14 +237,19 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
     return ok;
 }
 
-bool serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d, serve_params *out,
-                 char *err, size_t err_cap, const char **param) {
-    why w = {err, err_cap, param};
+int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d, serve_params *out,
+                char *err, size_t err_cap, const char **param) {
+    why w = {err, err_cap, param, false};
     memset(out, 0, sizeof *out);
     out->chat = chat;
     *param = NULL;
+    pthread_once(&json_once, json_hooks);
+    json_oom = false;
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) return fail(&w, NULL, "the body is not valid JSON");
+    if (!o) {
+        if (json_oom) return out_of_memory(&w, NULL), 500;
+        return fail(&w, NULL, "the body is not valid JSON"), 400;
+    }
     bool ok = cJSON_IsObject(o) || fail(&w, NULL, "the body must be a JSON object");
     /* a NUL in the text cleave reads would cut it there: refused, naming
      * the field (the fields that change no output may hold one) */
@@ -251,7 +280,7 @@ bool serve_parse(const char *body, size_t len, bool chat, const serve_defaults *
     out->max_tokens = (long long)max_tokens;
     cJSON_Delete(o);
     if (!ok) serve_params_free(out);
-    return ok;
+    return ok ? 0 : w.oom ? 500 : 400;
 }
 
 void serve_params_free(serve_params *p) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/mem.h"
 #include "serve.h"
 
 static const char *find(const char *hay, size_t n, const char *needle, size_t k) {
@@ -63,7 +64,7 @@ size_t serve_text_release(const char *text, size_t len, size_t from, char *const
 bool serve_buf_add(serve_buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t cap = (b->cap ? b->cap * 2 : 256) + n;
-        char *p = realloc(b->p, cap);
+        char *p = mem_realloc(b->p, cap, "a response's text"); /* checked: failures can be injected */
         if (!p) return false;
         b->p = p, b->cap = cap;
     }
