@@ -39,6 +39,7 @@ static void serve_usage(FILE *out) {
             "                          gpt-oss instead of the model's\n"
             "  --max-body MIB          the largest request body (default 16)\n"
             "  --max-connections N     connections open at once (default 1024)\n"
+            "  --http-threads N        threads polling the connections, event-driven (default 4)\n"
             "  --max-connections-per-client N\n"
             "                          of them from one address (default 512)\n"
             "  --timeout-read S        seconds a client has to send a whole request, headers and\n"
@@ -63,7 +64,7 @@ int cmd_serve(int argc, char **argv) {
     cli_context_opts cx = cli_context_default(512);
     cli_placement pl = cli_placement_default();
     serve_opts o = {.host = "127.0.0.1"};
-    long long max_conn = 1024, per_client = 512;
+    long long max_conn = 1024, per_client = 512, http_threads = 4;
     double read_timeout = 30;
     bool has_psm = false, quiet = false;
     cleave_split_mode psm = CLEAVE_SPLIT_NONE;
@@ -85,6 +86,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key-file") && v) key_file = v, i++;
         else if (!strcmp(a, "--cors") && v) o.cors = v, i++;
         else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &max_conn)) return 2; i++; }
+        else if (!strcmp(a, "--http-threads")) { if (!cli_int(a, v, 1, 256, &http_threads)) return 2; i++; }
         else if (!strcmp(a, "--max-connections-per-client")) { if (!cli_int(a, v, 1, 1 << 16, &per_client)) return 2; i++; }
         else if (!strcmp(a, "--timeout-read")) {
             char *end = NULL;
@@ -159,7 +161,7 @@ int cmd_serve(int argc, char **argv) {
     o.port = (int)port;
     o.alias = o.alias ? o.alias : base_name(model);
     o.max_body = (size_t)max_body << 20;
-    o.max_connections = (int)max_conn, o.max_per_client = (int)per_client;
+    o.max_connections = (int)max_conn, o.max_per_client = (int)per_client, o.http_threads = (int)http_threads;
     o.read_timeout = read_timeout > 0 ? read_timeout : -1; /* 0 asked: no bound */
     o.defaults.max_tokens_completion = 16;
     o.defaults.max_tokens_cap = n_predict;

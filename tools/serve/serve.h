@@ -139,17 +139,19 @@ void serve_sched_free(serve_sched *s);
 uint32_t serve_sched_slot_cells(const serve_sched *s);
 /* Queues r (the scheduler takes a reference). false: the queue is full. */
 bool serve_sched_submit(serve_sched *s, serve_req *r);
-/* With the scheduler's lock: waits until r has news (released text beyond
- * `seen`, or its end), at most timeout_ms. */
+/* The scheduler's lock, under which a request's text and end are read. */
 void serve_sched_lock(serve_sched *s);
 void serve_sched_unlock(serve_sched *s);
-void serve_sched_wait(serve_sched *s, serve_req *r, size_t seen, int timeout_ms);
 /* Drops a reference (locks itself); the last one frees r. */
 void serve_req_release(serve_sched *s, serve_req *r);
 /* Marks r cancelled and drops the HTTP side's reference. */
 void serve_req_cancel(serve_sched *s, serve_req *r);
 /* Slots busy and requests queued now. */
 void serve_sched_load(serve_sched *s, int *busy, int *queued);
+/* fn(arg), under the scheduler's lock, whenever requests have news (each
+ * step, each end, the stop): how the HTTP side wakes its suspended
+ * connections. */
+void serve_sched_on_news(serve_sched *s, void (*fn)(void *), void *arg);
 
 /* ---- serve_http.c -------------------------------------------------------- */
 
@@ -161,6 +163,7 @@ typedef struct serve_opts {
     const char *cors;    /* origins (comma-separated, or "*") that browsers may let call and read; NULL: none */
     size_t max_body;   /* bytes */
     int max_connections;       /* open at once (0: 1024) */
+    int http_threads;          /* threads polling the connections (0: 4) */
     int max_per_client;        /* open at once from one address (0: 512) */
     double read_timeout;       /* seconds a client has to send a whole request (0: 30; < 0: no bound) */
     cleave_bos bos;    /* text prompts' BOS (token-id prompts are taken as given) */

@@ -1,8 +1,11 @@
-/* The HTTP side of `cleave serve` (libmicrohttpd, a thread per connection):
- * routes, OpenAI's response and error shapes, and server-sent events for
- * stream: true. A connection's thread tokenizes and checks its request,
- * queues it, and then waits for the step loop's output; nothing here
- * touches the context. */
+/* The HTTP side of `cleave serve` (libmicrohttpd, event-driven: a few
+ * threads, each polling its share of the connections with epoll): routes,
+ * OpenAI's response and error shapes, and server-sent events for stream:
+ * true. A handler tokenizes and checks its request and queues it; then
+ * the connection is suspended, not waited on, and the step loop's news
+ * resumes it to send what is new. A slow or idle client costs a socket,
+ * never a thread, so it holds nobody up. Nothing here touches the
+ * context. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,7 +32,44 @@ struct serve {
     _Atomic int in_flight; /* queued requests whose answers are not yet sent */
     bool loopback;         /* listening on 127.0.0.0/8 (serve_guard.c) */
     serve_watch *watch;    /* the bound on a request's arrival (serve_watch.c) */
+    struct waiter *waiting; /* suspended connections, under the scheduler's lock */
 };
+
+/* A suspended connection: resumed at the scheduler's next news. */
+typedef struct waiter {
+    struct MHD_Connection *c;
+    struct waiter *next;
+    bool listed;
+} waiter;
+
+/* Under the scheduler's lock: c sleeps until its request has news (the
+ * lock makes news between the caller's check and here impossible). */
+static void sleep_until_news(serve *s, waiter *w, struct MHD_Connection *c) {
+    if (!w->listed) w->c = c, w->next = s->waiting, s->waiting = w, w->listed = true;
+    MHD_suspend_connection(c);
+}
+
+/* Under the scheduler's lock: w goes (its connection or stream is freed). */
+static void unlist(serve *s, waiter *w) {
+    if (!w->listed) return;
+    for (waiter **p = &s->waiting; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    w->listed = false;
+}
+
+/* The scheduler's news (under its lock): every sleeper wakes and looks. */
+static void on_news(void *arg) {
+    serve *s = arg;
+    for (waiter *w = s->waiting, *n; w; w = n) {
+        n = w->next;
+        w->listed = false;
+        MHD_resume_connection(w->c);
+    }
+    s->waiting = NULL;
+}
 
 /* The watch's entry of a connection (NULL: unwatched). */
 static serve_watch_conn *watched(struct MHD_Connection *c) {
@@ -50,17 +90,21 @@ static void connection_news(void *cls, struct MHD_Connection *c, void **socket_c
     }
 }
 
-/* A request's body as it arrives. */
+/* A request's body as it arrives, and the request it became. */
 typedef struct conn {
     serve_buf body;
     bool too_big;
     bool in_flight; /* counted in serve.in_flight until the connection is done with it */
+    serve_req *r;   /* a whole (not streamed) answer being waited for */
+    waiter w;
 } conn;
 
 /* An event stream's state, owned by its response. */
 typedef struct stream {
     serve *srv;
     serve_req *r;
+    struct MHD_Connection *c;
+    waiter w;
     serve_buf out; /* formatted, not yet handed to the connection */
     size_t off, sent;
     bool role_sent, ended;
@@ -176,13 +220,19 @@ static bool event(stream *st, cJSON *o) {
     return ok;
 }
 
-/* Formats what the request has released since the last call, and its end. */
-static bool stream_fill(stream *st) {
+/* Formats what the request has released since the last call, and its
+ * end: 1; 0 when there is nothing yet (the connection then sleeps until
+ * the scheduler's news); -1 on failure. */
+static int stream_fill(stream *st) {
     serve *s = st->srv;
     serve_req *r = st->r;
     serve_buf text = {0};
     serve_sched_lock(s->sched);
-    if (r->released <= st->sent && r->finish == SERVE_RUNNING) serve_sched_wait(s->sched, r, st->sent, 1000);
+    if (r->released <= st->sent && r->finish == SERVE_RUNNING && (st->role_sent || !r->p.chat)) {
+        sleep_until_news(s, &st->w, st->c);
+        serve_sched_unlock(s->sched);
+        return 0;
+    }
     /* no text yet (queued, or a slow prompt): raw.p may still be NULL */
     size_t fresh = r->released - st->sent;
     bool ok = serve_buf_add_utf8(&text, fresh ? r->raw.p + st->sent : "", fresh);
@@ -217,7 +267,7 @@ static bool stream_fill(stream *st) {
         ok = ok && serve_buf_add(&st->out, "data: [DONE]\n\n", 14);
         st->ended = true;
     }
-    return ok;
+    return ok ? 1 : -1;
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -225,7 +275,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     while (st->off == st->out.len) {
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         st->off = st->out.len = 0;
-        if (!stream_fill(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        int got = stream_fill(st);
+        if (got < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (got == 0) return 0; /* suspended: called again once resumed */
     }
     size_t n = st->out.len - st->off < max ? st->out.len - st->off : max;
     memcpy(buf, st->out.p + st->off, n);
@@ -236,6 +288,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 /* The response is done with: a request still running lost its client. */
 static void stream_free(void *cls) {
     stream *st = cls;
+    serve_sched_lock(st->srv->sched);
+    unlist(st->srv, &st->w);
+    serve_sched_unlock(st->srv->sched);
     serve_req_cancel(st->srv->sched, st->r);
     free(st->out.p);
     free(st);
@@ -252,17 +307,25 @@ static bool client_gone(struct MHD_Connection *c) {
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-static enum MHD_Result reply_whole(struct MHD_Connection *c, serve *s, serve_req *r) {
+/* A whole answer: the connection sleeps until the scheduler's news, and
+ * each time it wakes, the answer goes out if it is done (a client that
+ * left ends its request at the next step). */
+static enum MHD_Result await_whole(struct MHD_Connection *c, serve *s, conn *k) {
+    serve_req *r = k->r;
     serve_sched_lock(s->sched);
-    while (r->finish == SERVE_RUNNING) {
-        serve_sched_wait(s->sched, r, r->released, 200);
-        if (r->finish == SERVE_RUNNING && client_gone(c)) { /* the request ends at the next step */
+    if (r->finish == SERVE_RUNNING) {
+        if (client_gone(c)) {
             serve_sched_unlock(s->sched);
+            k->r = NULL;
             serve_req_cancel(s->sched, r);
             return MHD_NO;
         }
+        sleep_until_news(s, &k->w, c);
+        serve_sched_unlock(s->sched);
+        return MHD_YES;
     }
     serve_sched_unlock(s->sched);
+    k->r = NULL;
     /* finished: the step loop no longer writes r */
     enum MHD_Result ret;
     serve_buf text = {0};
@@ -335,7 +398,10 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
     }
     s->in_flight++;
     k->in_flight = true;
-    if (!r->p.stream) return reply_whole(c, s, r);
+    if (!r->p.stream) {
+        k->r = r;
+        return await_whole(c, s, k);
+    }
     stream *st = calloc(1, sizeof *st);
     struct MHD_Response *res = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free) : NULL;
     if (!res) {
@@ -343,7 +409,7 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
         serve_req_cancel(s->sched, r);
         return send_error(c, 500, "out of memory", NULL, NULL);
     }
-    st->srv = s, st->r = r, st->created = time(NULL);
+    st->srv = s, st->r = r, st->c = c, st->created = time(NULL);
     MHD_add_response_header(res, "Content-Type", "text/event-stream");
     MHD_add_response_header(res, "Cache-Control", "no-cache");
     return queue(c, 200, res);
@@ -449,6 +515,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         *con_cls = k;
         return MHD_YES;
     }
+    if (k->r) return await_whole(c, s, k); /* woken: is the answer done? */
     if (*upload_size) {
         if (!k->too_big && k->body.len + *upload_size > s->o.max_body) k->too_big = true;
         if (!k->too_big && !serve_buf_add(&k->body, upload, *upload_size)) k->too_big = true;
@@ -463,6 +530,12 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     serve *s = cls;
     conn *k = *con_cls;
     serve_watch_reading(s->watch, watched(c), true); /* a kept-alive connection's next request */
+    if (k) {
+        serve_sched_lock(s->sched);
+        unlist(s, &k->w);
+        serve_sched_unlock(s->sched);
+        if (k->r) serve_req_cancel(s->sched, k->r), k->r = NULL; /* ended while waiting (the server stops) */
+    }
     if (k && k->in_flight) s->in_flight--;
     if (k) free(k->body.p);
     free(k);
@@ -486,8 +559,8 @@ int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve
     s->m = m, s->o = *o, s->created = time(NULL);
     s->loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
     snprintf(s->alias, sizeof s->alias, "%s", o->alias);
-    /* a thread per connection (a handler waits for its answer); slow
-     * clients are bounded by the watch, the counts and the idle timeout */
+    /* event-driven: a few threads poll every connection; slow clients are
+     * bounded by the watch, the counts and the idle timeout */
     unsigned max_conn = o->max_connections > 0 ? (unsigned)o->max_connections : 1024;
     unsigned per_client = o->max_per_client > 0 ? (unsigned)o->max_per_client : 512;
     double read_s = o->read_timeout == 0 ? 30.0 : o->read_timeout;
@@ -501,7 +574,10 @@ int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve
         free(s);
         return 1;
     }
-    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, s,
+    serve_sched_on_news(s->sched, on_news, s);
+    unsigned threads = o->http_threads > 0 ? (unsigned)o->http_threads : 4;
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL_LINUX_ONLY | MHD_ALLOW_SUSPEND_RESUME, 0,
+                            NULL, NULL, handle, s, MHD_OPTION_THREAD_POOL_SIZE, threads,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, max_conn,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client > max_conn ? max_conn : per_client,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_NOTIFY_COMPLETED, completed, s,

@@ -43,6 +43,8 @@ struct serve_sched {
     pthread_mutex_t mu;
     pthread_cond_t wake; /* the loop: a request arrived, or stop */
     pthread_cond_t news; /* HTTP threads: text released or a request ended */
+    void (*on_news)(void *); /* and the HTTP side's hook (its suspended connections), under mu */
+    void *on_news_arg;
     bool stopping;
     serve_req **queue; /* a ring of o.queue_max */
     size_t q_head, q_len;
@@ -64,18 +66,20 @@ struct serve_sched {
 
 uint32_t serve_sched_slot_cells(const serve_sched *s) { return s->slot_cells; }
 
+/* Under mu: requests have news (text released, an end). */
+static void news_locked(serve_sched *s) {
+    pthread_cond_broadcast(&s->news);
+    if (s->on_news) s->on_news(s->on_news_arg);
+}
+
+void serve_sched_on_news(serve_sched *s, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&s->mu);
+    s->on_news = fn, s->on_news_arg = arg;
+    pthread_mutex_unlock(&s->mu);
+}
+
 void serve_sched_lock(serve_sched *s) { pthread_mutex_lock(&s->mu); }
 void serve_sched_unlock(serve_sched *s) { pthread_mutex_unlock(&s->mu); }
-
-void serve_sched_wait(serve_sched *s, serve_req *r, size_t seen, int timeout_ms) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
-    while (r->released <= seen && r->finish == SERVE_RUNNING)
-        if (pthread_cond_timedwait(&s->news, &s->mu, &until)) break;
-}
 
 static void req_free(serve_req *r) {
     serve_params_free(&r->p);
@@ -170,7 +174,7 @@ static void end_locked(serve_sched *s, slot *sl, serve_finish f, int http_status
     sl->r = NULL;
     sl->last_used = now();
     release_locked(r);
-    pthread_cond_broadcast(&s->news);
+    news_locked(s);
 }
 
 static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
@@ -376,7 +380,7 @@ static void *loop(void *arg) {
         }
         for (int i = 0; i < s->o.n_parallel; i++)
             if (s->slots[i].row >= 0 && s->slots[i].r) publish_locked(s, &s->slots[i]);
-        pthread_cond_broadcast(&s->news);
+        news_locked(s);
         s->t_steps += now() - t0;
     }
     /* stopping: nothing more runs */
@@ -390,7 +394,7 @@ static void *loop(void *arg) {
         s->q_head = (s->q_head + 1) % (size_t)s->o.queue_max, s->q_len--;
     }
     s->stopping = true;
-    pthread_cond_broadcast(&s->news);
+    news_locked(s);
     pthread_mutex_unlock(&s->mu);
     if (!s->o.quiet && s->n_steps)
         fprintf(stderr,

@@ -1,11 +1,11 @@
-/* A bound on the time a client takes to send its request. The server runs
- * a thread per connection (a handler waits for its answer), and a client
- * that sends a header byte every few seconds keeps its connection, and a
- * thread, for as long as it likes (the idle timeout restarts with each
- * byte): 300 of them took every connection. Each connection is watched
- * from the moment it starts reading a request until the request is in;
- * past the bound its socket is shut down, which ends it in its own thread.
- * The time between requests of a kept-alive connection counts too. */
+/* A bound on the time a client takes to send its request. A client that
+ * sends a header byte every few seconds keeps its connection for as long
+ * as it likes (the idle timeout restarts with each byte): 300 of them took
+ * every connection of the server's thread-per-connection days. Each
+ * connection is watched from the moment it starts reading a request until
+ * the request is in; past the bound its socket is shut down, which its
+ * poller sees and closes it. The time between requests of a kept-alive
+ * connection counts too. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -45,7 +45,7 @@ static void *reaper(void *arg) {
         double t = now_s();
         for (serve_watch_conn *k = w->head.next; k != &w->head; k = k->next)
             if (k->reading && !k->cut && t - k->t0 > w->limit) {
-                shutdown(k->fd, SHUT_RDWR); /* its thread's read ends; MHD closes it */
+                shutdown(k->fd, SHUT_RDWR); /* its poller sees the end; MHD closes it */
                 k->cut = true;
             }
         struct timespec until;
