@@ -20,10 +20,10 @@
 
 #include "engine_internal.h"
 #include "base/error.h"
+#include "base/file.h"
 #include "base/mem.h"
 #include "quant/quant.h"
 #include "plan/reshard.h"
-#include "base/file.h"
 
 #ifdef CLEAVE_WITH_XXHASH
 #define XXH_INLINE_ALL

@@ -14,11 +14,11 @@
 
 #include "cleave.h"
 #include "base/error.h"
+#include "base/file.h"
 #include "gguf.h"
 #include "base/mem.h"
 #include "model.h"
 #include "vocab/tokenizer.h"
-#include "base/file.h"
 
 typedef struct {
     int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len;

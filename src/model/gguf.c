@@ -19,9 +19,9 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/file.h"
 #include "base/mem.h"
 #include "quant/quant.h"
-#include "base/file.h"
 
 /* Every message starts with the file's path (or the writer's name). */
 static cleave_status vferr(const char *path, cleave_status st, const char *fmt, va_list ap) {

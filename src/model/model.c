@@ -4,7 +4,6 @@
 #include "model.h"
 
 #include <stdio.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,10 +56,7 @@ static cleave_status hp_f32(const gguf_file *f, const char *arch, const char *su
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (!required && gguf_find_key(f, key) < 0) return CLEAVE_OK;
-    cleave_status st = gguf_get_f32(f, key, out);
-    if (!st && !isfinite(*out)) /* inf or nan would run as garbage, not fail */
-        st = err_set(CLEAVE_ERR_FORMAT, "%s is %g, not a finite number", key, (double)*out);
-    return st;
+    return model_get_f32(f, key, out);
 }
 
 /* The mixture of experts, as llama.cpp reads it for these architectures:

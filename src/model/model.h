@@ -153,6 +153,10 @@ void model_for_each_tensor(const struct cleave_model *m, model_tensor_fn fn, voi
 cleave_status model_write_hparams(gguf_writer *w, const model_hparams *hp, const char *name,
                                   cleave_type main_type);
 
+/* A float hyperparameter (model_keys.c): refused, naming the key, when it
+ * is not a finite number. */
+cleave_status model_get_f32(const gguf_file *f, const char *key, float *out);
+
 /* Optional metadata that changes the arithmetic (model_keys.c): RoPE
  * scaling and the sliding window are read into hp; every other such key
  * must be absent or at its neutral value, else the load is refused naming

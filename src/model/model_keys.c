@@ -24,17 +24,20 @@ static void arch_key(char *key, size_t n, const model_hparams *hp, const char *s
     snprintf(key, n, "%s.%s", hp->arch_name, suffix);
 }
 
+cleave_status model_get_f32(const gguf_file *f, const char *key, float *out) {
+    cleave_status st = gguf_get_f32(f, key, out);
+    if (!st && !isfinite(*out)) /* inf or nan would run as garbage, not fail */
+        st = err_set(CLEAVE_ERR_FORMAT, "%s is %g, not a finite number", key, (double)*out);
+    return st;
+}
+
 /* An optional f32 key: *present tells whether the file has it. */
 static cleave_status opt_f32(const gguf_file *f, const model_hparams *hp, const char *suffix,
                              bool *present, float *out) {
     char key[128];
     arch_key(key, sizeof key, hp, suffix);
     *present = gguf_find_key(f, key) >= 0;
-    if (!*present) return CLEAVE_OK;
-    cleave_status st = gguf_get_f32(f, key, out);
-    if (!st && !isfinite(*out))
-        st = err_set(CLEAVE_ERR_FORMAT, "%s is %g, not a finite number", key, (double)*out);
-    return st;
+    return *present ? model_get_f32(f, key, out) : CLEAVE_OK;
 }
 
 static cleave_status opt_u32(const gguf_file *f, const model_hparams *hp, const char *suffix,

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "base/mem.h"
 #include "base/file.h"
+#include "base/mem.h"
 
 #ifdef CLEAVE_WITH_CJSON
 #include <cjson/cJSON.h>
