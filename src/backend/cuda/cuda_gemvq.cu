@@ -128,7 +128,7 @@ bool cuda_gemvq_id(cuda_device *d, const be_mat *w, const be_mat *wu, const floa
     const size_t ne0 = w->ne0, pairs = n * k, n_x = x_slots == 1 ? n : pairs;
     const bool dual = wu != NULL;
     if (!ops || !ne0 || ne0 % cuda_qk(w->type) || (uintptr_t)x % 16 || !gq_takes(ops, w, ne0) ||
-        w->nb2 % 16 || pairs > GQ_ID_MAX_PAIRS || pairs * w->ne1 > UINT32_MAX || !ops->fits_x(0, ne0, dual))
+        w->nb2 % 16 || pairs > GQ_ID_MAX_PAIRS || pairs * w->ne1 > UINT32_MAX || !ops->fits_x(0, ne0, dual, group))
         return false;
     if (dual && (wu->type != w->type || wu->ne1 != w->ne1 || wu->nb1 != w->nb1 || wu->nb2 != w->nb2 ||
                  !gq_takes(ops, wu, ne0)))

@@ -532,7 +532,7 @@ struct gq_ops {
     int align;                           /* byte alignment its rows need */
     int (*fit_n)(size_t ne0, bool dual); /* 0: x of one token does not fit */
     cudaError_t (*launch)(cuda_device *d, const gq_job &j, size_t n, bool dual);
-    bool (*fits_x)(int n_x, size_t ne0, bool dual); /* experts: n_x rows of x fit */
+    bool (*fits_x)(int n_x, size_t ne0, bool dual, bool group); /* experts: n_x rows of x fit */
     size_t (*gx_bytes)(const gq_job &j, bool dual);  /* experts: global x needed (0: none) */
     cudaError_t (*launch_id)(cuda_device *d, const gq_job &j, bool dual);
 };
@@ -544,13 +544,13 @@ template <int T> static cudaError_t gq_run(cuda_device *d, const gq_job &job, si
     gq_pack<T>(d, j, dual, n);
     return dual ? gq_launch_all<T, true>(d, j, n) : gq_launch_all<T, false>(d, j, n);
 }
-template <int T> static bool gq_fits_x(int n_x, size_t ne0, bool dual) {
-    return (dual ? gq_smem_bytes<T, true>(n_x, ne0, true, true) : gq_smem_bytes<T, false>(n_x, ne0, true, true)) <=
+template <int T> static bool gq_fits_x(int n_x, size_t ne0, bool dual, bool group) {
+    return (dual ? gq_smem_bytes<T, true>(n_x, ne0, true, group) : gq_smem_bytes<T, false>(n_x, ne0, true, group)) <=
            GQ_SMEM_MAX;
 }
 /* x_bytes (j.gx NULL): the global x that gq_run_id will need, else 0 */
 template <int T> static size_t gq_gx_bytes(const gq_job &j, bool dual) {
-    return gq_fits_x<T>(j.n_x, j.ne0, dual) ? 0 : gq_x_bytes<T>(j.n_x, j.ne0);
+    return gq_fits_x<T>(j.n_x, j.ne0, dual, j.group) ? 0 : gq_x_bytes<T>(j.n_x, j.ne0);
 }
 template <int T> static cudaError_t gq_run_id(cuda_device *d, const gq_job &job, bool dual) {
     gq_job j = job;
