@@ -13,8 +13,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-${CLEAVE_FUZZ_SECONDS:-30}}
-if ! command -v clang >/dev/null 2>&1; then
-  echo "cleave fuzz: clang not found (apt-get install clang libclang-rt-14-dev): fuzzing skipped" >&2
+if ! command -v clang >/dev/null 2>&1 || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a \
+    >/dev/null 2>&1; then
+  echo "cleave fuzz: clang or libFuzzer's runtime not found (apt-get install clang libclang-rt-14-dev):" \
+       "fuzzing skipped" >&2
   exit 0
 fi
 b=build-fuzz
@@ -33,7 +35,7 @@ mkdir -p "$seeds"/{gguf,llama2c,hf,state,tokenizer,tokenizer_bpe,serve_parse} "$
     >/dev/null 2>&1
 rm -f "$seeds/tiny.gguf"
 if [ -f "$shared/models/stories260K.bin" ] && [ -f "$shared/models/tok512.bin" ]; then
-  python3 -c 'import os,struct,sys; b=open(sys.argv[1],"rb").read(); t=open(sys.argv[2],"rb").read();
+  python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); t=open(sys.argv[2],"rb").read();
 sys.stdout.buffer.write(struct.pack("<I",len(b))+b+t)' "$shared/models/stories260K.bin" \
     "$shared/models/tok512.bin" >"$seeds/llama2c/stories260K"
 fi

@@ -384,7 +384,9 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
     }
     uint32_t cells = serve_sched_slot_cells(s->sched);
     if (r->n_prompt == 0 || r->n_prompt >= cells) {
-        if (r->n_prompt == 0) snprintf(err, sizeof err, "the prompt is empty and the model has no BOS token");
+        if (r->n_prompt == 0)
+            snprintf(err, sizeof err, "the prompt is empty and no BOS is added (%s)",
+                     cleave_token_bos(s->m) < 0 ? "the model has none" : "the vocabulary's metadata says not to");
         else snprintf(err, sizeof err, "the prompt has %zu tokens; a slot holds %u (prompt and answer): "
                       "start the server with a larger -c or a smaller -np", r->n_prompt, cells);
         const char *code = r->n_prompt ? "context_length_exceeded" : NULL;
