@@ -13,6 +13,7 @@
  * - serve_text_release and serve_parse on their own (and parse fuzzed). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -543,6 +544,192 @@ static void check_slow_clients(cleave_context *ctx) {
     serve_stop(srv);
 }
 
+
+/* ---- n > 1, several prompts, logprobs ------------------------------------- */
+
+/* choices[] of a reply by their index (NULL where absent). */
+static const cJSON *choice_at(const cJSON *o, int index) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(o, "choices"))
+        if (num_at(c, "index", NULL) == index) return c;
+    return NULL;
+}
+
+static const char *choice_text(const cJSON *c) {
+    const char *t = str_at(c, "text", NULL);
+    return t ? t : str_at(c, "message", "content");
+}
+
+/* The library's logprob of the greedy first token after text, and that token's piece. */
+static float first_logprob(const char *text, char *piece, size_t cap) {
+    cleave_context_params cp = cleave_context_default_params();
+    cp.n_ctx = SLOT_CELLS, cp.n_threads = 1, cp.kv_type = CLEAVE_TYPE_F32;
+    cleave_context *ctx = NULL;
+    int32_t toks[SLOT_CELLS];
+    size_t n = 0;
+    float lp = 1;
+    piece[0] = 0;
+    CHECK_OK(cleave_context_new(model, &cp, &ctx));
+    CHECK_OK(cleave_tokenize_ex(model, text, strlen(text), true, true, toks, SLOT_CELLS, &n));
+    if (ctx && n && !cleave_decode(ctx, toks, n, 0, 0, false)) {
+        const float *lg = cleave_get_logits(ctx, -1);
+        size_t best = 0;
+        double sum = 0;
+        for (size_t v = 0; v < n_vocab; v++) best = lg[v] > lg[best] ? v : best;
+        for (size_t v = 0; v < n_vocab; v++) sum += exp((double)(lg[v] - lg[best]));
+        lp = (float)-log(sum);
+        size_t k = 0;
+        cleave_token_to_piece(model, toks[n - 1], (int32_t)best, piece, cap - 1, &k);
+        piece[k] = 0;
+    }
+    cleave_context_free(ctx);
+    return lp;
+}
+
+static void check_choices(void) {
+    int status;
+    /* n = 3, greedy: three choices, each the answer alone; the later two
+     * copied the first's prompt cells; the prompt counted once */
+    char *b = completion_body(prompts[1], N_GEN, "\"n\":3");
+    cJSON *r = post("/v1/completions", b, &status);
+    free(b);
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "choices")) == 3,
+              "n 3: status %d, %d choices", status, cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "choices")));
+    for (int i = 0; i < 3; i++) {
+        const char *t = choice_text(choice_at(r, i));
+        CHECK_MSG(t && (!refs_sure() || !strcmp(t, refs[1])), "n 3: choice %d '%s', want '%s'", i, t ? t : "(none)",
+                  refs[1]);
+    }
+    int32_t toks[SLOT_CELLS];
+    size_t n_tok = 0;
+    CHECK_OK(cleave_tokenize_ex(model, prompts[1], strlen(prompts[1]), true, true, toks, SLOT_CELLS, &n_tok));
+    CHECK_MSG(num_at(r, "usage", "prompt_tokens") == (double)n_tok, "n 3: prompt_tokens %g, want %zu once",
+              num_at(r, "usage", "prompt_tokens"), n_tok);
+    CHECK_MSG(num_at(r, "timings", "prompt_copied_n") == 2.0 * (double)(n_tok - 1),
+              "n 3: the later choices copied %g prompt cells, want %zu", num_at(r, "timings", "prompt_copied_n"),
+              2 * (n_tok - 1));
+    cJSON_Delete(r);
+
+    /* two prompts, two choices each: index = prompt * n + choice */
+    char body[1024];
+    snprintf(body, sizeof body, "{\"prompt\":[\"%s\",\"%s\"],\"n\":2,\"max_tokens\":%d,\"temperature\":0}", prompts[0],
+             prompts[2], N_GEN);
+    r = post("/v1/completions", body, &status);
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "choices")) == 4,
+              "2 prompts x 2: status %d", status);
+    for (int i = 0; i < 4; i++) {
+        const char *t = choice_text(choice_at(r, i)), *want = refs[i / 2 ? 2 : 0];
+        CHECK_MSG(t && (!refs_sure() || !strcmp(t, want)), "2 prompts x 2: choice %d '%s', want '%s'", i,
+                  t ? t : "(none)", want);
+    }
+    cJSON_Delete(r);
+
+    /* sampled with a seed: the choices differ from each other, and the
+     * same request gives the same choices again */
+    b = completion_body(prompts[0], N_GEN, "\"n\":2,\"seed\":7,\"temperature\":1.5");
+    char *again[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        char *bb = strdup(b);
+        char *t0 = strstr(bb, "\"temperature\":0,"); /* completion_body's greedy default gives way */
+        if (t0) memmove(t0, t0 + 16, strlen(t0 + 16) + 1);
+        r = post("/v1/completions", bb, &status);
+        free(bb);
+        const char *c0 = choice_text(choice_at(r, 0)), *c1 = choice_text(choice_at(r, 1));
+        CHECK_MSG(status == 200 && c0 && c1 && strcmp(c0, c1), "n 2 sampled: the choices are the same: '%s'",
+                  c0 ? c0 : "(none)");
+        char *joined = malloc((c0 ? strlen(c0) : 0) + (c1 ? strlen(c1) : 0) + 2);
+        sprintf(joined, "%s|%s", c0 ? c0 : "", c1 ? c1 : "");
+        again[k] = joined;
+        cJSON_Delete(r);
+    }
+    CHECK_MSG(!strcmp(again[0], again[1]), "n 2 with a seed: '%s' then '%s'", again[0], again[1]);
+    free(again[0]), free(again[1]), free(b);
+
+    /* completions' logprobs: the greedy token is the likeliest, its
+     * logprob the library's, the tokens spell the text */
+    char piece[64];
+    float want_lp = first_logprob(prompts[0], piece, sizeof piece);
+    b = completion_body(prompts[0], N_GEN, "\"logprobs\":3");
+    r = post("/v1/completions", b, &status);
+    free(b);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(choice(r), "logprobs");
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(lp, "tokens");
+    const cJSON *tlp = cJSON_GetObjectItemCaseSensitive(lp, "token_logprobs");
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(lp, "top_logprobs");
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(tokens) == (int)num_at(r, "usage", "completion_tokens") -
+                                                                 (ref_eog[0] ? 1 : 0),
+              "logprobs: %d tokens for %g generated", cJSON_GetArraySize(tokens), num_at(r, "usage", "completion_tokens"));
+    serve_buf spelt = {0};
+    serve_buf_add(&spelt, "", 0);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tokens) if (cJSON_IsString(t)) serve_buf_add(&spelt, t->valuestring, strlen(t->valuestring));
+    CHECK_MSG(answer(r) && !strcmp(spelt.p, answer(r)), "logprobs: the tokens spell '%s', the text is '%s'", spelt.p,
+              answer(r) ? answer(r) : "(none)");
+    free(spelt.p);
+    double got_lp = cJSON_IsNumber(cJSON_GetArrayItem(tlp, 0)) ? cJSON_GetArrayItem(tlp, 0)->valuedouble : 1;
+    CHECK_MSG(fabs(got_lp - want_lp) < 1e-3, "logprobs: the first token's %g, the library's %g", got_lp, want_lp);
+    const char *tok0 = cJSON_IsString(cJSON_GetArrayItem(tokens, 0)) ? cJSON_GetArrayItem(tokens, 0)->valuestring : "";
+    CHECK_MSG(!strcmp(tok0, piece), "logprobs: the first token '%s', the library's '%s'", tok0, piece);
+    for (int i = 0; i < cJSON_GetArraySize(tokens); i++) {
+        const cJSON *alts = cJSON_GetArrayItem(top, i), *a;
+        double chosen = cJSON_GetArrayItem(tlp, i)->valuedouble, best = -1e30;
+        int n_alts = 0;
+        cJSON_ArrayForEach(a, alts) best = a->valuedouble > best ? a->valuedouble : best, n_alts++;
+        CHECK_MSG(n_alts >= 1 && n_alts <= 3 && fabs(best - chosen) < 1e-5 && chosen <= 0,
+                  "logprobs: token %d: %d alternatives, the best %g, the chosen %g", i, n_alts, best, chosen);
+    }
+    cJSON_Delete(r);
+
+    /* chat's logprobs with top_logprobs, and llama.cpp's n_probs */
+    r = post("/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4,\"temperature\":0,"
+             "\"logprobs\":true,\"top_logprobs\":2}",
+             &status);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice(r), "logprobs"), "content");
+    const cJSON *e0 = cJSON_GetArrayItem(content, 0);
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(content) >= 1 && str_at(e0, "token", NULL) &&
+                  cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(e0, "bytes")) &&
+                  cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(e0, "top_logprobs")) == 2,
+              "chat logprobs: status %d, %d entries", status, cJSON_GetArraySize(content));
+    cJSON_Delete(r);
+    r = post("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2,\"temperature\":0,\"n_probs\":5}", &status);
+    top = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice(r), "logprobs"), "top_logprobs");
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(cJSON_GetArrayItem(top, 0)) == 5, "n_probs 5: %d alternatives",
+              cJSON_GetArraySize(cJSON_GetArrayItem(top, 0)));
+    cJSON_Delete(r);
+
+    /* a stream of n = 2 with logprobs: each index's chunks add up to its answer, a logprob per token */
+    b = completion_body(prompts[0], N_GEN, "\"n\":2,\"stream\":true,\"logprobs\":1");
+    reply sr = http("POST", "/v1/completions", b, NULL);
+    free(b);
+    serve_buf txt[2] = {{0}};
+    int n_lp[2] = {0, 0}, finished[2] = {0, 0};
+    for (const char *p = sr.body; p && (p = strstr(p, "data: {")); p += 6) {
+        const char *end = strstr(p, "\n\n");
+        cJSON *o = end ? cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6)) : NULL;
+        const cJSON *c = choice(o);
+        int i = (int)num_at(c, "index", NULL);
+        if (c && (i == 0 || i == 1)) {
+            const char *x = str_at(c, "text", NULL);
+            if (x) serve_buf_add(&txt[i], x, strlen(x));
+            n_lp[i] += cJSON_GetArraySize(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "logprobs"), "tokens"));
+            finished[i] += str_at(c, "finish_reason", NULL) != NULL;
+        }
+        cJSON_Delete(o);
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(txt[i].p && (!refs_sure() || !strcmp(txt[i].p, refs[0])), "stream n 2: choice %d '%s'", i,
+                  txt[i].p ? txt[i].p : "(none)");
+        CHECK_MSG(finished[i] == 1, "stream n 2: choice %d finished %d times", i, finished[i]);
+        CHECK_MSG(n_lp[i] == N_GEN || ref_eog[0], "stream n 2: choice %d has %d logprobs for %d tokens", i, n_lp[i],
+                  N_GEN);
+        free(txt[i].p);
+    }
+    CHECK_MSG(sr.body && strstr(sr.body, "data: [DONE]"), "stream n 2: no [DONE]");
+    free(sr.body);
+}
+
 int main(void) {
     check_text_release();
     check_parse_oom();
@@ -627,6 +814,8 @@ int main(void) {
     CHECK(status == 200 && answer(r) && (!refs_sure() || !strcmp(answer(r), refs[2])));
     cJSON_Delete(r);
 
+    check_choices();
+
     /* streams add up to the same text */
     b = completion_body(prompts[0], N_GEN, "\"stream\":true,\"stream_options\":{\"include_usage\":true}");
     check_stream("stream", "/v1/completions", b, refs[0], ref_eog[0] ? "stop" : "length", false);
@@ -695,8 +884,20 @@ int main(void) {
     check_error("max_tokens 0", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", NULL);
     check_error("temperature < 0", "/v1/completions", "{\"prompt\":\"a\",\"temperature\":-1}", 400, "temperature", NULL);
     check_error("top_p > 1", "/v1/completions", "{\"prompt\":\"a\",\"top_p\":1.5}", 400, "top_p", NULL);
-    check_error("n 2", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", 400, "n", NULL);
-    check_error("logprobs", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":3}", 400, "logprobs", NULL);
+    check_error("n 0", "/v1/completions", "{\"prompt\":\"a\",\"n\":0}", 400, "n", NULL);
+    check_error("n 65", "/v1/completions", "{\"prompt\":\"a\",\"n\":65}", 400, "n", NULL);
+    check_error("logprobs 21", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":21}", 400, "logprobs", NULL);
+    check_error("top_logprobs alone", "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", 400, "top_logprobs",
+                NULL);
+    check_error("chat logprobs 3", "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":3}", 400, "logprobs", NULL);
+    check_error("prompts mixed", "/v1/completions", "{\"prompt\":[\"a\",[1,2]]}", 400, "prompt", NULL);
+    check_error("prompts with a number", "/v1/completions", "{\"prompt\":[\"a\",3]}", 400, "prompt", NULL);
+    check_error("an empty prompt list", "/v1/completions", "{\"prompt\":[]}", 400, "prompt", NULL);
+    check_error("an empty token prompt", "/v1/completions", "{\"prompt\":[[1],[]]}", 400, "prompt", NULL);
+    check_error("n x prompts over the queue", "/v1/completions",
+                "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":30}", 400, "prompt", NULL);
     check_error("stop of numbers", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[1]}", 400, "stop", NULL);
     check_error("token id too big", "/v1/completions", "{\"prompt\":[1,999999]}", 400, "prompt", NULL);
     check_error("no messages", "/v1/chat/completions", "{\"messages\":[]}", 400, "messages", NULL);

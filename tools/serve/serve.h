@@ -44,12 +44,24 @@ bool serve_buf_add_utf8(serve_buf *b, const char *s, size_t n);
 /* ---- serve_request.c ---------------------------------------------------- */
 
 #define SERVE_MAX_STOP 16
+/* Alternatives a token's logprobs may list (OpenAI's top_logprobs: 20). */
+#define SERVE_MAX_LOGPROBS 20
+/* Choices one request may ask for: n times the prompts. */
+#define SERVE_MAX_CHOICES 64
+
+/* One prompt: text (chat: the template applied), or token ids. */
+typedef struct serve_prompt {
+    char *text;
+    int32_t *tokens;
+    size_t n_tokens;
+} serve_prompt;
 
 typedef struct serve_params {
     bool chat;           /* /v1/chat/completions */
-    char *text;          /* the prompt as text (chat: the template applied), or NULL */
-    int32_t *tokens;     /* or the prompt as token ids */
-    size_t n_tokens;
+    serve_prompt *prompts; /* a completion's prompt may be several; a chat has one */
+    size_t n_prompts;
+    int n;               /* choices per prompt, each its own sequence */
+    int logprobs;        /* -1: none; else the chosen token's logprob and this many alternatives */
     long long max_tokens; /* -1: until the slot's context is full */
     cleave_sampler_params sp;
     char *stop[SERVE_MAX_STOP];
@@ -76,6 +88,9 @@ bool serve_json_nul_field(const char *body, size_t len, char *field, size_t cap)
 int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d, serve_params *out,
                  char *err, size_t err_cap, const char **param);
 void serve_params_free(serve_params *p);
+/* dst gets src's settings (sampling, stops, limits), no prompts: what
+ * each choice of a request keeps. false: out of memory (dst empty). */
+bool serve_params_clone(serve_params *dst, const serve_params *src);
 
 /* ---- serve_pool.c ------------------------------------------------------- */
 
@@ -95,7 +110,20 @@ typedef enum serve_finish {
     SERVE_FINISH_ERROR,  /* see err / http_status */
 } serve_finish;
 
-/* One request between the HTTP thread that made it and the step loop. */
+/* A generated token's logprob (the model's distribution, before sampling
+ * settings) and its most likely alternatives, and where its text ends in
+ * the request's raw text. */
+typedef struct serve_logprob {
+    int32_t token, prev; /* prev: the token before it (its piece's leading space) */
+    float logprob;
+    size_t end;
+    int n_top;
+    int32_t top[SERVE_MAX_LOGPROBS];
+    float top_logprob[SERVE_MAX_LOGPROBS];
+} serve_logprob;
+
+/* One request between the HTTP thread that made it and the step loop: one
+ * choice of a response (several for n > 1 or several prompts). */
 typedef struct serve_req {
     serve_params p;
     int32_t *prompt; /* tokenized */
@@ -113,6 +141,15 @@ typedef struct serve_req {
     long long n_cached, n_gen; /* prompt tokens found in the slot's cache; tokens generated */
     double t_queued, t_start, t_first, t_end; /* seconds (CLOCK_MONOTONIC) */
     unsigned long long id;
+    int index; /* the choice's index in its response */
+    /* n > 1: the request of the same prompt whose cells this one copies
+     * instead of processing the prompt again (its index in the array
+     * submitted with it, -1: none; the scheduler keeps its id) */
+    int lead;
+    unsigned long long lead_id;
+    double copy_ms; /* the copy took */
+    serve_logprob *lp; /* with p.logprobs >= 0: one per token of raw */
+    size_t n_lp, cap_lp;
 } serve_req;
 
 typedef struct serve_sched_opts {
@@ -137,8 +174,9 @@ void serve_sched_stop(serve_sched *s);
 void serve_sched_free(serve_sched *s);
 /* Cells a slot owns: a prompt must leave room for one generated token. */
 uint32_t serve_sched_slot_cells(const serve_sched *s);
-/* Queues r (the scheduler takes a reference). false: the queue is full. */
-bool serve_sched_submit(serve_sched *s, serve_req *r);
+/* Queues r[0..n) in order, all or none (the scheduler takes a reference
+ * of each). false: the queue has no room for them all. */
+bool serve_sched_submit(serve_sched *s, serve_req *const *r, size_t n);
 /* The scheduler's lock, under which a request's text and end are read. */
 void serve_sched_lock(serve_sched *s);
 void serve_sched_unlock(serve_sched *s);
@@ -152,6 +190,27 @@ void serve_sched_load(serve_sched *s, int *busy, int *queued);
  * step, each end, the stop): how the HTTP side wakes its suspended
  * connections. */
 void serve_sched_on_news(serve_sched *s, void (*fn)(void *), void *arg);
+
+/* ---- serve_reply.c: a completion's JSON ------------------------------------ */
+
+#include <time.h>
+struct cJSON;
+/* The envelope of a response or a stream chunk (model: the id it answers as). */
+struct cJSON *serve_reply_envelope(const char *model, const serve_req *r, bool chunk, time_t created);
+/* What a choice says: its text (NULL: none in this chunk), finish reason
+ * (NULL: running), the role (a chat's first delta), and the logprobs of
+ * tokens [lp0, lp1) of the request. */
+typedef struct serve_reply_part {
+    bool chunk, role;
+    const char *text, *finish;
+    size_t lp0, lp1;
+} serve_reply_part;
+/* Adds r's choice to o's "choices". false: out of memory. */
+bool serve_reply_choice(struct cJSON *o, const cleave_model *m, const serve_req *r, const serve_reply_part *part);
+/* The tokens whose logprobs go with `released` bytes of r's text. */
+size_t serve_reply_logprobs_upto(const serve_req *r, size_t released, bool finished);
+/* usage (and llama.cpp's timings) of a response's choices r[0..n). */
+void serve_reply_usage(struct cJSON *o, serve_req *const *r, size_t n);
 
 /* ---- serve_http.c -------------------------------------------------------- */
 

@@ -95,19 +95,25 @@ typedef struct conn {
     serve_buf body;
     bool too_big;
     bool in_flight; /* counted in serve.in_flight until the connection is done with it */
-    serve_req *r;   /* a whole (not streamed) answer being waited for */
+    serve_req **r;  /* a whole (not streamed) answer being waited for: its choices */
+    size_t n_r;
     waiter w;
 } conn;
 
 /* An event stream's state, owned by its response. */
 typedef struct stream {
     serve *srv;
-    serve_req *r;
+    serve_req **r; /* the choices */
+    size_t n_r;
+    struct stream_choice {
+        size_t sent, lp_sent; /* bytes of text and tokens' logprobs sent */
+        bool role_sent, done;
+    } *at;
     struct MHD_Connection *c;
     waiter w;
     serve_buf out; /* formatted, not yet handed to the connection */
-    size_t off, sent;
-    bool role_sent, ended;
+    size_t off;
+    bool ended;
     time_t created;
 } stream;
 
@@ -164,51 +170,6 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 
 static const char *finish_name(serve_finish f) { return f == SERVE_FINISH_LENGTH ? "length" : "stop"; }
 
-static void add_usage(cJSON *o, const serve_req *r) {
-    cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)r->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)r->n_gen);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)r->n_prompt + (double)r->n_gen);
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", (double)r->n_cached);
-    /* llama.cpp's timings: what the request cost on the server */
-    cJSON *t = cJSON_AddObjectToObject(o, "timings");
-    double pp = r->t_first > r->t_start ? r->t_first - r->t_start : 0, tg = r->t_end > r->t_first ? r->t_end - r->t_first : 0;
-    cJSON_AddNumberToObject(t, "prompt_n", (double)r->n_prompt - (double)r->n_cached);
-    cJSON_AddNumberToObject(t, "prompt_ms", pp * 1e3);
-    cJSON_AddNumberToObject(t, "predicted_n", (double)r->n_gen);
-    cJSON_AddNumberToObject(t, "predicted_ms", tg * 1e3);
-    cJSON_AddNumberToObject(t, "queued_ms", (r->t_start - r->t_queued) * 1e3);
-}
-
-/* The envelope of a response or a stream chunk. */
-static cJSON *envelope(const serve *s, const serve_req *r, bool chunk, time_t created) {
-    char id[64];
-    snprintf(id, sizeof id, "%s-%llu-%lld", r->p.chat ? "chatcmpl" : "cmpl", r->id, (long long)created);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "id", id);
-    cJSON_AddStringToObject(o, "object", r->p.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
-    cJSON_AddNumberToObject(o, "created", (double)created);
-    cJSON_AddStringToObject(o, "model", s->alias);
-    return o;
-}
-
-/* One choice: text (may be NULL: none in this chunk) and the finish reason
- * (NULL: not finished). */
-static void add_choice(cJSON *o, const serve_req *r, bool chunk, bool role, const char *text, const char *finish) {
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), c);
-    cJSON_AddNumberToObject(c, "index", 0);
-    if (r->p.chat) {
-        cJSON *m = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
-        if (role) cJSON_AddStringToObject(m, "role", "assistant");
-        if (text) cJSON_AddStringToObject(m, "content", text);
-    } else {
-        cJSON_AddStringToObject(c, "text", text ? text : "");
-        cJSON_AddNullToObject(c, "logprobs");
-    }
-    if (finish) cJSON_AddStringToObject(c, "finish_reason", finish); else cJSON_AddNullToObject(c, "finish_reason");
-}
-
 /* ---- streaming ---------------------------------------------------------- */
 
 static bool event(stream *st, cJSON *o) {
@@ -220,51 +181,89 @@ static bool event(stream *st, cJSON *o) {
     return ok;
 }
 
-/* Formats what the request has released since the last call, and its
- * end: 1; 0 when there is nothing yet (the connection then sleeps until
+/* Cancels choices r[0..n) (the client is gone) and frees the array. */
+static void cancel_all(serve *s, serve_req **r, size_t n) {
+    for (size_t i = 0; i < n; i++) serve_req_cancel(s->sched, r[i]);
+    free(r);
+}
+
+/* Under the scheduler's lock: whether a choice has something to send. */
+static bool has_news(const stream *st, size_t i) {
+    const serve_req *r = st->r[i];
+    const struct stream_choice *a = &st->at[i];
+    return !a->done && (r->released > a->sent || r->finish != SERVE_RUNNING || (r->p.chat && !a->role_sent));
+}
+
+/* One choice's news as events: the role first (chat), its fresh text with
+ * those tokens' logprobs, then its end. Called under the scheduler's lock
+ * (the step loop writes the text and the logprobs it reads). */
+static bool choice_events(stream *st, size_t i, serve_req **failed) {
+    serve *s = st->srv;
+    serve_req *r = st->r[i];
+    struct stream_choice *a = &st->at[i];
+    serve_finish f = r->finish;
+    if (f == SERVE_FINISH_ERROR) {
+        *failed = r;
+        return true;
+    }
+    bool ok = true;
+    if (r->p.chat && !a->role_sent) {
+        cJSON *o = serve_reply_envelope(s->alias, r, true, st->created);
+        serve_reply_part part = {.chunk = true, .role = true, .text = ""};
+        ok = serve_reply_choice(o, s->m, r, &part) ? event(st, o) : (cJSON_Delete(o), false);
+        a->role_sent = true;
+    }
+    serve_buf text = {0};
+    size_t fresh = r->released - a->sent;
+    size_t lp1 = serve_reply_logprobs_upto(r, r->released, f != SERVE_RUNNING);
+    if (ok && (fresh || lp1 > a->lp_sent)) {
+        ok = serve_buf_add_utf8(&text, fresh ? r->raw.p + a->sent : "", fresh) && serve_buf_add(&text, "", 0);
+        cJSON *o = ok ? serve_reply_envelope(s->alias, r, true, st->created) : NULL;
+        serve_reply_part part = {.chunk = true, .text = text.p, .lp0 = a->lp_sent, .lp1 = lp1};
+        ok = o && serve_reply_choice(o, s->m, r, &part) ? event(st, o) : (cJSON_Delete(o), false);
+        a->sent = r->released, a->lp_sent = lp1;
+    }
+    free(text.p);
+    if (ok && f != SERVE_RUNNING) {
+        cJSON *o = serve_reply_envelope(s->alias, r, true, st->created);
+        serve_reply_part part = {.chunk = true, .finish = finish_name(f), .lp0 = lp1, .lp1 = lp1};
+        ok = serve_reply_choice(o, s->m, r, &part) ? event(st, o) : (cJSON_Delete(o), false);
+        a->done = true;
+    }
+    return ok;
+}
+
+/* Formats what the choices have released since the last call, and their
+ * ends: 1; 0 when there is nothing yet (the connection then sleeps until
  * the scheduler's news); -1 on failure. */
 static int stream_fill(stream *st) {
     serve *s = st->srv;
-    serve_req *r = st->r;
-    serve_buf text = {0};
     serve_sched_lock(s->sched);
-    if (r->released <= st->sent && r->finish == SERVE_RUNNING && (st->role_sent || !r->p.chat)) {
+    bool news = false, all_done = true;
+    for (size_t i = 0; i < st->n_r && !news; i++) news = has_news(st, i);
+    if (!news) {
         sleep_until_news(s, &st->w, st->c);
         serve_sched_unlock(s->sched);
         return 0;
     }
-    /* no text yet (queued, or a slow prompt): raw.p may still be NULL */
-    size_t fresh = r->released - st->sent;
-    bool ok = serve_buf_add_utf8(&text, fresh ? r->raw.p + st->sent : "", fresh);
-    st->sent = r->released;
-    serve_finish f = r->finish;
+    serve_req *failed = NULL;
+    bool ok = true;
+    for (size_t i = 0; i < st->n_r && ok && !failed; i++)
+        if (has_news(st, i)) ok = choice_events(st, i, &failed);
+    for (size_t i = 0; i < st->n_r; i++) all_done = all_done && st->at[i].done;
     serve_sched_unlock(s->sched);
-    if (ok && r->p.chat && !st->role_sent && f != SERVE_FINISH_ERROR) {
-        cJSON *o = envelope(s, r, true, st->created);
-        add_choice(o, r, true, true, "", NULL);
-        ok = event(st, o), st->role_sent = true;
-    }
-    if (ok && text.len) {
-        cJSON *o = envelope(s, r, true, st->created);
-        add_choice(o, r, true, false, text.p, NULL);
+    if (ok && failed) { /* one choice failed: the answer ends with its error */
+        ok = event(st, error_json(failed->err, failed->http_status >= 500 ? "server_error" : "invalid_request_error",
+                                  NULL, NULL));
+        all_done = true;
+    } else if (ok && all_done && st->r[0]->p.include_usage) { /* finished: the step loop no longer writes them */
+        cJSON *o = serve_reply_envelope(s->alias, st->r[0], true, st->created);
+        cJSON_AddArrayToObject(o, "choices");
+        serve_reply_usage(o, st->r, st->n_r);
         ok = event(st, o);
     }
-    free(text.p);
-    if (ok && f != SERVE_RUNNING) { /* r is finished: the step loop no longer writes it */
-        if (f == SERVE_FINISH_ERROR) {
-            ok = event(st, error_json(r->err, r->http_status >= 500 ? "server_error" : "invalid_request_error", NULL, NULL));
-        } else {
-            cJSON *o = envelope(s, r, true, st->created);
-            add_choice(o, r, true, false, NULL, finish_name(f));
-            ok = event(st, o);
-            if (ok && r->p.include_usage) {
-                o = envelope(s, r, true, st->created);
-                cJSON_AddArrayToObject(o, "choices");
-                add_usage(o, r);
-                ok = event(st, o);
-            }
-        }
-        ok = ok && serve_buf_add(&st->out, "data: [DONE]\n\n", 14);
+    if (ok && all_done) {
+        ok = serve_buf_add(&st->out, "data: [DONE]\n\n", 14);
         st->ended = true;
     }
     return ok ? 1 : -1;
@@ -291,7 +290,8 @@ static void stream_free(void *cls) {
     serve_sched_lock(st->srv->sched);
     unlist(st->srv, &st->w);
     serve_sched_unlock(st->srv->sched);
-    serve_req_cancel(st->srv->sched, st->r);
+    cancel_all(st->srv, st->r, st->n_r);
+    free(st->at);
     free(st->out.p);
     free(st);
 }
@@ -308,16 +308,19 @@ static bool client_gone(struct MHD_Connection *c) {
 }
 
 /* A whole answer: the connection sleeps until the scheduler's news, and
- * each time it wakes, the answer goes out if it is done (a client that
- * left ends its request at the next step). */
+ * each time it wakes, the answer goes out if all its choices are done (a
+ * client that left ends its requests at the next step). */
 static enum MHD_Result await_whole(struct MHD_Connection *c, serve *s, conn *k) {
-    serve_req *r = k->r;
+    serve_req **r = k->r;
+    size_t n = k->n_r;
     serve_sched_lock(s->sched);
-    if (r->finish == SERVE_RUNNING) {
+    bool running = false;
+    for (size_t i = 0; i < n; i++) running = running || r[i]->finish == SERVE_RUNNING;
+    if (running) {
         if (client_gone(c)) {
             serve_sched_unlock(s->sched);
-            k->r = NULL;
-            serve_req_cancel(s->sched, r);
+            k->r = NULL, k->n_r = 0;
+            cancel_all(s, r, n);
             return MHD_NO;
         }
         sleep_until_news(s, &k->w, c);
@@ -325,22 +328,35 @@ static enum MHD_Result await_whole(struct MHD_Connection *c, serve *s, conn *k) 
         return MHD_YES;
     }
     serve_sched_unlock(s->sched);
-    k->r = NULL;
-    /* finished: the step loop no longer writes r */
-    enum MHD_Result ret;
+    k->r = NULL, k->n_r = 0;
+    /* finished: the step loop no longer writes them */
+    enum MHD_Result ret = MHD_NO;
+    const serve_req *failed = NULL;
+    for (size_t i = 0; i < n && !failed; i++) failed = r[i]->finish == SERVE_FINISH_ERROR ? r[i] : NULL;
+    cJSON *o = failed ? NULL : serve_reply_envelope(s->alias, r[0], false, time(NULL));
+    bool ok = failed || o;
     serve_buf text = {0};
-    if (r->finish == SERVE_FINISH_ERROR) {
-        ret = send_error(c, (unsigned)r->http_status, r->err, NULL, NULL);
-    } else if (!serve_buf_add(&text, "", 0) || !serve_buf_add_utf8(&text, r->raw.p, r->released)) {
-        ret = send_error(c, 500, "out of memory for the response", NULL, NULL);
-    } else {
-        cJSON *o = envelope(s, r, false, time(NULL));
-        add_choice(o, r, false, true, text.p, finish_name(r->finish));
-        add_usage(o, r);
-        ret = send_json(c, 200, o);
+    for (size_t i = 0; i < n && o && ok; i++) {
+        text.len = 0;
+        serve_reply_part part = {.role = true, .text = "", .finish = finish_name(r[i]->finish), .lp0 = 0,
+                                 .lp1 = serve_reply_logprobs_upto(r[i], r[i]->released, true)};
+        ok = serve_buf_add(&text, "", 0) && serve_buf_add_utf8(&text, r[i]->raw.p, r[i]->released) &&
+             serve_buf_add(&text, "", 0);
+        part.text = text.p;
+        ok = ok && serve_reply_choice(o, s->m, r[i], &part);
     }
     free(text.p);
-    serve_req_release(s->sched, r);
+    if (failed) {
+        ret = send_error(c, (unsigned)failed->http_status, failed->err, NULL, NULL);
+    } else if (!ok) {
+        cJSON_Delete(o);
+        ret = send_error(c, 500, "out of memory for the response", NULL, NULL);
+    } else {
+        serve_reply_usage(o, r, n);
+        ret = send_json(c, 200, o);
+    }
+    for (size_t i = 0; i < n; i++) serve_req_release(s->sched, r[i]);
+    free(r);
     return ret;
 }
 
@@ -360,58 +376,110 @@ static cleave_status tokenize(const cleave_model *m, cleave_bos bos, const char 
     return CLEAVE_ERR_INTERNAL;
 }
 
+/* Frees choices r[0..n) that were never queued. */
+static void free_unqueued(serve_req **r, size_t n) {
+    for (size_t i = 0; r && i < n; i++)
+        if (r[i]) serve_params_free(&r[i]->p), free(r[i]->prompt), free(r[i]);
+    free(r);
+}
+
+/* The choices of a request: n for each prompt, each its own sequence; a
+ * prompt's later choices copy the first's cells (serve_sched.c). 0, or
+ * the HTTP status of the failure with err (and an OpenAI code) set. */
+static int make_choices(serve *s, serve_params *p, serve_req ***out, size_t *n_out, char *err, size_t cap,
+                        const char **code) {
+    size_t n = p->n_prompts * (size_t)p->n;
+    serve_req **r = calloc(n, sizeof *r);
+    *out = r, *n_out = n;
+    if (!r) return snprintf(err, cap, "out of memory"), 500;
+    if (n > (size_t)s->o.sched.queue_max) {
+        snprintf(err, cap, "%zu choices (n times the prompts) are more than the server's queue holds (%d)", n,
+                 s->o.sched.queue_max);
+        return 400;
+    }
+    uint32_t cells = serve_sched_slot_cells(s->sched);
+    for (size_t i = 0; i < n; i++) {
+        if (!(r[i] = calloc(1, sizeof *r[i])) || !serve_params_clone(&r[i]->p, p))
+            return free(r[i]), r[i] = NULL, snprintf(err, cap, "out of memory"), 500;
+        serve_req *q = r[i];
+        q->index = (int)i, q->lead = i % (size_t)p->n ? (int)(i - i % (size_t)p->n) : -1;
+        /* choices after a prompt's first vary their seed, so they differ */
+        q->p.sp.seed += (uint64_t)(i % (size_t)p->n);
+        const serve_prompt *pr = &p->prompts[i / (size_t)p->n];
+        const char *which = p->n_prompts > 1 ? "a prompt" : "the prompt";
+        if (q->lead >= 0) {
+            const serve_req *lead = r[q->lead];
+            if (!(q->prompt = malloc(lead->n_prompt * sizeof *q->prompt)))
+                return snprintf(err, cap, "out of memory"), 500;
+            memcpy(q->prompt, lead->prompt, lead->n_prompt * sizeof *q->prompt);
+            q->n_prompt = lead->n_prompt;
+            continue;
+        }
+        if (pr->text) {
+            cleave_status st = tokenize(s->m, s->o.bos, pr->text, &q->prompt, &q->n_prompt);
+            if (st) {
+                snprintf(err, cap, "tokenizing %s: %s", which, st == CLEAVE_ERR_OOM ? "out of memory" : cleave_last_error());
+                return st == CLEAVE_ERR_OOM ? 500 : 400;
+            }
+        } else if (!(q->prompt = malloc(pr->n_tokens * sizeof *q->prompt))) {
+            return snprintf(err, cap, "out of memory"), 500;
+        } else {
+            memcpy(q->prompt, pr->tokens, pr->n_tokens * sizeof *q->prompt);
+            q->n_prompt = pr->n_tokens;
+        }
+        if (q->n_prompt == 0) {
+            snprintf(err, cap, "%s is empty and no BOS is added (%s)", which,
+                     cleave_token_bos(s->m) < 0 ? "the model has none" : "the vocabulary's metadata says not to");
+            return 400;
+        }
+        if (q->n_prompt >= cells) {
+            snprintf(err, cap, "%s has %zu tokens; a slot holds %u (prompt and answer): "
+                     "start the server with a larger -c or a smaller -np", which, q->n_prompt, cells);
+            *code = "context_length_exceeded";
+            return 400;
+        }
+    }
+    return 0;
+}
+
 static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, bool chat) {
     char err[512];
     const char *param;
-    serve_req *r = calloc(1, sizeof *r);
-    if (!r) return send_error(c, 500, "out of memory", NULL, NULL);
-    int bad = serve_parse(k->body.p ? k->body.p : "", k->body.len, chat, &s->o.defaults, &r->p, err, sizeof err, &param);
+    serve_params p;
+    int bad = serve_parse(k->body.p ? k->body.p : "", k->body.len, chat, &s->o.defaults, &p, err, sizeof err, &param);
+    if (bad) return send_error(c, (unsigned)bad, err, param, NULL);
+    serve_req **r;
+    size_t n;
+    const char *code = NULL;
+    bad = make_choices(s, &p, &r, &n, err, sizeof err, &code);
+    bool stream_it = p.stream;
+    serve_params_free(&p);
     if (bad) {
+        free_unqueued(r, n);
+        return send_error(c, (unsigned)bad, err, bad == 400 ? (chat ? "messages" : "prompt") : NULL, code);
+    }
+    for (size_t i = 0; i < n; i++) r[i]->refs = 1;
+    if (!serve_sched_submit(s->sched, r, n)) {
+        for (size_t i = 0; i < n; i++) serve_req_release(s->sched, r[i]);
         free(r);
-        return send_error(c, (unsigned)bad, err, param, NULL);
-    }
-    if (r->p.text) {
-        cleave_status st = tokenize(s->m, s->o.bos, r->p.text, &r->prompt, &r->n_prompt);
-        if (st) {
-            snprintf(err, sizeof err, "tokenizing the prompt: %s",
-                     st == CLEAVE_ERR_OOM ? "out of memory" : cleave_last_error());
-            serve_params_free(&r->p), free(r->prompt), free(r);
-            return send_error(c, st == CLEAVE_ERR_OOM ? 500 : 400, err, NULL, NULL);
-        }
-    } else {
-        r->prompt = r->p.tokens, r->n_prompt = r->p.n_tokens;
-        r->p.tokens = NULL, r->p.n_tokens = 0;
-    }
-    uint32_t cells = serve_sched_slot_cells(s->sched);
-    if (r->n_prompt == 0 || r->n_prompt >= cells) {
-        if (r->n_prompt == 0)
-            snprintf(err, sizeof err, "the prompt is empty and no BOS is added (%s)",
-                     cleave_token_bos(s->m) < 0 ? "the model has none" : "the vocabulary's metadata says not to");
-        else snprintf(err, sizeof err, "the prompt has %zu tokens; a slot holds %u (prompt and answer): "
-                      "start the server with a larger -c or a smaller -np", r->n_prompt, cells);
-        const char *code = r->n_prompt ? "context_length_exceeded" : NULL;
-        serve_params_free(&r->p), free(r->prompt), free(r);
-        return send_error(c, 400, err, chat ? "messages" : "prompt", code);
-    }
-    r->refs = 1;
-    if (!serve_sched_submit(s->sched, r)) {
-        serve_req_release(s->sched, r);
         return send_error(c, 503, "the server is busy: every slot and queue place is taken; try again", NULL, NULL);
     }
     s->in_flight++;
     k->in_flight = true;
-    if (!r->p.stream) {
-        k->r = r;
+    if (!stream_it) {
+        k->r = r, k->n_r = n;
         return await_whole(c, s, k);
     }
     stream *st = calloc(1, sizeof *st);
-    struct MHD_Response *res = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free) : NULL;
+    struct stream_choice *at = calloc(n, sizeof *at);
+    struct MHD_Response *res =
+        st && at ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free) : NULL;
     if (!res) {
-        free(st);
-        serve_req_cancel(s->sched, r);
+        free(st), free(at);
+        cancel_all(s, r, n);
         return send_error(c, 500, "out of memory", NULL, NULL);
     }
-    st->srv = s, st->r = r, st->c = c, st->created = time(NULL);
+    st->srv = s, st->r = r, st->n_r = n, st->at = at, st->c = c, st->created = time(NULL);
     MHD_add_response_header(res, "Content-Type", "text/event-stream");
     MHD_add_response_header(res, "Cache-Control", "no-cache");
     return queue(c, 200, res);
@@ -536,7 +604,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         serve_sched_lock(s->sched);
         unlist(s, &k->w);
         serve_sched_unlock(s->sched);
-        if (k->r) serve_req_cancel(s->sched, k->r), k->r = NULL; /* ended while waiting (the server stops) */
+        if (k->r) cancel_all(s, k->r, k->n_r), k->r = NULL; /* ended while waiting (the server stops) */
     }
     if (k && k->in_flight) s->in_flight--;
     if (k) free(k->body.p);

@@ -1,7 +1,7 @@
 /* A request body as OpenAI's completions and chat completions APIs define
  * it, checked field by field: a field of the wrong type or out of range is
  * refused by name rather than ignored, and so is anything cleave cannot do
- * (n > 1, logprobs, logit_bias, tools), so a client never gets a silently
+ * (logit_bias, tools, echo), so a client never gets a silently
  * different answer. Fields cleave does not know are ignored, as OpenAI's
  * clients send many. */
 #include <math.h>
@@ -97,14 +97,33 @@ static bool stops(const cJSON *o, serve_params *p, why *w) {
     return true;
 }
 
+/* n, logprobs (chat: logprobs + top_logprobs; completions: logprobs N)
+ * and llama.cpp's n_probs (N alternatives on either). */
+static bool choices(const cJSON *o, bool chat, serve_params *p, why *w) {
+    double n = 1, top = -1, n_probs = -1;
+    if (!number(o, "n", 1, SERVE_MAX_CHOICES, true, &n, w)) return false;
+    p->n = (int)n;
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "logprobs");
+    if (chat) {
+        bool want = false;
+        if (!boolean(o, "logprobs", &want, w) || !number(o, "top_logprobs", 0, SERVE_MAX_LOGPROBS, true, &top, w))
+            return false;
+        if (top >= 0 && !want) return fail(w, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if (want) p->logprobs = top >= 0 ? (int)top : 0;
+    } else if (f && !cJSON_IsNull(f)) {
+        /* OpenAI's completions take an integer; false is "none" as some clients send */
+        if (cJSON_IsFalse(f)) top = -1;
+        else if (!number(o, "logprobs", 0, SERVE_MAX_LOGPROBS, true, &top, w)) return false;
+        p->logprobs = (int)top;
+    }
+    if (!number(o, "n_probs", 0, SERVE_MAX_LOGPROBS, true, &n_probs, w)) return false;
+    if (n_probs > 0 && (int)n_probs > p->logprobs) p->logprobs = (int)n_probs;
+    return true;
+}
+
 /* Fields cleave cannot honour: refused when they ask for something. */
 static bool unsupported(const cJSON *o, why *w) {
     const cJSON *f;
-    double n = 1;
-    if (!number(o, "n", 1, 1e9, true, &n, w)) return false;
-    if (n != 1) return fail(w, "n", "'n' must be 1: cleave returns one choice per request");
-    if ((f = cJSON_GetObjectItemCaseSensitive(o, "logprobs")) && !cJSON_IsNull(f) && !cJSON_IsFalse(f))
-        return fail(w, "logprobs", "'logprobs' is not supported");
     if ((f = cJSON_GetObjectItemCaseSensitive(o, "echo")) && cJSON_IsTrue(f))
         return fail(w, "echo", "'echo' is not supported");
     if ((f = cJSON_GetObjectItemCaseSensitive(o, "best_of")) && cJSON_IsNumber(f) && f->valuedouble != 1)
@@ -151,24 +170,52 @@ static bool sampling(const cJSON *o, serve_params *p, why *w) {
     return true;
 }
 
-/* prompt: a string, an array of one string, token ids, or an array of one
- * array of token ids. */
-static bool prompt(const cJSON *o, const serve_defaults *d, serve_params *p, why *w) {
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-    if (!f || cJSON_IsNull(f)) return fail(w, "prompt", "'prompt' is required");
-    if (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 1 && (cJSON_IsString(f->child) || cJSON_IsArray(f->child)))
-        f = f->child;
-    if (cJSON_IsString(f)) return (p->text = dup_string(f->valuestring, w, "prompt")) != NULL;
-    if (!cJSON_IsArray(f) || !f->child)
-        return fail(w, "prompt", "'prompt' must be a string, token ids, or an array of one of those");
+/* One prompt of token ids (a JSON array of integers below n_vocab). */
+static bool token_prompt(const cJSON *f, const serve_defaults *d, serve_prompt *out, const char *where, why *w) {
     size_t n = (size_t)cJSON_GetArraySize(f);
-    if (!(p->tokens = mem_alloc(n * sizeof *p->tokens, "a prompt's tokens"))) return out_of_memory(w, "prompt");
+    if (!n) return fail(w, "prompt", "%s is an empty array of token ids", where);
+    if (!(out->tokens = mem_alloc(n * sizeof *out->tokens, "a prompt's tokens"))) return out_of_memory(w, "prompt");
     const cJSON *e;
     cJSON_ArrayForEach(e, f) {
         if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
             e->valuedouble >= d->n_vocab)
-            return fail(w, "prompt", "'prompt' token ids must be integers in [0, %u)", d->n_vocab);
-        p->tokens[p->n_tokens++] = (int32_t)e->valuedouble;
+            return fail(w, "prompt", "%s: token ids must be integers in [0, %u)", where, d->n_vocab);
+        out->tokens[out->n_tokens++] = (int32_t)e->valuedouble;
+    }
+    return true;
+}
+
+/* prompt: a string, token ids, or an array of strings or of arrays of
+ * token ids (each its own prompt, answered by choices of their own). */
+static bool prompt(const cJSON *o, const serve_defaults *d, serve_params *p, why *w) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+    if (!f || cJSON_IsNull(f)) return fail(w, "prompt", "'prompt' is required");
+    if (!cJSON_IsString(f) && !cJSON_IsArray(f))
+        return fail(w, "prompt", "'prompt' must be a string, an array of token ids, or an array of strings "
+                                 "or of arrays of token ids");
+    if (cJSON_IsArray(f) && !f->child) return fail(w, "prompt", "'prompt' is an empty array");
+    /* a list of prompts when the array holds strings or arrays; else one prompt */
+    bool list = cJSON_IsArray(f) && (cJSON_IsString(f->child) || cJSON_IsArray(f->child));
+    size_t n = list ? (size_t)cJSON_GetArraySize(f) : 1;
+    if (n > SERVE_MAX_CHOICES) return fail(w, "prompt", "'prompt' has %zu prompts; at most %d", n, SERVE_MAX_CHOICES);
+    if (!(p->prompts = mem_calloc(n, sizeof *p->prompts, "prompts"))) return out_of_memory(w, "prompt");
+    p->n_prompts = n;
+    if (!list) {
+        if (cJSON_IsString(f)) return (p->prompts[0].text = dup_string(f->valuestring, w, "prompt")) != NULL;
+        return token_prompt(f, d, &p->prompts[0], "'prompt'", w);
+    }
+    size_t i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, f) {
+        char where[48];
+        snprintf(where, sizeof where, "prompt[%zu]", i);
+        if (cJSON_IsString(e) != cJSON_IsString(f->child) || (!cJSON_IsString(e) && !cJSON_IsArray(e)))
+            return fail(w, "prompt", "%s is a %s: a list of prompts holds only strings or only arrays of token ids",
+                        where, cJSON_IsString(e) ? "string" : cJSON_IsArray(e) ? "array" : "number or object");
+        if (cJSON_IsString(e) ? !(p->prompts[i].text = dup_string(e->valuestring, w, "prompt"))
+                              : !token_prompt(e, d, &p->prompts[i], where, w))
+            return false;
+        i++;
     }
     return true;
 }
@@ -223,14 +270,18 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
         k++;
     }
     size_t need = 0;
+    char *text = NULL;
     if (ok) {
         cleave_chat_apply(d->chat_template, msgs, n, true, NULL, 0, &need);
-        if (!(p->text = mem_alloc(need + 1, "a chat's text"))) ok = out_of_memory(w, "messages");
+        if (!(p->prompts = mem_calloc(1, sizeof *p->prompts, "prompts")) ||
+            !(text = p->prompts[0].text = mem_alloc(need + 1, "a chat's text")))
+            ok = out_of_memory(w, "messages");
+        else p->n_prompts = 1;
     }
     cleave_status st;
-    if (ok && (st = cleave_chat_apply(d->chat_template, msgs, n, true, p->text, need + 1, &need)))
+    if (ok && (st = cleave_chat_apply(d->chat_template, msgs, n, true, text, need + 1, &need)))
         ok = fail(w, "messages", "%s", cleave_last_error());
-    if (ok) p->text[need] = '\0'; /* the template's text has no terminator of its own */
+    if (ok) text[need] = '\0'; /* the template's text has no terminator of its own */
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
     free(msgs);
@@ -265,7 +316,8 @@ int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (ok && model && !cJSON_IsNull(model) && !cJSON_IsString(model)) ok = fail(&w, "model", "'model' must be a string");
     double max_tokens = chat ? -1 : (double)d->max_tokens_completion;
-    ok = ok && unsupported(o, &w) && sampling(o, out, &w) && stops(o, out, &w) &&
+    out->logprobs = -1;
+    ok = ok && unsupported(o, &w) && choices(o, chat, out, &w) && sampling(o, out, &w) && stops(o, out, &w) &&
          boolean(o, "stream", &out->stream, &w) && boolean(o, "ignore_eos", &out->ignore_eos, &w) &&
          number(o, "max_tokens", 0, 1e12, true, &max_tokens, &w) &&
          (!chat || number(o, "max_completion_tokens", 0, 1e12, true, &max_tokens, &w)) &&
@@ -284,8 +336,20 @@ int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d
 }
 
 void serve_params_free(serve_params *p) {
-    free(p->text);
-    free(p->tokens);
+    for (size_t i = 0; p->prompts && i < p->n_prompts; i++) free(p->prompts[i].text), free(p->prompts[i].tokens);
+    free(p->prompts);
     for (size_t i = 0; i < p->n_stop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
+}
+
+bool serve_params_clone(serve_params *dst, const serve_params *src) {
+    *dst = *src;
+    dst->prompts = NULL, dst->n_prompts = 0;
+    for (size_t i = 0; i < src->n_stop; i++)
+        if (!(dst->stop[i] = mem_strdup(src->stop[i], "a request's stop string"))) {
+            dst->n_stop = i;
+            serve_params_free(dst);
+            return false;
+        }
+    return true;
 }

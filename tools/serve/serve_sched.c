@@ -4,6 +4,7 @@
  * (continuous batching: a long prompt never stalls the others' tokens for
  * more than one step's budget). HTTP threads only queue requests and read
  * what a request has released, under one mutex. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ typedef struct slot {
     int32_t token;    /* this step: what was sampled */
     cleave_status sampled;
     char err[200];    /* why sampling failed (the message is the sampling thread's) */
+    serve_logprob lp; /* this step, when its request asks for logprobs */
 } slot;
 
 struct serve_sched {
@@ -61,6 +63,9 @@ struct serve_sched {
     /* where the steps' time went, said at stop */
     long long n_steps, n_step_tokens;
     double t_decode, t_sample, t_steps;
+    /* n > 1: a copy of a sequence's cells (a state blob), grown as needed */
+    void *copy_buf;
+    size_t copy_cap;
     unsigned long long next_id;
 };
 
@@ -85,6 +90,7 @@ static void req_free(serve_req *r) {
     serve_params_free(&r->p);
     free(r->prompt);
     free(r->raw.p);
+    free(r->lp);
     free(r);
 }
 
@@ -119,17 +125,18 @@ static void drop_cancelled_locked(serve_sched *s) {
     s->q_len = kept;
 }
 
-bool serve_sched_submit(serve_sched *s, serve_req *r) {
+bool serve_sched_submit(serve_sched *s, serve_req *const *r, size_t n) {
     pthread_mutex_lock(&s->mu);
     drop_cancelled_locked(s);
-    bool ok = !s->stopping && s->q_len < (size_t)s->o.queue_max;
-    if (ok) {
-        r->refs++;
-        r->id = ++s->next_id;
-        r->t_queued = now();
-        s->queue[(s->q_head + s->q_len++) % (size_t)s->o.queue_max] = r;
-        pthread_cond_signal(&s->wake);
+    bool ok = !s->stopping && s->q_len + n <= (size_t)s->o.queue_max;
+    for (size_t i = 0; ok && i < n; i++) {
+        r[i]->refs++;
+        r[i]->id = ++s->next_id;
+        r[i]->t_queued = now();
+        r[i]->lead_id = r[i]->lead >= 0 && (size_t)r[i]->lead < i ? r[r[i]->lead]->id : 0;
+        s->queue[(s->q_head + s->q_len++) % (size_t)s->o.queue_max] = r[i];
     }
+    if (ok) pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
     return ok;
 }
@@ -147,10 +154,14 @@ static void log_end(const serve_sched *s, const serve_req *r, int slot_i) {
     static const char *why[] = {"running", "stop", "length", "error"};
     double pp = r->t_first > r->t_start ? r->t_first - r->t_start : 0, tg = r->t_end - r->t_first;
     long long n_pp = (long long)r->n_prompt - r->n_cached;
+    char copied[96] = "";
+    if (r->copy_ms > 0)
+        snprintf(copied, sizeof copied, "; the cells of request %llu's prompt copied in %.2f ms", r->lead_id,
+                 r->copy_ms);
     fprintf(stderr,
             "cleave serve: request %llu, slot %d: %zu prompt tokens (%lld cached), %lld generated; "
-            "prompt %.1f ms (%.1f tok/s), generation %.1f ms (%.2f tok/s), waited %.1f ms: %s%s%s\n",
-            r->id, slot_i, r->n_prompt, r->n_cached, r->n_gen, pp * 1e3, pp > 0 ? n_pp / pp : 0.0, tg * 1e3,
+            "prompt %.1f ms (%.1f tok/s%s), generation %.1f ms (%.2f tok/s), waited %.1f ms: %s%s%s\n",
+            r->id, slot_i, r->n_prompt, r->n_cached, r->n_gen, pp * 1e3, pp > 0 ? n_pp / pp : 0.0, copied, tg * 1e3,
             tg > 0 && r->n_gen > 1 ? (r->n_gen - 1) / tg : 0.0, (r->t_start - r->t_queued) * 1e3,
             r->cancelled ? "cancelled" : why[r->finish], r->finish == SERVE_FINISH_ERROR ? ": " : "",
             r->finish == SERVE_FINISH_ERROR ? r->err : "");
@@ -183,12 +194,47 @@ static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_
     return i;
 }
 
+/* With the lock held: the slot running request id (its prompt's cells
+ * there), or NULL. */
+static slot *slot_running(serve_sched *s, unsigned long long id) {
+    for (int i = 0; i < s->o.n_parallel; i++)
+        if (s->slots[i].r && s->slots[i].r->id == id) return &s->slots[i];
+    return NULL;
+}
+
+/* With the lock held (the loop's thread: it alone uses the context): the
+ * first keep cells of from's sequence become to's, as a state blob copied
+ * between the sequences (layout-independent, so any placement and
+ * tiering). Copying cells costs a read and a write of their K and V;
+ * processing the prompt again costs a forward pass over it, which is
+ * more on every device measured (bench/RESULTS.md). false: it failed
+ * (to then processes its prompt itself). */
+static bool copy_cells(serve_sched *s, slot *from, slot *to, size_t keep) {
+    int32_t src = (int32_t)(from - s->slots), dst = (int32_t)(to - s->slots);
+    size_t need = 0, n = 0;
+    if (cleave_state_seq_size(s->ctx, src, 0, &need)) return false;
+    if (need > s->copy_cap) {
+        void *p = realloc(s->copy_buf, need);
+        if (!p) return false;
+        s->copy_buf = p, s->copy_cap = need;
+    }
+    if (cleave_state_seq_get(s->ctx, src, NULL, 0, s->copy_buf, s->copy_cap, &n) ||
+        cleave_state_seq_set(s->ctx, dst, s->copy_buf, n, NULL))
+        return false;
+    memcpy(to->cache, from->cache, keep * sizeof *to->cache);
+    return true;
+}
+
 /* With the lock held: the next queued request goes to the idle slot whose
  * cache shares the longest prefix with its prompt. false: nothing to start. */
 static bool admit_locked(serve_sched *s) {
     drop_cancelled_locked(s);
     if (!s->q_len) return false;
     serve_req *r = s->queue[s->q_head];
+    /* another choice of the same prompt: it waits while that one's prompt
+     * runs, then copies its cells (if it has gone, r runs its own) */
+    slot *lead = r->lead_id ? slot_running(s, r->lead_id) : NULL;
+    if (lead && lead->n_done < lead->r->n_prompt) return false;
     slot *best = NULL, *lru = NULL;
     size_t best_lcp = 0;
     for (int i = 0; i < s->o.n_parallel; i++) {
@@ -211,6 +257,18 @@ static bool admit_locked(serve_sched *s) {
     if (!r->n_prompt || r->n_prompt >= s->slot_cells) { /* the HTTP side checks; this keeps the cache safe */
         end_locked(s, best, SERVE_FINISH_ERROR, 400, "the prompt does not fit a slot");
         return true;
+    }
+    /* all but the last prompt token: that one runs in r's own row for its logits */
+    if (lead && best_lcp + 1 < r->n_prompt) {
+        double t0 = now();
+        if (copy_cells(s, lead, best, r->n_prompt - 1)) {
+            best_lcp = r->n_prompt - 1;
+            r->copy_ms = (now() - t0) * 1e3;
+        } else {
+            fprintf(stderr, "cleave serve: request %llu processes its prompt itself (copying request %llu's cells: %s)\n",
+                    r->id, r->lead_id, cleave_last_error());
+            best->n_cache = best_lcp = 0; /* what the failed copy left is cleared below */
+        }
     }
     if (best_lcp == r->n_prompt) best_lcp--; /* the last prompt token runs again for its logits */
     r->n_cached = (long long)best_lcp;
@@ -272,13 +330,54 @@ static void follow_gate(serve_sched *s, size_t n_active) {
     }
 }
 
+/* The chosen token's logprob under the model's distribution (softmax of
+ * the raw logits: what the model thinks, whatever the sampling settings)
+ * and the n_top most likely tokens, best first. */
+static void logprobs_of(const float *logits, uint32_t n_vocab, int32_t chosen, int n_top, serve_logprob *out) {
+    float mx = logits[0];
+    for (uint32_t v = 1; v < n_vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+    double sum = 0;
+    for (uint32_t v = 0; v < n_vocab; v++) sum += exp((double)(logits[v] - mx));
+    float lse = mx + (float)log(sum);
+    out->token = chosen;
+    out->logprob = logits[chosen] - lse;
+    out->n_top = 0;
+    for (uint32_t v = 0; v < n_vocab && n_top > 0; v++) { /* insertion into the sorted few */
+        int k = out->n_top < n_top ? out->n_top++ : n_top;
+        if (k == n_top && logits[v] - lse <= out->top_logprob[n_top - 1]) continue;
+        if (k == n_top) k--;
+        while (k > 0 && out->top_logprob[k - 1] < logits[v] - lse) {
+            out->top[k] = out->top[k - 1], out->top_logprob[k] = out->top_logprob[k - 1];
+            k--;
+        }
+        out->top[k] = (int32_t)v, out->top_logprob[k] = logits[v] - lse;
+    }
+}
+
 /* Samples one slot of the step (outside the lock, on any thread of the
  * pool: each slot's sampler is its own, the logits only read). */
 static void sample_one(void *arg, int i) {
     serve_sched *s = arg;
     slot *sl = s->to_sample[i];
-    sl->sampled = cleave_sampler_sample(sl->smp, cleave_get_logits(s->ctx, sl->row), &sl->token);
+    const float *logits = cleave_get_logits(s->ctx, sl->row);
+    sl->sampled = cleave_sampler_sample(sl->smp, logits, &sl->token);
     if (sl->sampled) snprintf(sl->err, sizeof sl->err, "sampling: %s", cleave_last_error());
+    else if (sl->r->p.logprobs >= 0) logprobs_of(logits, s->n_vocab, sl->token, sl->r->p.logprobs, &sl->lp);
+}
+
+/* With the lock held: the step's logprobs of sl join its request's, the
+ * token's text ending at end. false: out of memory. */
+static bool keep_logprob(slot *sl, size_t end) {
+    serve_req *r = sl->r;
+    if (r->n_lp == r->cap_lp) {
+        size_t cap = r->cap_lp ? 2 * r->cap_lp : 16;
+        serve_logprob *p = realloc(r->lp, cap * sizeof *p);
+        if (!p) return false;
+        r->lp = p, r->cap_lp = cap;
+    }
+    sl->lp.prev = sl->prev, sl->lp.end = end;
+    r->lp[r->n_lp++] = sl->lp;
+    return true;
 }
 
 /* With the lock held: what slot sl's step sampled. */
@@ -296,7 +395,8 @@ static void publish_locked(serve_sched *s, slot *sl) {
     }
     char piece[256];
     size_t n = 0;
-    if (cleave_token_to_piece(s->m, sl->prev, t, piece, sizeof piece, &n) || !serve_buf_add(&r->raw, piece, n)) {
+    if (cleave_token_to_piece(s->m, sl->prev, t, piece, sizeof piece, &n) || !serve_buf_add(&r->raw, piece, n) ||
+        (r->p.logprobs >= 0 && !keep_logprob(sl, r->raw.len))) {
         end_locked(s, sl, SERVE_FINISH_ERROR, 500, "out of memory for the generated text");
         return;
     }
@@ -347,8 +447,10 @@ static void *loop(void *arg) {
         /* each generating slot's last row is drawn where the logits are
          * (only token ids cross); rows handed back are sampled here */
         for (size_t k = 0; k < n; k++) s->row_smp[k] = NULL;
+        /* (a request that wants logprobs needs its row's logits here) */
         for (int i = 0; i < s->o.n_parallel; i++)
-            if (s->slots[i].row >= 0) s->row_smp[s->slots[i].row] = s->slots[i].smp;
+            if (s->slots[i].row >= 0)
+                s->row_smp[s->slots[i].row] = s->slots[i].r->p.logprobs >= 0 ? NULL : s->slots[i].smp;
         cleave_status st = cleave_decode_batch_sample(s->ctx, s->tok, s->pos, s->sid, n, s->row_smp, s->row_tok);
         double t2 = now();
         if (!st) {
@@ -363,7 +465,7 @@ static void *loop(void *arg) {
                 slot *sl = &s->slots[i];
                 if (sl->row < 0) continue;
                 int32_t t = s->row_tok[sl->row];
-                if (t == CLEAVE_TOKEN_SAMPLE_ON_HOST)
+                if (t == CLEAVE_TOKEN_SAMPLE_ON_HOST || !s->row_smp[sl->row])
                     s->to_sample[s->n_to_sample++] = sl;
                 else
                     sl->token = t, sl->sampled = CLEAVE_OK;
@@ -417,6 +519,7 @@ static void sched_free(serve_sched *s) {
     free(s->row_smp);
     free(s->row_tok);
     free(s->to_sample);
+    free(s->copy_buf);
     serve_pool_free(s->pool);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
