@@ -14,10 +14,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[256], field[32];
     const char *param;
     if (serve_parse(body, len, chat, &d, &p, err, sizeof err, &param) == 0) {
-        if (p.text) {
-            bool found;
-            (void)serve_text_release(p.text, strlen(p.text), 0, p.stop, p.n_stop, false, &found);
-        }
+        for (size_t i = 0; i < p.n_prompts; i++)
+            if (p.prompts[i].text) {
+                bool found;
+                (void)serve_text_release(p.prompts[i].text, strlen(p.prompts[i].text), 0, p.stop, p.n_stop, false,
+                                         &found);
+            }
+        serve_params copy;
+        if (serve_params_clone(&copy, &p)) serve_params_free(&copy);
         serve_params_free(&p);
     }
     (void)serve_json_nul_field(body, len, field, sizeof field);
