@@ -202,27 +202,32 @@ static slot *slot_running(serve_sched *s, unsigned long long id) {
     return NULL;
 }
 
-/* With the lock held (the loop's thread: it alone uses the context): the
+/* A copy's blob above this is not worth its host memory: the prompt is
+ * processed again instead (70B's cache of a 32k-token prompt is 10 GB). */
+#define COPY_MAX_BYTES ((size_t)1 << 30)
+
+/* The loop's thread (it alone uses the context), the lock not held: the
  * first keep cells of from's sequence become to's, as a state blob copied
  * between the sequences (layout-independent, so any placement and
  * tiering). Copying cells costs a read and a write of their K and V;
- * processing the prompt again costs a forward pass over it, which is
- * more on every device measured (bench/RESULTS.md). false: it failed
+ * processing the prompt again costs a forward pass over it, hundreds of
+ * times more where measured (bench/RESULTS.md). NULL, or why it did not
  * (to then processes its prompt itself). */
-static bool copy_cells(serve_sched *s, slot *from, slot *to, size_t keep) {
+static const char *copy_cells(serve_sched *s, slot *from, slot *to, size_t keep) {
     int32_t src = (int32_t)(from - s->slots), dst = (int32_t)(to - s->slots);
     size_t need = 0, n = 0;
-    if (cleave_state_seq_size(s->ctx, src, 0, &need)) return false;
+    if (cleave_state_seq_size(s->ctx, src, 0, &need)) return cleave_last_error();
+    if (need > COPY_MAX_BYTES) return "over 1 GiB of cells: processing the prompt costs less memory";
     if (need > s->copy_cap) {
         void *p = realloc(s->copy_buf, need);
-        if (!p) return false;
+        if (!p) return "out of memory";
         s->copy_buf = p, s->copy_cap = need;
     }
     if (cleave_state_seq_get(s->ctx, src, NULL, 0, s->copy_buf, s->copy_cap, &n) ||
         cleave_state_seq_set(s->ctx, dst, s->copy_buf, n, NULL))
-        return false;
+        return cleave_last_error();
     memcpy(to->cache, from->cache, keep * sizeof *to->cache);
-    return true;
+    return NULL;
 }
 
 /* With the lock held: the next queued request goes to the idle slot whose
@@ -260,14 +265,19 @@ static bool admit_locked(serve_sched *s) {
     }
     /* all but the last prompt token: that one runs in r's own row for its logits */
     if (lead && best_lcp + 1 < r->n_prompt) {
+        /* HTTP threads need not wait for the copy: the slots are the loop's */
+        pthread_mutex_unlock(&s->mu);
         double t0 = now();
-        if (copy_cells(s, lead, best, r->n_prompt - 1)) {
+        const char *why = copy_cells(s, lead, best, r->n_prompt - 1);
+        double t1 = now();
+        pthread_mutex_lock(&s->mu);
+        if (!why) {
             best_lcp = r->n_prompt - 1;
-            r->copy_ms = (now() - t0) * 1e3;
+            r->copy_ms = (t1 - t0) * 1e3;
         } else {
             fprintf(stderr, "cleave serve: request %llu processes its prompt itself (copying request %llu's cells: %s)\n",
-                    r->id, r->lead_id, cleave_last_error());
-            best->n_cache = best_lcp = 0; /* what the failed copy left is cleared below */
+                    r->id, r->lead_id, why);
+            best->n_cache = best_lcp = 0; /* what a failed copy left is cleared below */
         }
     }
     if (best_lcp == r->n_prompt) best_lcp--; /* the last prompt token runs again for its logits */
