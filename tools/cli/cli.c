@@ -16,6 +16,19 @@ int cli_fail(const char *what, cleave_status st) {
     return 1;
 }
 
+/* The subcommand whose command line is being read (cli_usage_for). */
+static const char *usage_cmd, *usage_synopsis;
+
+void cli_usage_for(const char *cmd, const char *synopsis) {
+    usage_cmd = cmd;
+    usage_synopsis = synopsis;
+}
+
+static void missing_value(const char *flag) {
+    if (usage_cmd) cli_usage_error(usage_cmd, usage_synopsis, "%s needs a value", flag);
+    else fprintf(stderr, "cleave: %s needs a value\n", flag);
+}
+
 int cli_usage_error(const char *cmd, const char *synopsis, const char *fmt, ...) {
     fprintf(stderr, "usage: cleave %s %s\n", cmd, synopsis);
     fprintf(stderr, "run 'cleave %s --help' for the flags\n", cmd);
@@ -88,7 +101,7 @@ uint64_t cli_resolve_seed(long long seed) {
 bool cli_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
     char *end;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return false;
     }
     long long x = strtoll(v, &end, 10);
@@ -103,7 +116,7 @@ bool cli_int(const char *flag, const char *v, long long lo, long long hi, long l
 bool cli_float(const char *flag, const char *v, float *out) {
     char *end;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return false;
     }
     float x = strtof(v, &end);
@@ -118,7 +131,7 @@ bool cli_float(const char *flag, const char *v, float *out) {
 bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n) {
     *n = 0;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return false;
     }
     char *buf = strdup(v);
@@ -210,7 +223,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
           IS("--vram-budget") || IS("--fit") || IS("--fit-ctx") || IS("--kv-vram-cells")))
         return 0;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return -1;
     }
     double xs[CLEAVE_MAX_DEVICES];

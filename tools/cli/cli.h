@@ -18,6 +18,10 @@ int cli_fail(const char *what, cleave_status st);
  * screen of help above it. Returns the exit code 1. */
 int cli_usage_error(const char *cmd, const char *synopsis, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The subcommand whose flags are read from now on: a flag of the shared
+ * parsers (cli_int, cli_placement_flag, ...) without its value is then
+ * answered as cli_usage_error does. */
+void cli_usage_for(const char *cmd, const char *synopsis);
 /* The usual case of cli_usage_error: arg is no flag of cmd, or lacks its value. */
 int cli_bad_option(const char *cmd, const char *synopsis, const char *arg);
 /* A sampling seed as llama.cpp takes it: -1 (or no -s) draws one at

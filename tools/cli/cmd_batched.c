@@ -45,6 +45,7 @@ static bool parse(int argc, char **argv, batched_opts *o) {
     const int npl[4] = {1, 2, 4, 8};
     memcpy(o->npl, npl, sizeof npl), o->n_npl = 4;
     o->cx = cli_context_default(2048);
+    cli_usage_for("batched-bench", "-m MODEL [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

@@ -48,6 +48,7 @@ static bool parse(int argc, char **argv, bench_opts *o) {
      * H200, pp4096: 8B Q4_K_M 21019 -> 30311 tok/s, gpt-oss-20b 10375 ->
      * 14633; bench/moe-gpu-2026-12-03.md, call AF) */
     o->cx = cli_context_default(2048);
+    cli_usage_for("bench", "-m MODEL [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

@@ -59,6 +59,7 @@ static void usage(FILE *out) {
 static bool parse(int argc, char **argv, psm_opts *o) {
     o->n_prompt = 4096, o->n_gen = 128;
     o->cx = cli_context_default(4096);
+    cli_usage_for("bench-psm", "-m MODEL --devices D [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

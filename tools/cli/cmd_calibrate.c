@@ -37,6 +37,7 @@ static bool parse(int argc, char **argv, calib_opts *o) {
     o->pp[0] = 512, o->pp[1] = 4096, o->n_pp = 2;
     o->depth[0] = 128, o->depth[1] = 4096, o->n_depth = 2;
     o->cx = cli_context_default(4096);
+    cli_usage_for("calibrate", "-m MODEL --devices D -o RATES [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

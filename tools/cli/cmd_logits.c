@@ -29,6 +29,7 @@ int cmd_logits(int argc, char **argv) {
     cx.kv_type = CLEAVE_TYPE_F32; /* logits for comparisons: an exact cache */
     cli_placement place = cli_placement_default();
     place.fit = 0;
+    cli_usage_for("logits", LOGITS_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;

@@ -75,6 +75,7 @@ static void gen_usage(FILE *out) {
 int cmd_gen(int argc, char **argv) {
     const char *preset = NULL, *arch = NULL, *out = NULL, *type_name = "f16";
     long long seed = 1;
+    cli_usage_for("gen", GEN_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -103,6 +104,7 @@ int cmd_gen(int argc, char **argv) {
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     long long n_ctx = 0;
+    cli_usage_for("info", INFO_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: cleave info " INFO_SYNOPSIS "\n"

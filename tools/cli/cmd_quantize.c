@@ -30,6 +30,7 @@ int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL};
     int n_pos = 0;
     cleave_quantize_params p = cleave_quantize_default_params();
+    cli_usage_for("quantize", QUANTIZE_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {

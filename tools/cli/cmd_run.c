@@ -80,6 +80,7 @@ static bool flag_is(const char *a, const char *name, const char *alias) {
 static bool parse(int argc, char **argv, run_opts *o) {
     o->n_predict = 128;
     o->seed = CLI_SEED_RANDOM;
+    cli_usage_for(o->cmd, RUN_SYNOPSIS);
     o->n_parallel = 1;
     o->np_dwell = 8;
     o->kv_type = CLEAVE_TYPE_F16;

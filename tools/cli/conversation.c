@@ -2,7 +2,6 @@
  * template. Each turn renders the whole conversation, tokenizes it, keeps
  * the part of the KV cache that equals its start and decodes only the
  * rest, then streams the answer, which joins the conversation. */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,9 +64,9 @@ static char *read_line(bool tty) {
         fputs("> ", stdout);
         fflush(stdout);
     }
+    if (interrupted) return NULL; /* Ctrl-C as the answer ended */
     char *line = NULL;
     size_t cap = 0;
-    errno = 0;
     ssize_t n = getline(&line, &cap, stdin);
     if (n < 0 || interrupted) {
         free(line);
