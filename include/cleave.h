@@ -150,7 +150,10 @@ typedef struct cleave_context_params {
     /* layer split: a pass of more tokens runs as a pipeline of micro-batches
      * of this many, so the devices work at once; 0 = no pipeline */
     uint32_t n_ubatch;
-    int n_threads;         /* CPU threads (each CPU device); 0 = all cores */
+    /* CPU threads of each CPU device; 0 = the machine's cores divided
+     * among the context's CPU devices (at least 1 each), so cpu:N does not
+     * run N pools of every core against each other */
+    int n_threads;
     /* K cache type: f32, f16, bf16, q8_0, q5_0 or q4_0 (the quantized
      * types need a head size that is a multiple of 32) */
     cleave_type kv_type;
@@ -266,6 +269,9 @@ cleave_split_mode cleave_psm_gate_step(cleave_psm_gate *g, const bool *in_prefil
 /* The device(s) the context runs on, e.g. "cpu", "cuda:0 (NVIDIA H200)" or
  * "cpu:0+cpu:1 (layer)". */
 const char *cleave_context_device(const cleave_context *ctx);
+/* CUDA devices this build and machine can use: 0 in a build without CUDA
+ * or where the driver finds none. */
+int cleave_gpu_count(void);
 
 /* Memory of one device of a context: what the plan set aside and what its
  * allocator has seen (peak included). */
@@ -288,6 +294,7 @@ typedef struct cleave_device_memory {
      * and the units the shares were rounded to (whole quant blocks of o and
      * down: head_unit kv heads, ff_unit rows); all 0 under other modes */
     uint32_t kv_heads[2], ff_rows[2], head_unit, ff_unit;
+    uint32_t n_threads; /* a CPU device's worker threads (the caller's included); 0 on GPUs */
 } cleave_device_memory;
 size_t cleave_context_n_devices(const cleave_context *ctx);
 cleave_status cleave_context_memory(const cleave_context *ctx, size_t device,

@@ -95,7 +95,7 @@ if [ "$rows" -ne 4 ] || [ "$(wc -l < "$tmp/grid.csv")" -ne 13 ]; then
   echo "FAIL: bench-psm grid"; printf '%s\n' "$out"; cat "$tmp/err" "$tmp/grid.csv"; fail=1
 fi
 "$cli" bench-psm -m "$m" --devices cpu:2 --grid-pp 16 >/dev/null 2>"$tmp/err"
-if [ $? -ne 2 ] || ! grep -q "needs both --grid-pp and --grid-tg" "$tmp/err"; then
+if [ $? -ne 1 ] || ! grep -q "needs both --grid-pp and --grid-tg" "$tmp/err"; then
   echo "FAIL: bench-psm should refuse half a grid"; cat "$tmp/err"; fail=1
 fi
 
@@ -107,14 +107,14 @@ expect() { # expect CODE PATTERN ARGS...: exit code and a message on stderr
     echo "FAIL: $* -> exit $rc (want $code), stderr:"; cat "$tmp/err"; fail=1
   fi
 }
-expect 2 "expected none, layer or tensor" --devices cpu:2 -sm diagonal
-expect 2 "numbers >= 0" --devices cpu:2 -sm layer -ts 1,x
+expect 1 "expected none, layer or tensor" --devices cpu:2 -sm diagonal
+expect 1 "numbers >= 0" --devices cpu:2 -sm layer -ts 1,x
 expect 1 "3 split shares for 2 devices" --devices cpu:2 -sm tensor -ts 1,1,1
 expect 1 "device 0 needs" --devices cpu:2 -sm layer --vram-budget 0.01,0.01 --fit off
 expect 1 "nothing fits" --devices cpu:2 -sm layer --vram-budget 0.01,0.01
 expect 1 "cpu:N needs N" --devices cpu:0
-expect 2 "needs --psm-rates" --devices cpu:2 --psm-policy auto
-expect 2 "expected off, always or auto" --devices cpu:2 --psm-policy sometimes
+expect 1 "needs --psm-rates" --devices cpu:2 --psm-policy auto
+expect 1 "expected off, always or auto" --devices cpu:2 --psm-policy sometimes
 echo "not rates" > "$tmp/bad-rates.txt"
 expect 1 "is not a rates file" --devices cpu:2 --psm-policy auto --psm-rates "$tmp/bad-rates.txt"
 

@@ -26,7 +26,7 @@ else
   echo "shared vocabularies absent: their cases skipped"
 fi
 "$cli" tokenize -p x >/dev/null 2>"$tmp/err"
-if [ $? -ne 2 ] || ! grep -q "are required" "$tmp/err"; then echo "FAIL: tokenize without -m"; fail=1; fi
+if [ $? -ne 1 ] || ! grep -q "are required" "$tmp/err"; then echo "FAIL: tokenize without -m"; fail=1; fi
 "$cli" tokenize -m "$tmp/none.gguf" -p x >/dev/null 2>"$tmp/err"
 if [ $? -ne 1 ] || ! grep -q "loading the vocabulary" "$tmp/err"; then echo "FAIL: tokenize, no file"; cat "$tmp/err"; fail=1; fi
 

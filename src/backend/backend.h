@@ -401,10 +401,17 @@ static inline bool be_same_backend(const be_device *a, const be_device *b) {
  * allocations (0 = unlimited) so tests can emulate a full device. */
 cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes,
                             be_device **out);
+/* The cores a CPU device takes by default (n_threads 0): those online, at
+ * most the thread pool's limit. */
+int be_cpu_cores(void);
+/* A CPU device's threads; 0 for other devices. */
+int be_cpu_threads(const be_device *d);
 
 /* CUDA device `ordinal` (builds with CLEAVE_WITH_CUDA only); budget_bytes
  * caps allocations (0 = the memory free when the device is opened). */
 cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out);
+/* CUDA devices the driver sees (0 when it sees none or fails). */
+int be_cuda_count(void);
 /* Whether d is a CUDA device (false in builds without CUDA). */
 bool be_is_cuda(const be_device *d);
 

@@ -1,9 +1,11 @@
 /* What every subcommand shares: flag parsing, the context parameters the
  * flags make, progress, opening a model and its context (cli.h). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "base/error.h"
@@ -14,10 +16,92 @@ int cli_fail(const char *what, cleave_status st) {
     return 1;
 }
 
+/* The subcommand whose command line is being read (cli_usage_for). */
+static const char *usage_cmd, *usage_synopsis;
+
+void cli_usage_for(const char *cmd, const char *synopsis) {
+    usage_cmd = cmd;
+    usage_synopsis = synopsis;
+}
+
+static void missing_value(const char *flag) {
+    if (usage_cmd) cli_usage_error(usage_cmd, usage_synopsis, "%s needs a value", flag);
+    else fprintf(stderr, "cleave: %s needs a value\n", flag);
+}
+
+int cli_usage_error(const char *cmd, const char *synopsis, const char *fmt, ...) {
+    fprintf(stderr, "usage: cleave %s %s\n", cmd, synopsis);
+    fprintf(stderr, "run 'cleave %s --help' for the flags\n", cmd);
+    fprintf(stderr, "cleave %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+int cli_bad_option(const char *cmd, const char *synopsis, const char *arg) {
+    if (arg[0] == '-' && arg[1])
+        return cli_usage_error(cmd, synopsis, "unknown option '%s' (or it lacks its value)", arg);
+    return cli_usage_error(cmd, synopsis, "unexpected argument '%s'", arg);
+}
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+void cli_unescape(char *s) {
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (*r != '\\' || !r[1]) {
+            *w++ = *r;
+            continue;
+        }
+        char c = *++r;
+        if (c == 'n') *w++ = '\n';
+        else if (c == 't') *w++ = '\t';
+        else if (c == 'r') *w++ = '\r';
+        else if (c == '\\' || c == '"' || c == '\'') *w++ = c;
+        else if (c == 'x' && hex_digit(r[1]) >= 0 && hex_digit(r[2]) >= 0) {
+            *w++ = (char)(hex_digit(r[1]) * 16 + hex_digit(r[2]));
+            r += 2;
+        } else { /* not an escape: kept as written */
+            *w++ = '\\';
+            *w++ = c;
+        }
+    }
+    *w = '\0';
+}
+
+uint64_t cli_resolve_seed(long long seed) {
+    if (seed >= 0) {
+        fprintf(stderr, "cleave: seed: %lld\n", seed);
+        return (uint64_t)seed;
+    }
+    /* the clock's nanoseconds and the process id, mixed (splitmix64's
+     * finalizer) so runs started together still differ; 32 bits, as
+     * llama.cpp's, to be short enough to copy into -s */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec;
+    x ^= (uint64_t)getpid() << 32;
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    uint64_t s = x & 0xFFFFFFFFull;
+    fprintf(stderr, "cleave: seed: %llu (random; -s %llu repeats this run)\n", (unsigned long long)s,
+            (unsigned long long)s);
+    return s;
+}
+
 bool cli_int(const char *flag, const char *v, long long lo, long long hi, long long *out) {
     char *end;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return false;
     }
     long long x = strtoll(v, &end, 10);
@@ -32,7 +116,7 @@ bool cli_int(const char *flag, const char *v, long long lo, long long hi, long l
 bool cli_float(const char *flag, const char *v, float *out) {
     char *end;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return false;
     }
     float x = strtof(v, &end);
@@ -47,7 +131,7 @@ bool cli_float(const char *flag, const char *v, float *out) {
 bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n) {
     *n = 0;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return false;
     }
     char *buf = strdup(v);
@@ -139,7 +223,7 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
           IS("--vram-budget") || IS("--fit") || IS("--fit-ctx") || IS("--kv-vram-cells")))
         return 0;
     if (!v) {
-        fprintf(stderr, "cleave: %s needs a value\n", flag);
+        missing_value(flag);
         return -1;
     }
     double xs[CLEAVE_MAX_DEVICES];
@@ -149,6 +233,13 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
         long long k;
         if (!cli_int(flag, v, 0, 1 << 20, &k)) return -1;
         p->devices = k > 0 ? "cuda:0" : "cpu";
+        /* as llama.cpp: a request for GPU layers where there is no GPU
+         * runs on the CPU, saying so, rather than failing */
+        if (k > 0 && cleave_gpu_count() == 0) {
+            fprintf(stderr, "cleave: warning: no GPU: running on the CPU (%s %s ignored)\n", flag,
+                    v);
+            p->devices = "cpu";
+        }
         p->explicit_split = true;
     } else if (IS("--device") || IS("--devices")) {
         p->devices = v;
@@ -199,6 +290,7 @@ void cli_memory_report(const cleave_context *ctx, bool peak) {
                     m.kv_vram_cells, m.planned_kv_host / mib, m.kv_staging / mib);
         if (peak) fprintf(stderr, ", peak %.1f MiB", m.peak / mib);
         if (m.budget) fprintf(stderr, ", budget %.1f MiB", m.budget / mib);
+        if (m.n_threads) fprintf(stderr, ", %u thread%s", m.n_threads, m.n_threads == 1 ? "" : "s");
         /* GPUs: the device's own count, as nvidia-smi shows it (the CUDA
          * context and library workspaces on top of the allocations) */
         if (peak && m.device_used) fprintf(stderr, ", device in use %.1f MiB", m.device_used / mib);
@@ -296,7 +388,16 @@ int cli_new_context(cleave_model *m, const cleave_context_params *cp, cleave_con
         p.progress_user = (void *)"loading weights";
     }
     cleave_status st = cleave_context_new(m, &p, ctx);
-    return st ? cli_fail("creating context", st) : 0;
+    if (st) return cli_fail("creating context", st);
+    /* as llama.cpp: past the trained length positions are untrained ground */
+    cleave_model_desc d;
+    if (cleave_model_describe(m, &d) == CLEAVE_OK && d.n_ctx_train &&
+        cleave_context_n_ctx(*ctx) > d.n_ctx_train)
+        fprintf(stderr,
+                "cleave: warning: the context of %u tokens is larger than the model's training "
+                "context of %u; text past %u tokens may degrade\n",
+                cleave_context_n_ctx(*ctx), d.n_ctx_train, d.n_ctx_train);
+    return 0;
 }
 
 int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m,

@@ -11,6 +11,27 @@
 
 /* Prints "cleave: <what>: <last error>" and returns the exit code 1. */
 int cli_fail(const char *what, cleave_status st);
+/* A command line a subcommand cannot take (an unknown flag, a flag without
+ * its value, a missing -m): two lines of usage, "usage: cleave CMD
+ * SYNOPSIS" and where the flags are, then the error as the last line, all
+ * on stderr, so the error is what a terminal shows last rather than a
+ * screen of help above it. Returns the exit code 1. */
+int cli_usage_error(const char *cmd, const char *synopsis, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The subcommand whose flags are read from now on: a flag of the shared
+ * parsers (cli_int, cli_placement_flag, ...) without its value is then
+ * answered as cli_usage_error does. */
+void cli_usage_for(const char *cmd, const char *synopsis);
+/* The usual case of cli_usage_error: arg is no flag of cmd, or lacks its value. */
+int cli_bad_option(const char *cmd, const char *synopsis, const char *arg);
+/* A sampling seed as llama.cpp takes it: -1 (or no -s) draws one at
+ * random; the seed used is printed on stderr ("seed: N") so a run can be
+ * repeated with -s N. */
+#define CLI_SEED_RANDOM (-1)
+/* -e: the escapes of a C string (\n, \t, \r, \\, \", \' and \xHH)
+ * replaced in place by what they stand for; an unknown one is kept. */
+void cli_unescape(char *s);
+uint64_t cli_resolve_seed(long long seed);
 /* Parses a number flag value; prints an error and returns false if bad. */
 bool cli_int(const char *flag, const char *v, long long lo, long long hi, long long *out);
 bool cli_float(const char *flag, const char *v, float *out);
@@ -69,7 +90,9 @@ cleave_context_params cli_context_params(const cli_context_opts *cx, const cli_p
 void cli_memory_report(const cleave_context *ctx, bool peak);
 #define CLI_PLACEMENT_HELP                                                                     \
     "  --device(s) D           cpu (default), cuda:N, cpu:N (N virtual CPU devices) or a\n" \
-    "                          list: cuda:0,cuda:1; -ngl N > 0 means cuda:0\n"                \
+    "                          list: cuda:0,cuda:1\n"                                           \
+    "  -ngl, --n-gpu-layers N  N > 0: cuda:0 (the CPU, with a warning, where there is no GPU);\n" \
+    "                          0: the CPU\n"                                                     \
     "  -sm, --split-mode M     none (default), layer or tensor: how a model spreads over\n"  \
     "                          several devices\n"                                              \
     "  -ts, --tensor-split L   per-device shares, e.g. 3,1 (default: equal)\n"                \
@@ -93,6 +116,7 @@ int cli_open(const char *path, const cleave_context_params *cp, cleave_model **m
 int cli_new_context(cleave_model *m, const cleave_context_params *cp, cleave_context **ctx);
 
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv); /* cleave run -cnv */
 int cmd_bench(int argc, char **argv);
 int cmd_batched_bench(int argc, char **argv);
 int cmd_convert(int argc, char **argv);

@@ -34,7 +34,8 @@ static void usage(FILE *out) {
             "                          and a step reads only its sequences' cells)\n"
             "  -b, --batch-size N      tokens per forward pass (default 2048)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
-            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -t, --threads N         CPU threads of each CPU device (default: the cores, divided\n"
+            "                          among cpu:N's N devices)\n"
             "  -ctk T, -ctv T          K and V cache types: f16 (default), f32, bf16, q8_0, q5_0, q4_0\n" CLI_PLACEMENT_HELP);
 }
 
@@ -44,13 +45,14 @@ static bool parse(int argc, char **argv, batched_opts *o) {
     const int npl[4] = {1, 2, 4, 8};
     memcpy(o->npl, npl, sizeof npl), o->n_npl = 4;
     o->cx = cli_context_default(2048);
+    cli_usage_for("batched-bench", "-m MODEL [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
-        } else if (!strcmp(a, "-m") && v) {
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
             o->model = v, i++;
         } else if (!strcmp(a, "-kvu") || !strcmp(a, "--kv-unified")) {
             o->kv_unified = true;
@@ -69,13 +71,12 @@ static bool parse(int argc, char **argv, batched_opts *o) {
             if (pr < 0) return false;
             i++;
         } else {
-            fprintf(stderr, "cleave batched-bench: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
+            cli_bad_option("batched-bench", "-m MODEL [flags]", a);
             return false;
         }
     }
     if (!o->model) {
-        usage(stderr);
+        cli_usage_error("batched-bench", "-m MODEL [flags]", "-m MODEL is required");
         return false;
     }
     return true;
@@ -119,7 +120,7 @@ int cmd_batched_bench(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.place = cli_placement_default();
     o.place.fit = 0; /* the context the tests need, or a clear refusal */
-    if (!parse(argc, argv, &o)) return 2;
+    if (!parse(argc, argv, &o)) return 1;
     long long need = 1, most_seqs = 1, longest = 1;
     for (size_t i = 0; i < o.n_npp; i++)
         for (size_t j = 0; j < o.n_ntg; j++)

@@ -30,7 +30,8 @@ static void bench_usage(FILE *out) {
             "  -d, --n-depth N[,N..]   tokens already in the cache before each test (default 0;\n"
             "                          filled once per depth, each run's own tokens dropped after it)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
-            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -t, --threads N         CPU threads of each CPU device (default: the cores, divided\n"
+            "                          among cpu:N's N devices)\n"
             "  -b, --batch-size N      tokens per forward pass (default 2048, as llama-bench's -b)\n"
             "  -ctk T, -ctv T          K and V cache types: f16 (default), f32, bf16, q8_0, q5_0, q4_0\n"
             CLI_PLACEMENT_HELP);
@@ -47,6 +48,7 @@ static bool parse(int argc, char **argv, bench_opts *o) {
      * H200, pp4096: 8B Q4_K_M 21019 -> 30311 tok/s, gpt-oss-20b 10375 ->
      * 14633; bench/moe-gpu-2026-12-03.md, call AF) */
     o->cx = cli_context_default(2048);
+    cli_usage_for("bench", "-m MODEL [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;
@@ -70,13 +72,12 @@ static bool parse(int argc, char **argv, bench_opts *o) {
             if (pr < 0) return false;
             i++;
         } else {
-            fprintf(stderr, "cleave bench: unknown or incomplete option '%s'\n", a);
-            bench_usage(stderr);
+            cli_bad_option("bench", "-m MODEL [flags]", a);
             return false;
         }
     }
     if (!o->model) {
-        fprintf(stderr, "cleave bench: -m MODEL is required\n");
+        cli_usage_error("bench", "-m MODEL [flags]", "-m MODEL is required");
         return false;
     }
     return true;
@@ -163,7 +164,7 @@ int cmd_bench(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.place = cli_placement_default();
     o.place.fit = 0; /* a benchmark runs the context it asks for, or says why not */
-    if (!parse(argc, argv, &o)) return 2;
+    if (!parse(argc, argv, &o)) return 1;
     int max_n = 1, max_d = 0;
     for (size_t i = 0; i < o.n_pp; i++) max_n = o.pp[i] > max_n ? o.pp[i] : max_n;
     for (size_t i = 0; i < o.n_tg; i++) max_n = o.tg[i] > max_n ? o.tg[i] : max_n;

@@ -51,13 +51,15 @@ static void usage(FILE *out) {
             "  -c, --ctx-size N        context (default: the longest request)\n"
             "  -b, --batch-size N      tokens per forward pass (default 4096)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
-            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -t, --threads N         CPU threads of each CPU device (default: the cores, divided\n"
+            "                          among cpu:N's N devices)\n"
             "  -ctk T, -ctv T          K and V cache types: f16 (default), f32, bf16, q8_0, q5_0, q4_0\n" CLI_PLACEMENT_HELP);
 }
 
 static bool parse(int argc, char **argv, psm_opts *o) {
     o->n_prompt = 4096, o->n_gen = 128;
     o->cx = cli_context_default(4096);
+    cli_usage_for("bench-psm", "-m MODEL --devices D [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;
@@ -90,13 +92,12 @@ static bool parse(int argc, char **argv, psm_opts *o) {
             if (pr < 0) return false;
             i++;
         } else {
-            fprintf(stderr, "cleave bench-psm: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
+            cli_bad_option("bench-psm", "-m MODEL --devices D [flags]", a);
             return false;
         }
     }
     if (!o->model) {
-        fprintf(stderr, "cleave bench-psm: -m MODEL is required\n");
+        cli_usage_error("bench-psm", "-m MODEL --devices D [flags]", "-m MODEL is required");
         return false;
     }
     if (!o->n_grid_pp != !o->n_grid_tg) {
@@ -318,6 +319,6 @@ int cmd_bench_psm(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.place = cli_placement_default();
     o.place.fit = 0; /* a benchmark runs the context it asks for, or says why not */
-    if (!parse(argc, argv, &o)) return 2;
+    if (!parse(argc, argv, &o)) return 1;
     return o.n_grid_pp ? grid(&o) : one_request(&o, t_start);
 }

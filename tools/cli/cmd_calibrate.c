@@ -28,7 +28,8 @@ static void usage(FILE *out) {
             "  -c, --ctx-size N        context (default: the largest length + 64)\n"
             "  -b, --batch-size N      tokens per forward pass (default 4096)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
-            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -t, --threads N         CPU threads of each CPU device (default: the cores, divided\n"
+            "                          among cpu:N's N devices)\n"
             "  -ctk T, -ctv T          K and V cache types: f16 (default), f32, bf16, q8_0, q5_0, q4_0\n" CLI_PLACEMENT_HELP);
 }
 
@@ -36,13 +37,14 @@ static bool parse(int argc, char **argv, calib_opts *o) {
     o->pp[0] = 512, o->pp[1] = 4096, o->n_pp = 2;
     o->depth[0] = 128, o->depth[1] = 4096, o->n_depth = 2;
     o->cx = cli_context_default(4096);
+    cli_usage_for("calibrate", "-m MODEL --devices D -o RATES [flags]");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int pr;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
-        } else if (!strcmp(a, "-m") && v) {
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
             o->model = v, i++;
         } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) {
             o->out = v, i++;
@@ -55,14 +57,13 @@ static bool parse(int argc, char **argv, calib_opts *o) {
             if (pr < 0) return false;
             i++;
         } else {
-            fprintf(stderr, "cleave calibrate: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
+            cli_bad_option("calibrate", "-m MODEL --devices D -o RATES [flags]", a);
             return false;
         }
     }
     if (!o->model || !o->out) {
-        fprintf(stderr, "cleave calibrate: -m MODEL and -o RATES are required\n");
-        usage(stderr);
+        cli_usage_error("calibrate", "-m MODEL --devices D -o RATES [flags]",
+                        "-m MODEL and -o RATES are required");
         return false;
     }
     return true;
@@ -73,7 +74,7 @@ int cmd_calibrate(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     o.place = cli_placement_default();
     o.place.fit = 0;
-    if (!parse(argc, argv, &o)) return 2;
+    if (!parse(argc, argv, &o)) return 1;
     uint32_t pp[MAX_LIST], depth[MAX_LIST];
     long long need = 1;
     for (size_t i = 0; i < o.n_pp; i++) pp[i] = (uint32_t)(o.pp[i] > 0 ? o.pp[i] : 0), need = o.pp[i] > need ? o.pp[i] : need;

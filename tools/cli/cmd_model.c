@@ -6,15 +6,18 @@
 
 #include "cli.h"
 
-static int convert_usage(void) {
-    fprintf(stderr,
+#define CONVERT_SYNOPSIS "--from llama2c|hf INPUT... -o OUT.gguf"
+#define GEN_SYNOPSIS "--preset PRESET [--arch ARCH] [--type TYPE] [--seed N] -o OUT.gguf"
+#define INFO_SYNOPSIS "MODEL.gguf [-c CONTEXT]"
+
+static void convert_usage(FILE *out) {
+    fprintf(out,
             "usage: cleave convert --from llama2c MODEL.bin TOKENIZER.bin -o OUT.gguf\n"
             "       cleave convert --from hf CHECKPOINT_DIR -o OUT.gguf [--type f32|f16|bf16]\n"
             "  --from hf reads a transformers directory (config.json + *.safetensors) of\n"
             "  Llama/Mistral, Qwen2 or Qwen3; --type sets the weight type (default: as stored).\n"
             "  Its vocabulary is synthetic (BPE tokenizers are not supported yet): drive the\n"
             "  model with token ids (cleave logits --tokens), not text.\n");
-    return 2;
 }
 
 int cmd_convert(int argc, char **argv) {
@@ -25,16 +28,18 @@ int cmd_convert(int argc, char **argv) {
         if (!strcmp(a, "--from") && v) from = v, i++;
         else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) out = v, i++;
         else if (!strcmp(a, "--type") && v) type_name = v, i++;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) return convert_usage();
-        else if (a[0] != '-' && n_pos < 2) pos[n_pos++] = a;
-        else {
-            fprintf(stderr, "cleave convert: unexpected argument '%s'\n", a);
-            return convert_usage();
-        }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            convert_usage(stdout);
+            return 0;
+        } else if (a[0] != '-' && n_pos < 2) pos[n_pos++] = a;
+        else return cli_bad_option("convert", CONVERT_SYNOPSIS, a);
     }
     bool hf = from && !strcmp(from, "hf") && n_pos == 1,
          l2c = from && !strcmp(from, "llama2c") && n_pos == 2 && !type_name;
-    if (!out || !(hf || l2c)) return convert_usage();
+    if (!out || !(hf || l2c))
+        return cli_usage_error("convert", CONVERT_SYNOPSIS,
+                               "needs -o OUT and --from llama2c MODEL.bin TOKENIZER.bin or "
+                               "--from hf DIR");
     cleave_status st;
     if (l2c) {
         st = cleave_convert_llama2c(pos[0], pos[1], out);
@@ -42,7 +47,7 @@ int cmd_convert(int argc, char **argv) {
         cleave_type type = CLEAVE_CONVERT_KEEP_TYPE;
         if (type_name && (cleave_type_from_name(type_name, &type) || type == CLEAVE_TYPE_Q8_0)) {
             fprintf(stderr, "cleave convert: --type '%s': use f32, f16 or bf16\n", type_name);
-            return 2;
+            return 1;
         }
         st = cleave_convert_hf(pos[0], type, out, cli_progress, (void *)"converting");
         if (!st)
@@ -55,35 +60,40 @@ int cmd_convert(int argc, char **argv) {
     return 0;
 }
 
+static void gen_usage(FILE *out) {
+    fprintf(out,
+            "usage: cleave gen " GEN_SYNOPSIS "\n"
+            "  PRESET: tiny or small (test shapes, with --arch llama|qwen2|qwen3|qwen3moe|mixtral|\n"
+            "  gpt-oss; small: llama, qwen3moe or gpt-oss), 1b, 8b, 32b, 70b (dense real shapes),\n"
+            "  qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b (mixtures of experts)\n"
+            "  TYPE: a weight type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+            "  q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4; default f16) or a llama.cpp file type whose\n"
+            "  per-tensor choices cleave quantize makes (Q4_K_M, Q5_K_S, Q3_K_L, ...)\n"
+            "  --seed N: the weights' random seed (default 1)\n");
+}
+
 int cmd_gen(int argc, char **argv) {
     const char *preset = NULL, *arch = NULL, *out = NULL, *type_name = "f16";
     long long seed = 1;
+    cli_usage_for("gen", GEN_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--preset") && v) preset = v, i++;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            gen_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--preset") && v) preset = v, i++;
         else if (!strcmp(a, "--arch") && v) arch = v, i++;
         else if (!strcmp(a, "--type") && v) type_name = v, i++;
         else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) out = v, i++;
         else if (!strcmp(a, "--seed")) {
-            if (!cli_int(a, v, 0, INT64_MAX, &seed)) return 2;
+            if (!cli_int(a, v, 0, INT64_MAX, &seed)) return 1;
             i++;
         } else {
-            fprintf(stderr, "cleave gen: unexpected argument '%s'\n", a);
-            preset = NULL;
-            break;
+            return cli_bad_option("gen", GEN_SYNOPSIS, a);
         }
     }
-    if (!preset || !out) {
-        fprintf(stderr,
-                "usage: cleave gen --preset PRESET [--arch ARCH] [--type TYPE] [--seed N] -o OUT.gguf\n"
-                "  PRESET: tiny or small (test shapes, with --arch llama|qwen2|qwen3|qwen3moe|mixtral|\n"
-                "  gpt-oss; small: llama, qwen3moe or gpt-oss), 1b, 8b, 32b, 70b (dense real shapes),\n"
-                "  qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b (mixtures of experts)\n"
-                "  TYPE: a weight type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
-                "  q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4; default f16) or a llama.cpp file type whose\n"
-                "  per-tensor choices cleave quantize makes (Q4_K_M, Q5_K_S, Q3_K_L, ...)\n");
-        return 2;
-    }
+    if (!preset || !out)
+        return cli_usage_error("gen", GEN_SYNOPSIS, "--preset and -o OUT are required");
     cleave_status st = cleave_generate_model_mix(preset, arch, type_name, (uint64_t)seed, out,
                                                  cli_progress, (void *)"writing");
     if (st) return cli_fail("gen", st);
@@ -94,20 +104,20 @@ int cmd_gen(int argc, char **argv) {
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     long long n_ctx = 0;
+    cli_usage_for("info", INFO_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--ctx-size")) {
-            if (!cli_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 1, 1 << 24, &n_ctx)) return 2;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: cleave info " INFO_SYNOPSIS "\n"
+                   "  the model's architecture, shapes, tensors and memory on stdout\n"
+                   "  -c, --ctx-size N        the KV cache of a context of N tokens\n");
+            return 0;
+        } else if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--ctx-size")) {
+            if (!cli_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 1, 1 << 24, &n_ctx)) return 1;
             i++;
         } else if (argv[i][0] != '-' && !path) path = argv[i];
-        else {
-            fprintf(stderr, "usage: cleave info MODEL.gguf [-c CONTEXT]\n");
-            return 2;
-        }
+        else return cli_bad_option("info", INFO_SYNOPSIS, argv[i]);
     }
-    if (!path) {
-        fprintf(stderr, "usage: cleave info MODEL.gguf [-c CONTEXT]\n");
-        return 2;
-    }
+    if (!path) return cli_usage_error("info", INFO_SYNOPSIS, "a MODEL.gguf is required");
     cleave_status st = cleave_print_info(path, (uint32_t)n_ctx, stdout);
     return st ? cli_fail("info", st) : 0;
 }

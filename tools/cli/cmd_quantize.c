@@ -7,8 +7,10 @@
 
 #include "cli.h"
 
-static int quantize_usage(void) {
-    fprintf(stderr,
+#define QUANTIZE_SYNOPSIS "IN.gguf OUT.gguf TYPE [-t N] [--pure]"
+
+static void quantize_usage(FILE *out) {
+    fprintf(out,
             "usage: cleave quantize IN.gguf OUT.gguf TYPE [-t N] [--pure]\n"
             "  IN holds f32, f16 or bf16 weights (q8_0 is requantized, losing precision).\n"
             "  TYPE is a llama.cpp file type: %s.\n"
@@ -17,7 +19,6 @@ static int quantize_usage(void) {
             "  -t N     threads (default: every core)\n"
             "  --pure   every quantized tensor in TYPE's base type\n",
             cleave_quantize_type_names());
-    return 2;
 }
 
 static void print_note(const char *line, void *user) {
@@ -29,25 +30,27 @@ int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {NULL, NULL, NULL};
     int n_pos = 0;
     cleave_quantize_params p = cleave_quantize_default_params();
+    cli_usage_for("quantize", QUANTIZE_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             long long n;
-            if (!cli_int(a, v, 1, 4096, &n)) return 2;
+            if (!cli_int(a, v, 1, 4096, &n)) return 1;
             p.n_threads = (int)n;
             i++;
         } else if (!strcmp(a, "--pure")) {
             p.pure = true;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            return quantize_usage();
+            quantize_usage(stdout);
+            return 0;
         } else if (a[0] != '-' && n_pos < 3) {
             pos[n_pos++] = a;
         } else {
-            fprintf(stderr, "cleave quantize: unexpected argument '%s'\n", a);
-            return quantize_usage();
+            return cli_bad_option("quantize", QUANTIZE_SYNOPSIS, a);
         }
     }
-    if (n_pos != 3) return quantize_usage();
+    if (n_pos != 3)
+        return cli_usage_error("quantize", QUANTIZE_SYNOPSIS, "IN, OUT and TYPE are required");
     p.type = pos[2];
     p.progress = cli_progress;
     p.progress_user = (void *)"quantizing";

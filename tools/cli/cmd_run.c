@@ -4,10 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_render.h"
 #include "run.h"
 
+#define RUN_SYNOPSIS "-m MODEL [-p PROMPT] [flags]"
 
-static void run_usage(FILE *out) {
+static void run_usage(FILE *out, const char *cmd) {
+    if (!strcmp(cmd, "chat"))
+        fprintf(out, "usage: cleave chat -m MODEL.gguf [-sys TEXT] [-p FIRST] [options]\n"
+                     "  a conversation (as cleave run -cnv): a user line from stdin at a time, the\n"
+                     "  answer streamed; /exit or end of input leaves, Ctrl-C stops an answer\n");
     fprintf(out,
             "usage: cleave run -m MODEL.gguf [-p PROMPT | -f FILE] [options]\n"
             "  -m, --model PATH        GGUF model\n"
@@ -17,7 +23,8 @@ static void run_usage(FILE *out) {
             "  -c, --ctx-size N        context size in tokens (default: model's, at most 4096)\n"
             "  -b, --batch-size N      tokens per forward pass in prompt processing (default 512)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
-            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -t, --threads N         CPU threads of each CPU device (default: the cores, divided\n"
+            "                          among cpu:N's N devices)\n"
             CLI_PLACEMENT_HELP
             "  -psm, --prefill-split-mode M\n"
             "                          process the prompt under split mode M (none, layer, tensor),\n"
@@ -39,7 +46,8 @@ static void run_usage(FILE *out) {
             "  --repeat-last-n N       tokens the penalties look back (default 64; -1 = all)\n"
             "  --frequency-penalty X   (default 0)\n"
             "  --presence-penalty X    (default 0)\n"
-            "  -s, --seed N            sampling seed\n"
+            "  -s, --seed N            sampling seed (default -1: a random one, printed on stderr)\n"
+            "  --ignore-eos            generate on past end-of-generation tokens\n"
             "  --bos, --no-bos         prepend BOS to the prompt, or do not (default: as the vocabulary's\n"
             "                          tokenizer.ggml.add_bos_token says, as llama.cpp)\n"
             "  -np, --parallel N       N sequences of the prompt share the context (sequence i samples\n"
@@ -50,7 +58,14 @@ static void run_usage(FILE *out) {
             "                          (llama3, chatml, mistral, llama2, qwen3, qwen3-nothink\n"
             "                          or gpt-oss, known by its markers)\n"
             "  --chat-template NAME    that template instead (implies --chat)\n"
-            "  --system TEXT           with --chat: a system message first\n"
+            "  -sys, --system-prompt T with --chat or -cnv: a system message first (also --system)\n"
+            "  -cnv, --conversation    a conversation in the chat template: user lines from stdin\n"
+            "                          (\"> \" on a terminal), each answer streamed and kept in the\n"
+            "                          KV cache; -p is the first message; /exit or end of input\n"
+            "                          leaves; Ctrl-C stops an answer, at the prompt it leaves;\n"
+            "                          -n bounds each answer (default: until end-of-generation)\n"
+            "  -e, --escape            process escapes (\\n, \\t, \\\\, \\\", \\') in -p, -sys and\n"
+            "                          the conversation's lines\n"
             "  --prompt-cache FILE     restore the processed prompt from FILE when it holds a prefix\n"
             "                          of this one, process the rest, and save it there\n"
             "  --prompt-cache-ro       use --prompt-cache's file, never write it\n"
@@ -64,6 +79,8 @@ static bool flag_is(const char *a, const char *name, const char *alias) {
 
 static bool parse(int argc, char **argv, run_opts *o) {
     o->n_predict = 128;
+    o->seed = CLI_SEED_RANDOM;
+    cli_usage_for(o->cmd, RUN_SYNOPSIS);
     o->n_parallel = 1;
     o->np_dwell = 8;
     o->kv_type = CLEAVE_TYPE_F16;
@@ -76,12 +93,15 @@ static bool parse(int argc, char **argv, run_opts *o) {
         int pr;
 #define IS(s1, s2) flag_is(a, s1, s2)
         if (IS("-h", "--help")) {
-            run_usage(stdout);
+            run_usage(stdout, o->cmd);
             exit(0);
         } else if (IS("-m", "--model") && v) o->model = v, i++;
         else if (IS("-p", "--prompt") && v) o->prompt = v, i++;
         else if (IS("-f", "--file") && v) o->prompt_file = v, i++;
-        else if (IS("-n", "--n-predict")) { if (!cli_int(a, v, -1, 1 << 30, &o->n_predict)) return false; i++; }
+        else if (IS("-n", "--n-predict")) {
+            if (!cli_int(a, v, -1, 1 << 30, &o->n_predict)) return false;
+            o->n_predict_set = true, i++;
+        }
         else if (IS("-c", "--ctx-size")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_ctx)) return false; i++; }
         else if (IS("-b", "--batch-size")) { if (!cli_int(a, v, 1, 1 << 20, &o->n_batch)) return false; i++; }
         else if (IS("-ub", "--ubatch-size")) { if (!cli_int(a, v, 0, 1 << 20, &o->n_ubatch)) return false; i++; }
@@ -102,7 +122,13 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--repeat-last-n", NULL)) { if (!cli_int(a, v, -1, 1 << 30, &x)) return false; o->sp.penalty_last_n = (int32_t)x; i++; }
         else if (IS("--frequency-penalty", NULL)) { if (!cli_float(a, v, &o->sp.frequency_penalty)) return false; i++; }
         else if (IS("--presence-penalty", NULL)) { if (!cli_float(a, v, &o->sp.presence_penalty)) return false; i++; }
-        else if (IS("-s", "--seed")) { if (!cli_int(a, v, 0, INT64_MAX, &x)) return false; o->sp.seed = (uint64_t)x; i++; }
+        else if (IS("-s", "--seed")) {
+            if (!cli_int(a, v, -1, INT64_MAX, &o->seed)) return false;
+            i++;
+        }
+        else if (IS("--ignore-eos", NULL)) o->ignore_eos = true;
+        else if (IS("-cnv", "--conversation")) o->conversation = true;
+        else if (IS("-e", "--escape")) o->escape = true;
         else if (IS("-psm", "--prefill-split-mode")) {
             if (!v || cli_split_mode(a, v, &o->psm)) return false;
             o->has_psm = true;
@@ -126,7 +152,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--np-dwell", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_dwell)) return false; i++; }
         else if (IS("--chat", NULL)) o->chat = true;
         else if (IS("--chat-template", NULL) && v) o->chat_template = v, o->chat = true, i++;
-        else if (IS("--system", NULL) && v) o->system = v, i++;
+        else if ((IS("-sys", "--system-prompt") || IS("--system", NULL)) && v) o->system = v, i++;
         else if (IS("--prompt-cache", NULL) && v) o->prompt_cache = v, i++;
         else if (IS("--prompt-cache-ro", NULL)) o->prompt_cache_ro = true;
         else if (IS("--prompt-cache-lossy", NULL)) o->prompt_cache_lossy = true;
@@ -134,15 +160,18 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--bos", NULL)) o->bos = CLEAVE_BOS_ALWAYS;
         else if (IS("--mem-report", NULL)) o->mem_report = true;
         else {
-            fprintf(stderr, "cleave run: unknown or incomplete option '%s'\n", a);
-            run_usage(stderr);
+            cli_bad_option(o->cmd, RUN_SYNOPSIS, a);
             return false;
         }
 #undef IS
     }
     if (!o->model) {
-        fprintf(stderr, "cleave run: -m MODEL is required\n");
-        run_usage(stderr);
+        cli_usage_error(o->cmd, RUN_SYNOPSIS, "-m MODEL is required");
+        return false;
+    }
+    if (o->conversation && (o->n_parallel > 1 || o->prompt_cache || o->prompt_file || o->has_psm)) {
+        cli_usage_error(o->cmd, RUN_SYNOPSIS,
+                        "a conversation takes none of -np, --prompt-cache, -f, -psm");
         return false;
     }
     bool auto_policy = o->psm_policy && !strcmp(o->psm_policy, "auto");
@@ -272,7 +301,7 @@ static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, c
     int32_t tok;
     if ((st = cleave_sampler_sample(smp, cleave_get_logits(ctx, -1), &tok))) return cli_fail("sampling", st);
     while (o->n_predict < 0 || generated < o->n_predict) {
-        if (cleave_token_is_eog(m, tok)) break;
+        if (!o->ignore_eos && cleave_token_is_eog(m, tok)) break;
         emit(m, prev, tok);
         generated++;
         if ((uint32_t)pos >= n_ctx) {
@@ -301,16 +330,27 @@ static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, c
     return 0;
 }
 
-int cmd_run(int argc, char **argv) {
+/* `cleave run` and `cleave chat` (run -cnv): one command line, named cmd. */
+static int run_command(int argc, char **argv, const char *cmd, bool conversation) {
     run_opts o;
     memset(&o, 0, sizeof o);
-    if (!parse(argc, argv, &o)) return 2;
+    o.cmd = cmd;
+    o.conversation = conversation;
+    if (!parse(argc, argv, &o)) return 1;
+    /* a conversation answers until its end-of-generation token unless -n says */
+    if (o.conversation && !o.n_predict_set) o.n_predict = -1;
+    if (o.escape) {
+        if (o.prompt) cli_unescape((char *)o.prompt);
+        if (o.system) cli_unescape((char *)o.system);
+    }
+    o.sp.seed = cli_resolve_seed(o.seed);
     char *file_text = NULL, *chat_text = NULL;
     size_t plen = 0;
     const char *ptext = o.prompt ? o.prompt : "";
     if (o.prompt_file) {
         if (!(file_text = cli_read_file(o.prompt_file, &plen))) {
-            fprintf(stderr, "cleave run: cannot read the prompt file: %s\n", cleave_last_error());
+            fprintf(stderr, "cleave %s: cannot read the prompt file: %s\n", cmd,
+                    cleave_last_error());
             return 1;
         }
         ptext = file_text;
@@ -323,6 +363,7 @@ int cmd_run(int argc, char **argv) {
     cleave_context *ctx = NULL;
     cleave_sampler *smp = NULL;
     int32_t *toks = NULL;
+    size_t n = 0;
     cleave_context_params cp = cleave_context_default_params();
     cp.n_ctx = (uint32_t)o.n_ctx;
     cp.n_batch = (uint32_t)o.n_batch;
@@ -339,38 +380,43 @@ int cmd_run(int argc, char **argv) {
     }
     cleave_model_desc d;
     cleave_model_describe(m, &d);
-    if (o.chat) { /* the prompt as the user's turn of a conversation */
-        const char *name = o.chat_template;
-        if (!name && cleave_chat_template_of(m, &name)) {
-            fprintf(stderr, "cleave run: --chat: %s: --chat-template chatml\n", cleave_last_error());
+    if (o.chat || o.conversation) {
+        const char *name = chat_template_name(m, o.chat_template);
+        if (!name) {
+            fprintf(stderr, "cleave %s: %s: %s: --chat-template chatml\n", cmd,
+                    o.conversation ? "-cnv" : "--chat", cleave_last_error());
             goto out;
         }
+        fprintf(stderr, "cleave: chat template %s%s\n", name,
+                o.chat_template ? " (asked)" : " (the model's)");
+    }
+    if (o.chat && !o.conversation) { /* the prompt as the user's turn of a conversation */
         cleave_chat_message msgs[2] = {{"system", o.system}, {"user", ptext}};
-        size_t first = o.system ? 0 : 1, need = 0;
-        cleave_chat_apply(name, msgs + first, 2 - first, true, NULL, 0, &need);
-        chat_text = malloc(need + 1);
-        if (!chat_text || (st = cleave_chat_apply(name, msgs + first, 2 - first, true, chat_text, need + 1, &plen))) {
-            rc = chat_text ? cli_fail("--chat", st) : 1;
+        size_t first = o.system ? 0 : 1;
+        if (!(chat_text = chat_render(m, o.chat_template, msgs + first, 2 - first, true, &plen))) {
+            fprintf(stderr, "cleave %s: --chat: %s\n", cmd, cleave_last_error());
             goto out;
         }
         ptext = chat_text;
-        fprintf(stderr, "cleave: chat template %s%s\n", name, o.chat_template ? " (asked)" : " (the model's)");
     }
-    size_t cap = plen + 8, n = 0;
-    toks = malloc(cap * sizeof *toks);
-    if (!toks) {
-        fprintf(stderr, "cleave run: out of memory for the prompt\n");
-        goto out;
-    }
-    /* a chat's markers are control tokens: parsed; a plain prompt's text stays text */
-    if ((st = cleave_tokenize_prompt(m, ptext, plen, o.bos, o.chat, toks, cap, &n))) {
-        rc = cli_fail("tokenizing the prompt", st);
-        goto out;
-    }
-    if (n == 0) {
-        fprintf(stderr, "cleave run: the prompt is empty and no BOS is added (%s)\n",
-                cleave_token_bos(m) < 0 ? "the model has none" : "the vocabulary's metadata says not to; --bos adds it");
-        goto out;
+    if (!o.conversation) {
+        size_t cap = plen + 8;
+        toks = malloc(cap * sizeof *toks);
+        if (!toks) {
+            fprintf(stderr, "cleave %s: out of memory for the prompt\n", cmd);
+            goto out;
+        }
+        /* a chat's markers are control tokens: parsed; a plain prompt's text stays text */
+        if ((st = cleave_tokenize_prompt(m, ptext, plen, o.bos, o.chat, toks, cap, &n))) {
+            rc = cli_fail("tokenizing the prompt", st);
+            goto out;
+        }
+        if (n == 0) {
+            fprintf(stderr, "cleave %s: the prompt is empty and no BOS is added (%s)\n", cmd,
+                    cleave_token_bos(m) < 0 ? "the model has none"
+                                            : "the vocabulary's metadata says not to; --bos adds it");
+            goto out;
+        }
     }
     if (o.psm_policy && !strcmp(o.psm_policy, "auto")) {
         /* the context a request of n tokens will have: -c, else the model's up to 4096 */
@@ -396,13 +442,11 @@ int cmd_run(int argc, char **argv) {
                         "(asked %s, rounded down to the device's granularity), the rest in host memory\n",
                 mem.name, mem.kv_vram_cells, cleave_context_n_ctx(ctx), asked);
     }
-    if (n >= cleave_context_n_ctx(ctx)) {
-        fprintf(stderr,
-                "cleave run: the prompt has %zu tokens but the context holds %u; use a larger -c\n",
-                n, cleave_context_n_ctx(ctx));
+    if (!o.conversation && n >= cleave_context_n_ctx(ctx)) {
+        fprintf(stderr, "cleave %s: the prompt has %zu tokens but the context holds %u; use a larger -c\n",
+                cmd, n, cleave_context_n_ctx(ctx));
         goto out;
     }
-    rc = 1;
     if ((st = cleave_sampler_new(&o.sp, d.n_vocab, &smp))) {
         rc = cli_fail("sampler", st);
         goto out;
@@ -411,8 +455,9 @@ int cmd_run(int argc, char **argv) {
      * prompt text is echoed once it has been processed */
     cleave_context_set_progress(ctx, cli_progress, (void *)"prompt");
     /* a chat shows the answer alone, not the template's text */
-    rc = o.n_parallel > 1 ? run_parallel(m, ctx, &o, ptext, o.chat ? 0 : plen, toks, n)
-                          : generate(m, ctx, smp, &o, ptext, o.chat ? 0 : plen, toks, n);
+    if (o.conversation) rc = run_conversation(m, ctx, smp, &o);
+    else if (o.n_parallel > 1) rc = run_parallel(m, ctx, &o, ptext, o.chat ? 0 : plen, toks, n);
+    else rc = generate(m, ctx, smp, &o, ptext, o.chat ? 0 : plen, toks, n);
 out:
     free(toks);
     free(file_text);
@@ -423,3 +468,7 @@ out:
     cleave_model_free(m);
     return rc;
 }
+
+int cmd_run(int argc, char **argv) { return run_command(argc, argv, "run", false); }
+
+int cmd_chat(int argc, char **argv) { return run_command(argc, argv, "chat", true); }

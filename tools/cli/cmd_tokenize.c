@@ -32,15 +32,12 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--no-special")) add_special = false;
         else if (!strcmp(a, "--no-parse-special")) parse_special = false;
         else {
-            fprintf(stderr, "cleave tokenize: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
+            return cli_bad_option("tokenize", "-m MODEL (-p TEXT | -f FILE) [flags]", a);
         }
     }
     if (!model || (!text == !file)) {
-        fprintf(stderr, "cleave tokenize: -m MODEL and one of -p TEXT or -f FILE are required\n");
-        usage(stderr);
-        return 2;
+        return cli_usage_error("tokenize", "-m MODEL (-p TEXT | -f FILE) [flags]",
+                               "-m MODEL and one of -p TEXT or -f FILE are required");
     }
     size_t len = text ? strlen(text) : 0;
     char *buf = NULL;

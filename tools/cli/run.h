@@ -6,6 +6,7 @@
 #include "cli.h"
 
 typedef struct {
+    const char *cmd; /* "run" or "chat": the name its messages give */
     const char *model, *prompt, *prompt_file;
     cli_placement place;
     long long n_predict, n_ctx, n_batch, n_ubatch, threads;
@@ -25,9 +26,18 @@ typedef struct {
     bool prompt_cache_lossy;  /* --prompt-cache-lossy: restore into a KV type that loses precision */
     bool chat;                /* --chat: the prompt is a user's message in the model's chat template */
     const char *chat_template; /* --chat-template NAME: this family instead of the model's */
-    const char *system;       /* --system TEXT: a system message first */
+    const char *system;       /* -sys TEXT: a system message first */
+    bool conversation;        /* -cnv (cleave chat): turns read from stdin */
+    bool escape;              /* -e: \n, \t, \\ ... in the prompt and system texts */
+    bool ignore_eos;          /* --ignore-eos: generate on past end-of-generation tokens */
+    bool n_predict_set;       /* -n given (a conversation's answers default to unbounded) */
+    long long seed;           /* -s; CLI_SEED_RANDOM: drawn and printed */
     cleave_sampler_params sp;
 } run_opts;
+
+/* -cnv: a conversation in the model's chat template on a context and
+ * sampler made from o (conversation.c). */
+int run_conversation(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, const run_opts *o);
 
 /* -np N: N sequences of the same prompt share the context (sequence i
  * samples with seed + i); their prompts arrive np_stagger steps apart and

@@ -215,6 +215,15 @@ static const be_ops cpu_ops = {
 /* CLEAVE_NO_SIMD (options: no_simd) forces the C kernels. */
 static bool cpu_simd_disabled(void) { return options_get()->no_simd; }
 
+int be_cpu_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)n;
+}
+
+int be_cpu_threads(const be_device *d) {
+    return d && d->ops == &cpu_ops ? ((const cpu_device *)d->impl)->n_threads : 0;
+}
+
 cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes, be_device **out) {
     if (!out) return err_set(CLEAVE_ERR_INVALID_ARG, "be_cpu_create: out is NULL");
     *out = NULL;
@@ -222,10 +231,7 @@ cleave_status be_cpu_create(const char *name, int n_threads, size_t budget_bytes
     if (n_threads < 0 || n_threads > CPU_MAX_THREADS)
         return err_set(CLEAVE_ERR_INVALID_ARG, "device '%s': %d threads (0..%d allowed)", name,
                        n_threads, CPU_MAX_THREADS);
-    if (n_threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n < 1 ? 1 : n > CPU_MAX_THREADS ? CPU_MAX_THREADS : (int)n;
-    }
+    if (n_threads == 0) n_threads = be_cpu_cores();
     cpu_device *c = mem_calloc(1, sizeof *c, "CPU device");
     if (!c) return CLEAVE_ERR_OOM;
     snprintf(c->name, sizeof c->name, "%s", name);

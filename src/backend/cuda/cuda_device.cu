@@ -261,6 +261,15 @@ static const be_ops cuda_ops = {
 
 bool be_is_cuda(const be_device *d) { return d && d->ops == &cuda_ops; }
 
+extern "C" int be_cuda_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError(); /* no driver or no device: not an error of a later call */
+        return 0;
+    }
+    return count;
+}
+
 extern "C" cleave_status be_cuda_create(int ordinal, size_t budget_bytes, be_device **out) {
     *out = NULL;
     int count = 0;
