@@ -2422,7 +2422,7 @@ static void attn_batch_make(const attn_cfg *a, attn_batch *b) {
     size_t spare = live - need;
     /* region s: [lo[s], hi[s]) */
     size_t lo[64], hi[64];
-    int32_t *order = xmalloc(live * 4);
+    int32_t *order = xcalloc(live, 4); /* zeroed: gcc -O2 cannot see the shuffles fill it first */
     if (a->win) {
         size_t pad = spare / (with_cells + 1), at = pad / 2;
         for (size_t s = 0; s < with_cells; s++) {
