@@ -28,7 +28,8 @@ static uint64_t staged(const cleave_context *c) {
 /* n tokens of a prompt at positions [pos, pos + n). */
 static void feed(cleave_context *c, size_t nv, int32_t pos, size_t n) {
     int32_t t[512];
-    for (size_t i = 0; i < n; i++) t[i] = (int32_t)((i * 7919 + 11) % nv);
+    for (size_t i = 0; i < n; i++)
+        t[i] = (int32_t)((i * 7919 + 11) % nv);
     CHECK_OK(cleave_decode(c, t, n, pos, 0, false));
 }
 
@@ -46,7 +47,8 @@ int main(void) {
     cleave_context *flat = context(m, "cpu", CLEAVE_KV_VRAM_ALL);
     if (flat) {
         feed(flat, d.n_vocab, 0, 300);
-        CHECK_MSG(staged(flat) == 0, "an untiered cache staged %llu bytes", (unsigned long long)staged(flat));
+        CHECK_MSG(staged(flat) == 0, "an untiered cache staged %llu bytes",
+                  (unsigned long long)staged(flat));
         CHECK(cleave_context_kv_staged(flat, NULL) == CLEAVE_ERR_INVALID_ARG);
         cleave_context_free(flat);
     }
@@ -61,7 +63,8 @@ int main(void) {
         if (head > 8) feed(tiered, d.n_vocab, 0, head / 2);
         CHECK_MSG(staged(tiered) == 0, "staged %llu bytes before attention reached the host part",
                   (unsigned long long)staged(tiered));
-        feed(tiered, d.n_vocab, (int32_t)(head > 8 ? head / 2 : 0), 300 - (head > 8 ? head / 2 : 0));
+        feed(tiered, d.n_vocab, (int32_t)(head > 8 ? head / 2 : 0),
+             300 - (head > 8 ? head / 2 : 0));
         uint64_t after = staged(tiered);
         CHECK_MSG(after > 0, "nothing staged with 300 cells used and %u in device memory", head);
         feed(tiered, d.n_vocab, 300, 1);
@@ -69,10 +72,11 @@ int main(void) {
         CHECK_MSG(more > after, "a step over the host part staged nothing more: %llu then %llu",
                   (unsigned long long)after, (unsigned long long)more);
         CHECK_OK(cleave_context_set_split_mode(tiered, CLEAVE_SPLIT_TENSOR, NULL, 0));
-        CHECK_MSG(staged(tiered) == more, "a switch changed the count: %llu then %llu", (unsigned long long)more,
-                  (unsigned long long)staged(tiered));
+        CHECK_MSG(staged(tiered) == more, "a switch changed the count: %llu then %llu",
+                  (unsigned long long)more, (unsigned long long)staged(tiered));
         feed(tiered, d.n_vocab, 301, 1);
-        CHECK_MSG(staged(tiered) > more, "after the switch a step over the host part staged nothing");
+        CHECK_MSG(staged(tiered) > more,
+                  "after the switch a step over the host part staged nothing");
         cleave_context_free(tiered);
     }
     cleave_model_free(m);

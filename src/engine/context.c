@@ -113,8 +113,13 @@ static void save_params(struct cleave_context *c, const cleave_context_params *p
 }
 
 placement_env engine_env(struct cleave_context *c, const cleave_context_params *params) {
-    placement_env env = {.model = c->model, .devs = c->devs, .n_dev = c->n_dev, .cells = &c->cells,
-                         .comm = &c->comm, .params = params, .kv_staged = &c->kv_staged};
+    placement_env env = {.model = c->model,
+                         .devs = c->devs,
+                         .n_dev = c->n_dev,
+                         .cells = &c->cells,
+                         .comm = &c->comm,
+                         .params = params,
+                         .kv_staged = &c->kv_staged};
     return env;
 }
 
@@ -220,7 +225,8 @@ void cleave_context_set_progress(cleave_context *c, cleave_progress_fn fn, void 
 }
 
 cleave_status cleave_context_kv_staged(const cleave_context *c, uint64_t *bytes) {
-    if (!c || !bytes) return err_set(CLEAVE_ERR_INVALID_ARG, "kv staged: a context and a place for the count");
+    if (!c || !bytes)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "kv staged: a context and a place for the count");
     *bytes = c->kv_staged;
     return CLEAVE_OK;
 }

@@ -243,8 +243,8 @@ static char *quote(const char *s) {
 
 static char *completion_body(const char *prompt, int max_tokens, const char *extra) {
     char *q = quote(prompt), *b = malloc(strlen(q) + 512 + (extra ? strlen(extra) : 0));
-    sprintf(b, "{\"model\":\"stories\",\"prompt\":%s,\"max_tokens\":%d,\"temperature\":0%s%s}", q, max_tokens,
-            extra ? "," : "", extra ? extra : "");
+    sprintf(b, "{\"model\":\"stories\",\"prompt\":%s,\"max_tokens\":%d,\"temperature\":0%s%s}", q,
+            max_tokens, extra ? "," : "", extra ? extra : "");
     free(q);
     return b;
 }
@@ -464,7 +464,8 @@ typedef struct {
 
 static void *run_long_stream(void *arg) {
     stream_job *j = arg;
-    const char *b = "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,\"temperature\":1,\"stream\":true}";
+    const char *b = "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,\"temperature\":"
+                    "1,\"stream\":true}";
     j->r = http("POST", "/v1/completions", b, "Authorization: Bearer sesame\r\n");
     return NULL;
 }
@@ -504,7 +505,8 @@ static void check_slow_clients(cleave_context *ctx) {
     }
     port = serve_port(srv);
     reply off = http("GET", "/metrics", NULL, NULL);
-    CHECK_MSG(off.status == 404 && off.body && strstr(off.body, "--metrics"), "/metrics off: %d", off.status);
+    CHECK_MSG(off.status == 404 && off.body && strstr(off.body, "--metrics"), "/metrics off: %d",
+              off.status);
     free(off.body);
     enum { SLOW = 300 };
     int fds[SLOW], open_fds = 0;
@@ -553,11 +555,26 @@ static void check_slow_clients(cleave_context *ctx) {
 static void check_fields(void) {
     serve_defaults d = {16, -1, "chatml", 512};
     static const char *const refused[] = {
-        "\"grammar\":\"root ::= x\"", "\"json_schema\":{}", "\"mirostat\":2", "\"mirostat_tau\":5", "\"mirostat_eta\":0.1",
-        "\"typical_p\":0.5", "\"dry_multiplier\":0.8", "\"dry_base\":1.75", "\"xtc_probability\":0.5",
-        "\"xtc_threshold\":0.1", "\"samplers\":[\"top_k\"]", "\"cache_prompt\":true", "\"tfs_z\":0.9", "\"n_keep\":4",
-        "\"id_slot\":0", "\"suffix\":\"end\"", "\"penalty_last_n\":32", "\"dynatemp_range\":0.5",
-        "\"logit_bias\":{\"5\":-100}", "\"made_up_field\":1",
+        "\"grammar\":\"root ::= x\"",
+        "\"json_schema\":{}",
+        "\"mirostat\":2",
+        "\"mirostat_tau\":5",
+        "\"mirostat_eta\":0.1",
+        "\"typical_p\":0.5",
+        "\"dry_multiplier\":0.8",
+        "\"dry_base\":1.75",
+        "\"xtc_probability\":0.5",
+        "\"xtc_threshold\":0.1",
+        "\"samplers\":[\"top_k\"]",
+        "\"cache_prompt\":true",
+        "\"tfs_z\":0.9",
+        "\"n_keep\":4",
+        "\"id_slot\":0",
+        "\"suffix\":\"end\"",
+        "\"penalty_last_n\":32",
+        "\"dynatemp_range\":0.5",
+        "\"logit_bias\":{\"5\":-100}",
+        "\"made_up_field\":1",
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         char body[256], name[64] = "";
@@ -567,8 +584,8 @@ static void check_fields(void) {
         char err[256] = "";
         const char *param = NULL;
         int st = serve_parse(body, strlen(body), false, &d, &p, err, sizeof err, &param);
-        CHECK_MSG(st == 400 && param && !strcmp(param, name) && strstr(err, name), "%s: %d %s (%s)", refused[i], st,
-                  param ? param : "null", err);
+        CHECK_MSG(st == 400 && param && !strcmp(param, name) && strstr(err, name), "%s: %d %s (%s)",
+                  refused[i], st, param ? param : "null", err);
         if (!st) serve_params_free(&p);
     }
     static const struct {
@@ -579,32 +596,42 @@ static void check_fields(void) {
         {"{\"prompt\":\"x\",\"messages\":[]}", false, "messages"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prompt\":\"x\"}", true, "prompt"},
         {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", true, "echo"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", true, "tools"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", true, "tool_choice"},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", true,
-         "response_format"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]"
+         "}",
+         true, "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+         true, "tool_choice"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+         "\"json_object\"}}",
+         true, "response_format"},
     };
     for (size_t i = 0; i < sizeof refused_by_route / sizeof *refused_by_route; i++) {
         serve_params p;
         char err[256] = "";
         const char *param = NULL;
         const char *b = refused_by_route[i].body;
-        int st = serve_parse(b, strlen(b), refused_by_route[i].chat, &d, &p, err, sizeof err, &param);
-        CHECK_MSG(st == 400 && param && !strcmp(param, refused_by_route[i].param), "%s: %d %s", b, st,
-                  param ? param : "null");
+        int st =
+            serve_parse(b, strlen(b), refused_by_route[i].chat, &d, &p, err, sizeof err, &param);
+        CHECK_MSG(st == 400 && param && !strcmp(param, refused_by_route[i].param), "%s: %d %s", b,
+                  st, param ? param : "null");
         if (!st) serve_params_free(&p);
     }
     static const struct {
         const char *body;
         bool chat;
     } passing[] = {
-        {"{\"prompt\":\"x\",\"model\":\"m\",\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":false,"
-         "\"service_tier\":\"auto\",\"stream_options\":{\"include_usage\":true},\"n\":1,\"logprobs\":null,"
-         "\"top_logprobs\":0,\"n_probs\":0,\"echo\":false,\"best_of\":1,\"logit_bias\":{},\"grammar\":null,"
+        {"{\"prompt\":\"x\",\"model\":\"m\",\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":"
+         "false,"
+         "\"service_tier\":\"auto\",\"stream_options\":{\"include_usage\":true},\"n\":1,"
+         "\"logprobs\":null,"
+         "\"top_logprobs\":0,\"n_probs\":0,\"echo\":false,\"best_of\":1,\"logit_bias\":{},"
+         "\"grammar\":null,"
          "\"suffix\":null,\"top_k\":40,\"min_p\":0.05,\"repeat_penalty\":1.1,\"ignore_eos\":false}",
          false},
-        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":4,\"tools\":[],"
-         "\"tool_choice\":\"none\",\"parallel_tool_calls\":true,\"response_format\":{\"type\":\"text\"},"
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":4,"
+         "\"tools\":[],"
+         "\"tool_choice\":\"none\",\"parallel_tool_calls\":true,\"response_format\":{\"type\":"
+         "\"text\"},"
          "\"logprobs\":false,\"user\":\"u\"}",
          true},
     };
@@ -612,7 +639,8 @@ static void check_fields(void) {
         serve_params p;
         char err[256] = "";
         const char *param = NULL;
-        int st = serve_parse(passing[i].body, strlen(passing[i].body), passing[i].chat, &d, &p, err, sizeof err, &param);
+        int st = serve_parse(passing[i].body, strlen(passing[i].body), passing[i].chat, &d, &p, err,
+                             sizeof err, &param);
         CHECK_MSG(st == 0, "allowed fields refused: %d %s (%s)", st, param ? param : "null", err);
         if (!st) {
             CHECK(p.max_tokens_given == passing[i].chat);
@@ -655,7 +683,8 @@ static size_t lib_tokens(const char *text, bool add_special, int32_t *ids, size_
 }
 
 static void check_tokenize(void) {
-    static const char *const texts[] = {"Once upon a time", "caf\xc3\xa9 \xf0\x9f\x98\x80 5", "Lily\nand Tom"};
+    static const char *const texts[] = {"Once upon a time", "caf\xc3\xa9 \xf0\x9f\x98\x80 5",
+                                        "Lily\nand Tom"};
     int status;
     for (size_t t = 0; t < sizeof texts / sizeof *texts; t++) {
         int32_t want[128];
@@ -665,8 +694,10 @@ static void check_tokenize(void) {
         cJSON *o = post("/tokenize", body, &status);
         const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "tokens");
         bool same = status == 200 && cJSON_GetArraySize(arr) == (int)n_want;
-        for (size_t i = 0; same && i < n_want; i++) same = cJSON_GetArrayItem(arr, (int)i)->valuedouble == want[i];
-        CHECK_MSG(same, "/tokenize '%s': %d, %d ids, want %zu", texts[t], status, cJSON_GetArraySize(arr), n_want);
+        for (size_t i = 0; same && i < n_want; i++)
+            same = cJSON_GetArrayItem(arr, (int)i)->valuedouble == want[i];
+        CHECK_MSG(same, "/tokenize '%s': %d, %d ids, want %zu", texts[t], status,
+                  cJSON_GetArraySize(arr), n_want);
         /* back: /detokenize gives the text */
         serve_buf ids = {0};
         serve_buf_add(&ids, "{\"tokens\":[", 11);
@@ -678,8 +709,9 @@ static void check_tokenize(void) {
         serve_buf_add(&ids, "]}", 3);
         cJSON *d = post("/detokenize", ids.p, &status);
         const char *content = str_at(d, "content", NULL);
-        CHECK_MSG(status == 200 && content && !strcmp(content, texts[t]), "/detokenize: %d '%s', want '%s'", status,
-                  content ? content : "(none)", texts[t]);
+        CHECK_MSG(status == 200 && content && !strcmp(content, texts[t]),
+                  "/detokenize: %d '%s', want '%s'", status, content ? content : "(none)",
+                  texts[t]);
         free(ids.p);
         cJSON_Delete(d);
         cJSON_Delete(o);
@@ -693,7 +725,8 @@ static void check_tokenize(void) {
         same = status == 200 && cJSON_GetArraySize(arr) == (int)n_want;
         bool any_bytes = false;
         for (size_t i = 0; same && i < n_want; i++) {
-            const cJSON *e = cJSON_GetArrayItem(arr, (int)i), *piece = cJSON_GetObjectItemCaseSensitive(e, "piece");
+            const cJSON *e = cJSON_GetArrayItem(arr, (int)i),
+                        *piece = cJSON_GetObjectItemCaseSensitive(e, "piece");
             same = num_at(e, "id", NULL) == want[i];
             if (cJSON_IsString(piece)) {
                 serve_buf_add(&bytes, piece->valuestring, strlen(piece->valuestring));
@@ -709,10 +742,12 @@ static void check_tokenize(void) {
                 same = false;
             }
         }
-        const char *text = bytes.p && bytes.p[0] == ' ' && texts[t][0] != ' ' ? bytes.p + 1 : bytes.p;
-        CHECK_MSG(same && text && !strcmp(text, texts[t]), "/tokenize with_pieces '%s': '%s'", texts[t],
-                  text ? text : "(none)");
-        if (t == 1) /* stories' 512 pieces have no emoji: its bytes are byte tokens, each a part of a character */
+        const char *text =
+            bytes.p && bytes.p[0] == ' ' && texts[t][0] != ' ' ? bytes.p + 1 : bytes.p;
+        CHECK_MSG(same && text && !strcmp(text, texts[t]), "/tokenize with_pieces '%s': '%s'",
+                  texts[t], text ? text : "(none)");
+        if (t == 1) /* stories' 512 pieces have no emoji: its bytes are byte tokens, each a part of
+                       a character */
             CHECK_MSG(any_bytes, "no piece sent as bytes for '%s'", texts[t]);
         free(bytes.p);
         free(q);
@@ -728,10 +763,12 @@ static void check_tokenize(void) {
               "add_special: %d ids, want %zu", cJSON_GetArraySize(arr), n_bos);
     cJSON_Delete(o);
     check_error("tokenize without content", "/tokenize", "{\"text\":\"x\"}", 400, "content", NULL);
-    check_error("tokenize, with_pieces a string", "/tokenize", "{\"content\":\"x\",\"with_pieces\":\"yes\"}", 400,
-                "with_pieces", NULL);
-    check_error("detokenize, an id past the vocabulary", "/detokenize", "{\"tokens\":[1,999999]}", 400, "tokens", NULL);
-    check_error("detokenize, a negative id", "/detokenize", "{\"tokens\":[-1]}", 400, "tokens", NULL);
+    check_error("tokenize, with_pieces a string", "/tokenize",
+                "{\"content\":\"x\",\"with_pieces\":\"yes\"}", 400, "with_pieces", NULL);
+    check_error("detokenize, an id past the vocabulary", "/detokenize", "{\"tokens\":[1,999999]}",
+                400, "tokens", NULL);
+    check_error("detokenize, a negative id", "/detokenize", "{\"tokens\":[-1]}", 400, "tokens",
+                NULL);
     check_error("detokenize, a fraction", "/detokenize", "{\"tokens\":[1.5]}", 400, "tokens", NULL);
     check_error("detokenize, a string", "/detokenize", "{\"tokens\":[\"a\"]}", 400, "tokens", NULL);
     check_error("detokenize without tokens", "/detokenize", "{}", 400, "tokens", NULL);
@@ -747,19 +784,22 @@ static void check_surface(const char *model_path, const char *chat_text) {
     /* ids: every alias listed; each, the file's path and basename answer */
     cJSON *o = get_json("/v1/models", &status);
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
-    CHECK_MSG(status == 200 && cJSON_GetArraySize(data) == 2 && str_at(cJSON_GetArrayItem(data, 0), "id", NULL) &&
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(data) == 2 &&
+                  str_at(cJSON_GetArrayItem(data, 0), "id", NULL) &&
                   !strcmp(str_at(cJSON_GetArrayItem(data, 0), "id", NULL), "stories") &&
                   str_at(cJSON_GetArrayItem(data, 1), "id", NULL) &&
                   !strcmp(str_at(cJSON_GetArrayItem(data, 1), "id", NULL), "second-name"),
               "/v1/models: %d, %d ids", status, cJSON_GetArraySize(data));
     cJSON_Delete(o);
     o = get_json("/v1/models/second-name", &status);
-    CHECK_MSG(status == 200 && str_at(o, "id", NULL) && !strcmp(str_at(o, "id", NULL), "second-name") &&
-                  str_at(o, "object", NULL) && !strcmp(str_at(o, "object", NULL), "model"),
+    CHECK_MSG(status == 200 && str_at(o, "id", NULL) &&
+                  !strcmp(str_at(o, "id", NULL), "second-name") && str_at(o, "object", NULL) &&
+                  !strcmp(str_at(o, "object", NULL), "model"),
               "models.retrieve: %d", status);
     cJSON_Delete(o);
     o = get_json("/v1/models/nothing-here", &status);
-    CHECK_MSG(status == 404 && str_at(o, "error", "code") && !strcmp(str_at(o, "error", "code"), "model_not_found"),
+    CHECK_MSG(status == 404 && str_at(o, "error", "code") &&
+                  !strcmp(str_at(o, "error", "code"), "model_not_found"),
               "models.retrieve of an unknown id: %d", status);
     cJSON_Delete(o);
     const char *base = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
@@ -772,20 +812,22 @@ static void check_surface(const char *model_path, const char *chat_text) {
         cJSON_Delete(r);
         free(q);
     }
-    check_error("an unknown model", "/v1/completions", "{\"model\":\"gpt-4\",\"prompt\":\"Once\"}", 404, "model",
-                "model_not_found");
+    check_error("an unknown model", "/v1/completions", "{\"model\":\"gpt-4\",\"prompt\":\"Once\"}",
+                404, "model", "model_not_found");
     check_error("an unknown model, chat", "/v1/chat/completions",
-                "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404, "model",
-                "model_not_found");
+                "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404,
+                "model", "model_not_found");
     /* fields cleave does not implement, over HTTP */
-    check_error("mirostat", "/v1/completions", "{\"prompt\":\"Once\",\"mirostat\":2}", 400, "mirostat", NULL);
+    check_error("mirostat", "/v1/completions", "{\"prompt\":\"Once\",\"mirostat\":2}", 400,
+                "mirostat", NULL);
     check_error("grammar, chat", "/v1/chat/completions",
-                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root ::= x\"}", 400, "grammar",
-                NULL);
-    cJSON *r = post("/v1/chat/completions",
-                    "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"user\":\"u\","
-                    "\"store\":false,\"parallel_tool_calls\":false,\"stream_options\":null}",
-                    &status);
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root ::= x\"}",
+                400, "grammar", NULL);
+    cJSON *r = post(
+        "/v1/chat/completions",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"user\":\"u\","
+        "\"store\":false,\"parallel_tool_calls\":false,\"stream_options\":null}",
+        &status);
     CHECK_MSG(status == 200 && answer(r), "allowed fields over HTTP: %d", status);
     cJSON_Delete(r);
 
@@ -796,11 +838,13 @@ static void check_surface(const char *model_path, const char *chat_text) {
     char *b = completion_body(prompts[1], SLOT_CELLS, NULL);
     r = post("/v1/completions", b, &status);
     char want[160];
-    snprintf(want, sizeof want, "maximum context length is %d tokens. However, you requested %zu tokens (%zu in",
+    snprintf(want, sizeof want,
+             "maximum context length is %d tokens. However, you requested %zu tokens (%zu in",
              SLOT_CELLS, n_p + SLOT_CELLS, n_p);
     const char *msg = str_at(r, "error", "message");
     CHECK_MSG(status == 400 && str_at(r, "error", "code") &&
-                  !strcmp(str_at(r, "error", "code"), "context_length_exceeded") && msg && strstr(msg, want),
+                  !strcmp(str_at(r, "error", "code"), "context_length_exceeded") && msg &&
+                  strstr(msg, want),
               "max_tokens past the slot: %d %s", status, msg ? msg : "(none)");
     cJSON_Delete(r);
     free(b);
@@ -812,49 +856,59 @@ static void check_surface(const char *model_path, const char *chat_text) {
     /* a prompt that leaves 8 cells: the default 16 of /v1/completions is not
      * the client's, so the answer runs to the slot's end */
     char long_prompt[2048] = "";
-    for (int i = 0; i < SLOT_CELLS - 8; i++) strcat(long_prompt, i ? ",7" : "1");
+    for (int i = 0; i < SLOT_CELLS - 8; i++)
+        strcat(long_prompt, i ? ",7" : "1");
     char lb[2200];
     snprintf(lb, sizeof lb, "{\"prompt\":[%s],\"ignore_eos\":true,\"temperature\":0}", long_prompt);
     r = post("/v1/completions", lb, &status);
     CHECK_MSG(status == 200 && num_at(r, "usage", "completion_tokens") == 9 &&
-                  str_at(choice(r), "finish_reason", NULL) && !strcmp(str_at(choice(r), "finish_reason", NULL), "length"),
-              "without max_tokens, to the slot's end: %d, %g tokens", status, num_at(r, "usage", "completion_tokens"));
+                  str_at(choice(r), "finish_reason", NULL) &&
+                  !strcmp(str_at(choice(r), "finish_reason", NULL), "length"),
+              "without max_tokens, to the slot's end: %d, %g tokens", status,
+              num_at(r, "usage", "completion_tokens"));
     cJSON_Delete(r);
     snprintf(lb, sizeof lb, "{\"prompt\":[%s],\"max_tokens\":16}", long_prompt);
-    check_error("the same with max_tokens 16", "/v1/completions", lb, 400, "max_tokens", "context_length_exceeded");
+    check_error("the same with max_tokens 16", "/v1/completions", lb, 400, "max_tokens",
+                "context_length_exceeded");
 
     /* /props */
     o = get_json("/props", &status);
-    CHECK_MSG(status == 200 && num_at(o, "total_slots", NULL) == SLOTS &&
-                  num_at(o, "default_generation_settings", "n_ctx") == SLOT_CELLS && str_at(o, "chat_template", NULL) &&
-                  !strcmp(str_at(o, "chat_template", NULL), "chatml") && str_at(o, "model_alias", NULL) &&
-                  !strcmp(str_at(o, "model_alias", NULL), "stories") && str_at(o, "model_path", NULL) &&
-                  !strcmp(str_at(o, "model_path", NULL), model_path) && str_at(o, "build_info", NULL) &&
-                  !strncmp(str_at(o, "build_info", NULL), "cleave", 6) &&
-                  cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "modalities")),
-              "/props: %d", status);
+    CHECK_MSG(
+        status == 200 && num_at(o, "total_slots", NULL) == SLOTS &&
+            num_at(o, "default_generation_settings", "n_ctx") == SLOT_CELLS &&
+            str_at(o, "chat_template", NULL) &&
+            !strcmp(str_at(o, "chat_template", NULL), "chatml") && str_at(o, "model_alias", NULL) &&
+            !strcmp(str_at(o, "model_alias", NULL), "stories") && str_at(o, "model_path", NULL) &&
+            !strcmp(str_at(o, "model_path", NULL), model_path) && str_at(o, "build_info", NULL) &&
+            !strncmp(str_at(o, "build_info", NULL), "cleave", 6) &&
+            cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "modalities")),
+        "/props: %d", status);
     cJSON_Delete(o);
 
     /* /apply-template: the chat path's text */
     o = post("/apply-template",
-             "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":"
+             "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+             "brief.\"},{\"role\":\"user\",\"content\":"
              "\"Tell a story.\"}]}",
              &status);
-    CHECK_MSG(status == 200 && str_at(o, "prompt", NULL) && !strcmp(str_at(o, "prompt", NULL), chat_text),
-              "/apply-template: %d '%s'", status, str_at(o, "prompt", NULL) ? str_at(o, "prompt", NULL) : "(none)");
+    CHECK_MSG(status == 200 && str_at(o, "prompt", NULL) &&
+                  !strcmp(str_at(o, "prompt", NULL), chat_text),
+              "/apply-template: %d '%s'", status,
+              str_at(o, "prompt", NULL) ? str_at(o, "prompt", NULL) : "(none)");
     cJSON_Delete(o);
     check_error("apply-template, a bad role", "/apply-template",
                 "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, "messages", NULL);
 
     /* embeddings: not computed, said so */
-    check_error("embeddings", "/v1/embeddings", "{\"input\":\"x\",\"model\":\"stories\"}", 404, NULL,
-                "embeddings_not_supported");
+    check_error("embeddings", "/v1/embeddings", "{\"input\":\"x\",\"model\":\"stories\"}", 404,
+                NULL, "embeddings_not_supported");
     reply e = http("POST", "/v1/embeddings", "{\"input\":\"x\"}", NULL);
     CHECK(e.body && strstr(e.body, "does not compute embeddings"));
     free(e.body);
     reply nr = http("GET", "/v2/nothing", NULL, NULL);
-    CHECK_MSG(nr.status == 404 && nr.body && strstr(nr.body, "/tokenize") && strstr(nr.body, "/metrics") &&
-                  strstr(nr.body, "/apply-template") && strstr(nr.body, "/props"),
+    CHECK_MSG(nr.status == 404 && nr.body && strstr(nr.body, "/tokenize") &&
+                  strstr(nr.body, "/metrics") && strstr(nr.body, "/apply-template") &&
+                  strstr(nr.body, "/props"),
               "no route lists the routes: %s", nr.body ? nr.body : "");
     free(nr.body);
 
@@ -864,8 +918,9 @@ static void check_surface(const char *model_path, const char *chat_text) {
     bool shape = status == 200 && cJSON_GetArraySize(o) == SLOTS;
     for (int i = 0; shape && i < SLOTS; i++) {
         const cJSON *sl = cJSON_GetArrayItem(o, i);
-        shape = num_at(sl, "id", NULL) == i && num_at(sl, "n_ctx", NULL) == SLOT_CELLS && str_at(sl, "state", NULL) &&
-                !strcmp(str_at(sl, "state", NULL), "idle") && num_at(sl, "id_task", NULL) == -1;
+        shape = num_at(sl, "id", NULL) == i && num_at(sl, "n_ctx", NULL) == SLOT_CELLS &&
+                str_at(sl, "state", NULL) && !strcmp(str_at(sl, "state", NULL), "idle") &&
+                num_at(sl, "id_task", NULL) == -1;
         cached += num_at(sl, "n_cached", NULL);
     }
     CHECK_MSG(shape && cached > 0, "/slots: %d, %g cached", status, cached);
@@ -874,11 +929,14 @@ static void check_surface(const char *model_path, const char *chat_text) {
     /* /metrics: the counters move with requests */
     char *raw = http_raw("GET", "/metrics", NULL, NULL);
     CHECK_MSG(raw && strstr(raw, " 200 ") && strstr(raw, "text/plain; version=0.0.4") &&
-                  strstr(raw, "# TYPE cleave:requests_total counter") && strstr(raw, "# TYPE cleave:slots_busy gauge"),
+                  strstr(raw, "# TYPE cleave:requests_total counter") &&
+                  strstr(raw, "# TYPE cleave:slots_busy gauge"),
               "/metrics: %.200s", raw ? raw : "(none)");
     free(raw);
-    double length0 = metric("cleave:requests_total{finish=\"length\"}"), gen0 = metric("cleave:generation_tokens_total"),
-           prompt0 = metric("cleave:prompt_tokens_total"), refused0 = metric("cleave:requests_refused_total{status=\"4xx\"}"),
+    double length0 = metric("cleave:requests_total{finish=\"length\"}"),
+           gen0 = metric("cleave:generation_tokens_total"),
+           prompt0 = metric("cleave:prompt_tokens_total"),
+           refused0 = metric("cleave:requests_refused_total{status=\"4xx\"}"),
            steps0 = metric("cleave:steps_total");
     CHECK_MSG(length0 >= 1 && gen0 >= 1 && prompt0 >= 1 && refused0 >= 1 && steps0 >= 1,
               "/metrics after requests: %g %g %g %g %g", length0, gen0, prompt0, refused0, steps0);
@@ -888,16 +946,20 @@ static void check_surface(const char *model_path, const char *chat_text) {
     double prompt_n = num_at(r, "usage", "prompt_tokens");
     cJSON_Delete(r);
     free(b);
-    check_error("refused, counted", "/v1/completions", "{\"prompt\":\"x\",\"mirostat\":1}", 400, "mirostat", NULL);
+    check_error("refused, counted", "/v1/completions", "{\"prompt\":\"x\",\"mirostat\":1}", 400,
+                "mirostat", NULL);
     CHECK(metric("cleave:requests_total{finish=\"length\"}") == length0 + 1);
     CHECK(metric("cleave:generation_tokens_total") == gen0 + 3);
     CHECK(metric("cleave:prompt_tokens_total") == prompt0 + prompt_n);
     CHECK(metric("cleave:requests_refused_total{status=\"4xx\"}") == refused0 + 1);
     CHECK(metric("cleave:steps_total") > steps0);
-    CHECK(metric("cleave:decode_tokens_total") >= 2 && metric("cleave:prefill_tokens_total") >= prompt_n);
-    CHECK(metric("cleave:slots_busy") == 0 && metric("cleave:requests_queued") == 0 && metric("cleave:slots") == SLOTS);
+    CHECK(metric("cleave:decode_tokens_total") >= 2 &&
+          metric("cleave:prefill_tokens_total") >= prompt_n);
+    CHECK(metric("cleave:slots_busy") == 0 && metric("cleave:requests_queued") == 0 &&
+          metric("cleave:slots") == SLOTS);
     CHECK(metric("cleave:kv_cells_used") > 0 && metric("cleave:kv_cells") == SLOTS * SLOT_CELLS);
-    CHECK(metric("cleave:split_mode_switches_total") == 0 && metric("cleave:kv_staged_bytes_total") == 0);
+    CHECK(metric("cleave:split_mode_switches_total") == 0 &&
+          metric("cleave:kv_staged_bytes_total") == 0);
 }
 
 int main(void) {
@@ -917,9 +979,18 @@ int main(void) {
     cp.kv_type = CLEAVE_TYPE_F32;
     cleave_context *ctx = NULL;
     CHECK_OK(cleave_context_new(model, &cp, &ctx));
-    static const char *const more_ids[] = {"second-name", "stories"}; /* the repeat is listed once */
-    serve_opts o = {.host = "127.0.0.1", .port = 0, .alias = "stories", .aliases = more_ids, .n_aliases = 2,
-                    .model_path = path, .metrics = true, .slots = true, .max_body = 4096, .max_connections = 64,
+    static const char *const more_ids[] = {"second-name",
+                                           "stories"}; /* the repeat is listed once */
+    serve_opts o = {.host = "127.0.0.1",
+                    .port = 0,
+                    .alias = "stories",
+                    .aliases = more_ids,
+                    .n_aliases = 2,
+                    .model_path = path,
+                    .metrics = true,
+                    .slots = true,
+                    .max_body = 4096,
+                    .max_connections = 64,
                     .defaults = {16, -1, "chatml", (uint32_t)n_vocab},
                     .sched = {.n_parallel = SLOTS, .queue_max = 64, .n_batch = 16, .quiet = true}};
     serve *srv = NULL;
@@ -1125,7 +1196,8 @@ int main(void) {
     free(k.body);
 
     /* a client that leaves mid-stream frees its slot at once */
-    const char *long_stream = "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,\"temperature\":1,\"stream\":true}";
+    const char *long_stream = "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,"
+                              "\"temperature\":1,\"stream\":true}";
     int fd = send_request("POST", "/v1/completions", long_stream, strlen(long_stream), key);
     char first_bytes[256];
     CHECK(fd >= 0 && read(fd, first_bytes, sizeof first_bytes) > 0);
@@ -1141,7 +1213,8 @@ int main(void) {
     free(ok.body);
 
     /* so does one that leaves while its whole answer is being made */
-    const char *long_whole = "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,\"temperature\":1}";
+    const char *long_whole =
+        "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,\"temperature\":1}";
     fd = send_request("POST", "/v1/completions", long_whole, strlen(long_whole), key);
     for (int i = 0; i < WAIT_POLLS && health_num("slots_idle") == 1; i++) usleep(10000);
     CHECK_MSG(health_num("slots_idle") == 0, "the long request did not start");
@@ -1149,8 +1222,9 @@ int main(void) {
     cJSON *so = sr.body ? cJSON_Parse(sr.body) : NULL;
     const cJSON *s0 = cJSON_GetArrayItem(so, 0);
     CHECK_MSG(sr.status == 200 && cJSON_GetArraySize(so) == 1 && str_at(s0, "state", NULL) &&
-                  !strcmp(str_at(s0, "state", NULL), "processing") && num_at(s0, "id_task", NULL) > 0 &&
-                  num_at(s0, "n_prompt_tokens", NULL) >= 1 && num_at(s0, "n_ctx", NULL) == 16384,
+                  !strcmp(str_at(s0, "state", NULL), "processing") &&
+                  num_at(s0, "id_task", NULL) > 0 && num_at(s0, "n_prompt_tokens", NULL) >= 1 &&
+                  num_at(s0, "n_ctx", NULL) == 16384,
               "/slots while a request runs: %d %s", sr.status, sr.body ? sr.body : "");
     cJSON_Delete(so);
     free(sr.body);
@@ -1208,12 +1282,14 @@ int main(void) {
         free(b);
     }
     /* the gate's switches counted, with their seconds */
-    CHECK_MSG(metric("cleave:split_mode_switches_total") >= 1 && metric("cleave:split_mode_switch_seconds_total") > 0,
+    CHECK_MSG(metric("cleave:split_mode_switches_total") >= 1 &&
+                  metric("cleave:split_mode_switch_seconds_total") > 0,
               "switches in /metrics: %g, %g s", metric("cleave:split_mode_switches_total"),
               metric("cleave:split_mode_switch_seconds_total"));
     /* off unless asked for, saying how to turn it on */
     reply off = http("GET", "/slots", NULL, NULL);
-    CHECK_MSG(off.status == 404 && off.body && strstr(off.body, "--slots"), "/slots off: %d", off.status);
+    CHECK_MSG(off.status == 404 && off.body && strstr(off.body, "--slots"), "/slots off: %d",
+              off.status);
     free(off.body);
     serve_stop(srv);
     CHECK_MSG(cleave_context_split_mode(ctx) == CLEAVE_SPLIT_TENSOR, "the answers ran under split %d",

@@ -159,8 +159,10 @@ void serve_sched_load(serve_sched *s, int *busy, int *queued);
  * the start and the gauges of now. A step that mixes prompts and answers
  * shares its time between them by tokens. */
 typedef struct serve_stats {
-    long long finished_stop, finished_length, finished_error, cancelled; /* requests the step loop ended */
-    long long refused_4xx, refused_5xx; /* requests answered with an error before they were queued */
+    long long finished_stop, finished_length, finished_error,
+        cancelled; /* requests the step loop ended */
+    long long refused_4xx,
+        refused_5xx; /* requests answered with an error before they were queued */
     long long prompt_tokens, prompt_tokens_cached, generated_tokens;
     long long steps;
     double prefill_tokens, prefill_seconds, decode_tokens, decode_seconds;
@@ -177,7 +179,7 @@ void serve_sched_note_refused(serve_sched *s, int http_status);
 /* One slot as /slots shows it. */
 typedef struct serve_slot_info {
     bool busy;
-    size_t n_cached; /* tokens in the slot's cells */
+    size_t n_cached;               /* tokens in the slot's cells */
     unsigned long long request_id; /* of its request, while busy */
     size_t n_prompt;
     long long n_gen;
@@ -198,11 +200,11 @@ struct cJSON;
  * "with_pieces" (false)} -> {"tokens": [id...]} or [{"id", "piece"}], a
  * piece as a string when it is valid UTF-8, else its byte values. 0 or an
  * HTTP status with err and *param set. */
-int serve_tokenize(const cleave_model *m, const char *body, size_t len, struct cJSON **out, char *err, size_t cap,
-                   const char **param);
+int serve_tokenize(const cleave_model *m, const char *body, size_t len, struct cJSON **out,
+                   char *err, size_t cap, const char **param);
 /* /detokenize: {"tokens": [id...]} -> {"content"}; an id outside the vocabulary is 400. */
-int serve_detokenize(const cleave_model *m, uint32_t n_vocab, const char *body, size_t len, struct cJSON **out,
-                     char *err, size_t cap, const char **param);
+int serve_detokenize(const cleave_model *m, uint32_t n_vocab, const char *body, size_t len,
+                     struct cJSON **out, char *err, size_t cap, const char **param);
 struct cJSON *serve_slots_json(const serve_slot_info *info, int n, uint32_t cells);
 /* /metrics in Prometheus's text format (malloc'd; NULL: out of memory). */
 char *serve_metrics_text(const serve_stats *t, int n_parallel, uint32_t cells);

@@ -12,7 +12,8 @@
 
 #include "serve.h"
 
-static int bad(int status, char *err, size_t cap, const char **param, const char *field, const char *fmt, ...) {
+static int bad(int status, char *err, size_t cap, const char **param, const char *field,
+               const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, cap, fmt, ap);
@@ -48,8 +49,8 @@ static cleave_status own_piece(const cleave_model *m, int32_t t, char *buf, size
     return cleave_token_to_piece(m, t == bos ? (bos == 0 ? 1 : 0) : t, t, buf, cap, n);
 }
 
-int serve_tokenize(const cleave_model *m, const char *body, size_t len, cJSON **out, char *err, size_t cap,
-                   const char **param) {
+int serve_tokenize(const cleave_model *m, const char *body, size_t len, cJSON **out, char *err,
+                   size_t cap, const char **param) {
     *out = NULL, *param = NULL;
     cJSON *o = cJSON_ParseWithLength(body, len);
     if (!cJSON_IsObject(o)) {
@@ -61,7 +62,8 @@ int serve_tokenize(const cleave_model *m, const char *body, size_t len, cJSON **
     const cJSON *parse = cJSON_GetObjectItemCaseSensitive(o, "parse_special");
     const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(o, "with_pieces");
     int status = 0;
-    if (!cJSON_IsString(content)) status = bad(400, err, cap, param, "content", "'content' must be a string");
+    if (!cJSON_IsString(content))
+        status = bad(400, err, cap, param, "content", "'content' must be a string");
     const cJSON *flags[] = {add, parse, pieces};
     const char *names[] = {"add_special", "parse_special", "with_pieces"};
     for (int i = 0; !status && i < 3; i++)
@@ -79,8 +81,8 @@ int serve_tokenize(const cleave_model *m, const char *body, size_t len, cJSON **
                 status = bad(500, err, cap, param, NULL, "out of memory");
                 break;
             }
-            cleave_status st = cleave_tokenize_ex(m, text, text_len, cJSON_IsTrue(add), !cJSON_IsFalse(parse), ids,
-                                                  room, &n);
+            cleave_status st = cleave_tokenize_ex(m, text, text_len, cJSON_IsTrue(add),
+                                                  !cJSON_IsFalse(parse), ids, room, &n);
             if (!st) break;
             if (st == CLEAVE_ERR_INVALID_ARG && n > room) {
                 room = n;
@@ -89,7 +91,8 @@ int serve_tokenize(const cleave_model *m, const char *body, size_t len, cJSON **
             status = bad(400, err, cap, param, "content", "tokenizing: %s", cleave_last_error());
         }
     }
-    cJSON *res = status ? NULL : cJSON_CreateObject(), *arr = res ? cJSON_AddArrayToObject(res, "tokens") : NULL;
+    cJSON *res = status ? NULL : cJSON_CreateObject(),
+          *arr = res ? cJSON_AddArrayToObject(res, "tokens") : NULL;
     for (size_t i = 0; arr && i < n; i++) {
         if (!cJSON_IsTrue(pieces)) {
             cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
@@ -105,7 +108,8 @@ int serve_tokenize(const cleave_model *m, const char *body, size_t len, cJSON **
             cJSON_AddStringToObject(e, "piece", buf);
         } else { /* part of a character: its bytes, as llama-server sends them */
             cJSON *bytes = cJSON_AddArrayToObject(e, "piece");
-            for (size_t j = 0; j < k; j++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)buf[j]));
+            for (size_t j = 0; j < k; j++)
+                cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)buf[j]));
         }
         cJSON_AddItemToArray(arr, e);
     }
@@ -116,28 +120,32 @@ int serve_tokenize(const cleave_model *m, const char *body, size_t len, cJSON **
     return status;
 }
 
-int serve_detokenize(const cleave_model *m, uint32_t n_vocab, const char *body, size_t len, cJSON **out, char *err,
-                     size_t cap, const char **param) {
+int serve_detokenize(const cleave_model *m, uint32_t n_vocab, const char *body, size_t len,
+                     cJSON **out, char *err, size_t cap, const char **param) {
     *out = NULL, *param = NULL;
     cJSON *o = cJSON_ParseWithLength(body, len);
     const cJSON *toks = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
     int status = 0;
-    if (!cJSON_IsArray(toks)) status = bad(400, err, cap, param, "tokens", "'tokens' must be an array of token ids");
+    if (!cJSON_IsArray(toks))
+        status = bad(400, err, cap, param, "tokens", "'tokens' must be an array of token ids");
     serve_buf text = {0};
     int32_t prev = -1;
     size_t i = 0;
     const cJSON *e;
-    if (!status && !serve_buf_add(&text, "", 0)) status = bad(500, err, cap, param, NULL, "out of memory");
+    if (!status && !serve_buf_add(&text, "", 0))
+        status = bad(500, err, cap, param, NULL, "out of memory");
     const cJSON *list = status ? NULL : toks;
     cJSON_ArrayForEach(e, list) {
         double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
         if (!(v >= 0 && v < n_vocab && v == floor(v))) {
-            status = bad(400, err, cap, param, "tokens", "tokens[%zu] is not a token id in [0, %u)", i, n_vocab);
+            status = bad(400, err, cap, param, "tokens", "tokens[%zu] is not a token id in [0, %u)",
+                         i, n_vocab);
             break;
         }
         char buf[256];
         size_t k = 0;
-        if (cleave_token_to_piece(m, prev, (int32_t)v, buf, sizeof buf, &k) || !serve_buf_add(&text, buf, k)) {
+        if (cleave_token_to_piece(m, prev, (int32_t)v, buf, sizeof buf, &k) ||
+            !serve_buf_add(&text, buf, k)) {
             status = bad(500, err, cap, param, NULL, "out of memory");
             break;
         }
@@ -180,7 +188,8 @@ cJSON *serve_slots_json(const serve_slot_info *info, int n, uint32_t cells) {
 /* Prometheus's text format, one family at a time. */
 static bool family(serve_buf *b, const char *name, const char *type, const char *help) {
     char line[400];
-    int n = snprintf(line, sizeof line, "# HELP cleave:%s %s\n# TYPE cleave:%s %s\n", name, help, name, type);
+    int n = snprintf(line, sizeof line, "# HELP cleave:%s %s\n# TYPE cleave:%s %s\n", name, help,
+                     name, type);
     return serve_buf_add(b, line, (size_t)n);
 }
 static bool sample(serve_buf *b, const char *name, const char *labels, double v) {
@@ -194,37 +203,47 @@ static bool one(serve_buf *b, const char *name, const char *type, const char *he
 
 char *serve_metrics_text(const serve_stats *t, int n_parallel, uint32_t cells) {
     serve_buf b = {0};
-    bool ok = family(&b, "requests_total", "counter", "Requests the step loop ended, by how they ended.") &&
+    bool ok = family(&b, "requests_total", "counter",
+                     "Requests the step loop ended, by how they ended.") &&
               sample(&b, "requests_total", "{finish=\"stop\"}", (double)t->finished_stop) &&
               sample(&b, "requests_total", "{finish=\"length\"}", (double)t->finished_length) &&
               sample(&b, "requests_total", "{finish=\"error\"}", (double)t->finished_error) &&
               sample(&b, "requests_total", "{finish=\"cancelled\"}", (double)t->cancelled) &&
               family(&b, "requests_refused_total", "counter",
-                     "Completion requests answered with an error before they were queued, by status class.") &&
+                     "Completion requests answered with an error before they were queued, by "
+                     "status class.") &&
               sample(&b, "requests_refused_total", "{status=\"4xx\"}", (double)t->refused_4xx) &&
               sample(&b, "requests_refused_total", "{status=\"5xx\"}", (double)t->refused_5xx) &&
               one(&b, "prompt_tokens_total", "counter", "Prompt tokens of the requests started.",
                   (double)t->prompt_tokens) &&
-              one(&b, "prompt_tokens_cached_total", "counter", "Of them, tokens found in a slot's cache.",
-                  (double)t->prompt_tokens_cached) &&
-              one(&b, "generation_tokens_total", "counter", "Tokens generated.", (double)t->generated_tokens) &&
-              one(&b, "steps_total", "counter", "Steps of the step loop (one batched decode each).", (double)t->steps) &&
-              one(&b, "prefill_tokens_total", "counter", "Prompt tokens decoded by the steps.", t->prefill_tokens) &&
+              one(&b, "prompt_tokens_cached_total", "counter",
+                  "Of them, tokens found in a slot's cache.", (double)t->prompt_tokens_cached) &&
+              one(&b, "generation_tokens_total", "counter", "Tokens generated.",
+                  (double)t->generated_tokens) &&
+              one(&b, "steps_total", "counter", "Steps of the step loop (one batched decode each).",
+                  (double)t->steps) &&
+              one(&b, "prefill_tokens_total", "counter", "Prompt tokens decoded by the steps.",
+                  t->prefill_tokens) &&
               one(&b, "prefill_seconds_total", "counter",
-                  "Seconds of decoding spent on prompt tokens (a mixed step shared by tokens).", t->prefill_seconds) &&
-              one(&b, "decode_tokens_total", "counter", "Generated tokens fed back by the steps.", t->decode_tokens) &&
-              one(&b, "decode_seconds_total", "counter", "Seconds of decoding spent on generated tokens.",
-                  t->decode_seconds) &&
-              one(&b, "prefill_tokens_per_second", "gauge", "Prompt tokens per second of decoding, since the start.",
+                  "Seconds of decoding spent on prompt tokens (a mixed step shared by tokens).",
+                  t->prefill_seconds) &&
+              one(&b, "decode_tokens_total", "counter", "Generated tokens fed back by the steps.",
+                  t->decode_tokens) &&
+              one(&b, "decode_seconds_total", "counter",
+                  "Seconds of decoding spent on generated tokens.", t->decode_seconds) &&
+              one(&b, "prefill_tokens_per_second", "gauge",
+                  "Prompt tokens per second of decoding, since the start.",
                   t->prefill_seconds > 0 ? t->prefill_tokens / t->prefill_seconds : 0) &&
-              one(&b, "decode_tokens_per_second", "gauge", "Generated tokens per second of decoding, since the start.",
+              one(&b, "decode_tokens_per_second", "gauge",
+                  "Generated tokens per second of decoding, since the start.",
                   t->decode_seconds > 0 ? t->decode_tokens / t->decode_seconds : 0) &&
-              one(&b, "split_mode_switches_total", "counter", "Split-mode switches made by -psm's gate.",
-                  (double)t->split_switches) &&
+              one(&b, "split_mode_switches_total", "counter",
+                  "Split-mode switches made by -psm's gate.", (double)t->split_switches) &&
               one(&b, "split_mode_switch_seconds_total", "counter", "Seconds those switches took.",
                   t->split_switch_seconds) &&
               one(&b, "kv_staged_bytes_total", "counter",
-                  "Bytes a tiered KV cache copied from host memory into device staging.", (double)t->kv_staged_bytes) &&
+                  "Bytes a tiered KV cache copied from host memory into device staging.",
+                  (double)t->kv_staged_bytes) &&
               one(&b, "kv_cells_used", "gauge", "KV cells the slots hold (their cached tokens).",
                   (double)t->kv_cells_used) &&
               one(&b, "kv_cells", "gauge", "KV cells of all slots.", (double)cells * n_parallel) &&

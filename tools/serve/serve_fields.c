@@ -11,18 +11,43 @@
 
 static const char *const both[] = {
     /* implemented */
-    "model", "stream", "max_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-    "presence_penalty", "repeat_penalty", "seed", "stop", "ignore_eos",
+    "model",
+    "stream",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repeat_penalty",
+    "seed",
+    "stop",
+    "ignore_eos",
     /* implemented or refused by value where they ask for something (serve_request.c) */
-    "n", "logprobs", "top_logprobs", "n_probs", "logit_bias", "response_format",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "n_probs",
+    "logit_bias",
+    "response_format",
     /* no effect on the answer */
-    "stream_options", "user", "metadata", "store", "service_tier",
+    "stream_options",
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
 };
 static const char *const completion_only[] = {"prompt", "echo", "best_of"};
 static const char *const chat_only[] = {
-    "messages", "max_completion_tokens",
+    "messages",
+    "max_completion_tokens",
     /* tool calls: only their absence passes (serve_request.c) */
-    "tools", "functions", "tool_choice", "function_call", "parallel_tool_calls",
+    "tools",
+    "functions",
+    "tool_choice",
+    "function_call",
+    "parallel_tool_calls",
 };
 
 static bool listed(const char *name, const char *const *list, size_t n) {

@@ -367,8 +367,8 @@ static cleave_status tokenize(const cleave_model *m, cleave_bos bos, const char 
 }
 
 /* An error for a request of the completion routes, counted for /metrics. */
-static enum MHD_Result refuse(struct MHD_Connection *c, serve *s, unsigned status, const char *message,
-                              const char *param, const char *code) {
+static enum MHD_Result refuse(struct MHD_Connection *c, serve *s, unsigned status,
+                              const char *message, const char *param, const char *code) {
     serve_sched_note_refused(s->sched, (int)status);
     return send_error(c, status, message, param, code);
 }
@@ -383,13 +383,18 @@ static const char *base_name(const char *path) {
 static bool model_known(const serve *s, const char *name) {
     for (size_t i = 0; i < s->n_ids; i++)
         if (!strcmp(name, s->ids[i])) return true;
-    if (s->o.model_path && (!strcmp(name, s->o.model_path) || !strcmp(name, base_name(s->o.model_path)))) return true;
+    if (s->o.model_path &&
+        (!strcmp(name, s->o.model_path) || !strcmp(name, base_name(s->o.model_path))))
+        return true;
     return s->general_name[0] && !strcmp(name, s->general_name);
 }
 
-static enum MHD_Result unknown_model(struct MHD_Connection *c, serve *s, const char *name, bool count) {
+static enum MHD_Result unknown_model(struct MHD_Connection *c, serve *s, const char *name,
+                                     bool count) {
     char msg[600];
-    snprintf(msg, sizeof msg, "The model `%.200s` does not exist: this server serves `%.200s` (GET /v1/models lists its ids)",
+    snprintf(msg, sizeof msg,
+             "The model `%.200s` does not exist: this server serves `%.200s` (GET /v1/models lists "
+             "its ids)",
              name, s->alias);
     if (count) serve_sched_note_refused(s->sched, 404);
     return send_error(c, 404, msg, "model", "model_not_found");
@@ -426,19 +431,25 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
     const char *what = chat ? "messages" : "prompt";
     /* an explicit max_tokens that cannot fit is refused (as vLLM does);
      * without one the answer runs to the slot's end */
-    bool over = r->p.max_tokens_given && r->p.max_tokens > 0 && r->n_prompt + (size_t)r->p.max_tokens > cells;
+    bool over = r->p.max_tokens_given && r->p.max_tokens > 0 &&
+                r->n_prompt + (size_t)r->p.max_tokens > cells;
     if (r->n_prompt == 0 || r->n_prompt >= cells || over) {
         if (r->n_prompt == 0)
             snprintf(err, sizeof err, "the prompt is empty and no BOS is added (%s)",
                      cleave_token_bos(s->m) < 0 ? "the model has none" : "the vocabulary's metadata says not to");
         else if (!over)
-            snprintf(err, sizeof err, "This model's maximum context length is %u tokens. However, your %s has %zu "
+            snprintf(err, sizeof err,
+                     "This model's maximum context length is %u tokens. However, your %s has %zu "
                      "tokens (a slot holds prompt and answer: start the server with a larger -c or "
-                     "--max-model-len, or a smaller -np)", cells, what, r->n_prompt);
+                     "--max-model-len, or a smaller -np)",
+                     cells, what, r->n_prompt);
         else
-            snprintf(err, sizeof err, "This model's maximum context length is %u tokens. However, you requested "
-                     "%lld tokens (%zu in the %s, %lld in the completion). Please reduce the length of the %s or "
-                     "completion.", cells, (long long)r->n_prompt + r->p.max_tokens, r->n_prompt, what,
+            snprintf(err, sizeof err,
+                     "This model's maximum context length is %u tokens. However, you requested "
+                     "%lld tokens (%zu in the %s, %lld in the completion). Please reduce the "
+                     "length of the %s or "
+                     "completion.",
+                     cells, (long long)r->n_prompt + r->p.max_tokens, r->n_prompt, what,
                      r->p.max_tokens, what);
         const char *code = r->n_prompt ? "context_length_exceeded" : NULL;
         const char *param_name = over && r->n_prompt < cells ? "max_tokens" : what;
@@ -448,7 +459,9 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
     r->refs = 1;
     if (!serve_sched_submit(s->sched, r)) {
         serve_req_release(s->sched, r);
-        return refuse(c, s, 503, "the server is busy: every slot and queue place is taken; try again", NULL, NULL);
+        return refuse(c, s, 503,
+                      "the server is busy: every slot and queue place is taken; try again", NULL,
+                      NULL);
     }
     s->in_flight++;
     k->in_flight = true;
@@ -492,10 +505,13 @@ static cJSON *model_object(const serve *s, const char *id) {
 /* GET /v1/models: every id; GET /v1/models/{id}: that one (the openai
  * client's models.retrieve), by any name the model answers to. */
 static enum MHD_Result models(struct MHD_Connection *c, serve *s, const char *id) {
-    if (id) return model_known(s, id) ? send_json(c, 200, model_object(s, id)) : unknown_model(c, s, id, false);
+    if (id)
+        return model_known(s, id) ? send_json(c, 200, model_object(s, id))
+                                  : unknown_model(c, s, id, false);
     cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
     cJSON_AddStringToObject(o, "object", "list");
-    for (size_t i = 0; i < s->n_ids; i++) cJSON_AddItemToArray(data, model_object(s, s->ids[i]));
+    for (size_t i = 0; i < s->n_ids; i++)
+        cJSON_AddItemToArray(data, model_object(s, s->ids[i]));
     return send_json(c, 200, o);
 }
 
@@ -514,19 +530,24 @@ static enum MHD_Result props(struct MHD_Connection *c, serve *s) {
     cJSON_AddStringToObject(o, "model_path", s->o.model_path ? s->o.model_path : "");
     cJSON_AddStringToObject(o, "model_alias", s->alias);
     cJSON *ids = cJSON_AddArrayToObject(o, "model_ids");
-    for (size_t i = 0; i < s->n_ids; i++) cJSON_AddItemToArray(ids, cJSON_CreateString(s->ids[i]));
+    for (size_t i = 0; i < s->n_ids; i++)
+        cJSON_AddItemToArray(ids, cJSON_CreateString(s->ids[i]));
     cJSON_AddNumberToObject(o, "total_slots", serve_sched_n_parallel(s->sched));
     cJSON *g = cJSON_AddObjectToObject(o, "default_generation_settings");
     cJSON_AddNumberToObject(g, "n_ctx", serve_sched_slot_cells(s->sched));
     cJSON *params = cJSON_AddObjectToObject(g, "params");
     cJSON_AddNumberToObject(params, "n_predict", (double)s->o.defaults.max_tokens_cap);
-    cJSON_AddNumberToObject(params, "max_tokens_completion", (double)s->o.defaults.max_tokens_completion);
+    cJSON_AddNumberToObject(params, "max_tokens_completion",
+                            (double)s->o.defaults.max_tokens_completion);
     cJSON_AddStringToObject(o, "chat_template", props_chat_template(s));
     char build[96];
-    snprintf(build, sizeof build, "cleave%s%s", CLEAVE_BUILD_COMMIT[0] ? "-" : "", CLEAVE_BUILD_COMMIT);
+    snprintf(build, sizeof build, "cleave%s%s", CLEAVE_BUILD_COMMIT[0] ? "-" : "",
+             CLEAVE_BUILD_COMMIT);
     cJSON_AddStringToObject(o, "build_info", build);
-    if (CLEAVE_BUILD_COMMIT[0]) cJSON_AddStringToObject(o, "build_commit", CLEAVE_BUILD_COMMIT);
-    else cJSON_AddNullToObject(o, "build_commit");
+    if (CLEAVE_BUILD_COMMIT[0])
+        cJSON_AddStringToObject(o, "build_commit", CLEAVE_BUILD_COMMIT);
+    else
+        cJSON_AddNullToObject(o, "build_commit");
     cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
     cJSON_AddBoolToObject(mod, "vision", false);
     cJSON_AddBoolToObject(mod, "audio", false);
@@ -535,7 +556,8 @@ static enum MHD_Result props(struct MHD_Connection *c, serve *s) {
 
 static enum MHD_Result slots(struct MHD_Connection *c, serve *s) {
     if (!s->o.slots)
-        return send_error(c, 404, "/slots is off: start the server with --slots to enable it", NULL, "not_enabled");
+        return send_error(c, 404, "/slots is off: start the server with --slots to enable it", NULL,
+                          "not_enabled");
     int n = serve_sched_n_parallel(s->sched);
     serve_slot_info *info = calloc((size_t)n, sizeof *info);
     if (!info) return send_error(c, 500, "out of memory", NULL, NULL);
@@ -547,11 +569,12 @@ static enum MHD_Result slots(struct MHD_Connection *c, serve *s) {
 
 static enum MHD_Result metrics(struct MHD_Connection *c, serve *s) {
     if (!s->o.metrics)
-        return send_error(c, 404, "/metrics is off: start the server with --metrics to enable it", NULL,
-                          "not_enabled");
+        return send_error(c, 404, "/metrics is off: start the server with --metrics to enable it",
+                          NULL, "not_enabled");
     serve_stats t;
     serve_sched_stats(s->sched, &t);
-    char *text = serve_metrics_text(&t, serve_sched_n_parallel(s->sched), serve_sched_slot_cells(s->sched));
+    char *text =
+        serve_metrics_text(&t, serve_sched_n_parallel(s->sched), serve_sched_slot_cells(s->sched));
     if (!text) return send_error(c, 500, "out of memory", NULL, NULL);
     return send_text(c, 200, text, "text/plain; version=0.0.4; charset=utf-8");
 }
@@ -564,8 +587,9 @@ static enum MHD_Result tokens(struct MHD_Connection *c, serve *s, conn *k, bool 
     cleave_model_desc d;
     cleave_model_describe(s->m, &d);
     const char *body = k->body.p ? k->body.p : "";
-    int st = detok ? serve_detokenize(s->m, d.n_vocab, body, k->body.len, &out, err, sizeof err, &param)
-                   : serve_tokenize(s->m, body, k->body.len, &out, err, sizeof err, &param);
+    int st =
+        detok ? serve_detokenize(s->m, d.n_vocab, body, k->body.len, &out, err, sizeof err, &param)
+              : serve_tokenize(s->m, body, k->body.len, &out, err, sizeof err, &param);
     return st ? send_error(c, (unsigned)st, err, param, NULL) : send_json(c, 200, out);
 }
 
@@ -574,7 +598,8 @@ static enum MHD_Result apply_template(struct MHD_Connection *c, serve *s, conn *
     char err[512];
     const char *param;
     serve_params p;
-    int bad = serve_parse(k->body.p ? k->body.p : "", k->body.len, true, &s->o.defaults, &p, err, sizeof err, &param);
+    int bad = serve_parse(k->body.p ? k->body.p : "", k->body.len, true, &s->o.defaults, &p, err,
+                          sizeof err, &param);
     if (bad) return send_error(c, (unsigned)bad, err, param, NULL);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "prompt", p.text ? p.text : "");
@@ -620,20 +645,25 @@ static enum MHD_Result route_allowed(struct MHD_Connection *c, serve *s, conn *k
         }
         return completion(c, s, k, chat);
     }
-    if (is(url, "/models")) return get ? models(c, s, NULL) : send_error(c, 405, "use GET", NULL, NULL);
-    const char *id = !strncmp(url, "/v1/models/", 11) ? url + 11 : !strncmp(url, "/models/", 8) ? url + 8 : NULL;
+    if (is(url, "/models"))
+        return get ? models(c, s, NULL) : send_error(c, 405, "use GET", NULL, NULL);
+    const char *id = !strncmp(url, "/v1/models/", 11) ? url + 11
+                     : !strncmp(url, "/models/", 8)   ? url + 8
+                                                      : NULL;
     if (id) return get ? models(c, s, id) : send_error(c, 405, "use GET", NULL, NULL);
     if (is(url, "/embeddings") || is(url, "/embedding"))
-        return send_error(c, 404,
-                          "cleave does not compute embeddings: it keeps no pooled hidden state of a prompt, only "
-                          "the next token's logits",
-                          NULL, "embeddings_not_supported");
+        return send_error(
+            c, 404,
+            "cleave does not compute embeddings: it keeps no pooled hidden state of a prompt, only "
+            "the next token's logits",
+            NULL, "embeddings_not_supported");
     bool post_route = is(url, "/tokenize") || is(url, "/detokenize") || is(url, "/apply-template");
     bool get_route = is(url, "/props") || is(url, "/slots") || is(url, "/metrics");
     if (post_route || get_route) {
         if (get_route && !get) return send_error(c, 405, "use GET", NULL, NULL);
         if (post_route && !post) return send_error(c, 405, "use POST", NULL, NULL);
-        if (post_route && k->too_big) return send_error(c, 413, "the body is too large", NULL, NULL);
+        if (post_route && k->too_big)
+            return send_error(c, 413, "the body is too large", NULL, NULL);
         if (is(url, "/tokenize")) return tokens(c, s, k, false);
         if (is(url, "/detokenize")) return tokens(c, s, k, true);
         if (is(url, "/apply-template")) return apply_template(c, s, k);
@@ -643,7 +673,8 @@ static enum MHD_Result route_allowed(struct MHD_Connection *c, serve *s, conn *k
     }
     char msg[600];
     snprintf(msg, sizeof msg,
-             "no route %s %.200s (the routes: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize, "
+             "no route %s %.200s (the routes: POST /v1/completions, /v1/chat/completions, "
+             "/tokenize, /detokenize, "
              "/apply-template; GET /v1/models, /v1/models/{id}, /health, /props, /slots (--slots), "
              "/metrics (--metrics))",
              method, url);
@@ -727,15 +758,20 @@ int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve
     }
     s->m = m, s->o = *o, s->created = time(NULL);
     s->loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
-    snprintf(s->alias, sizeof s->alias, "%s", o->alias ? o->alias : o->model_path ? base_name(o->model_path) : "model");
+    snprintf(s->alias, sizeof s->alias, "%s",
+             o->alias        ? o->alias
+             : o->model_path ? base_name(o->model_path)
+                             : "model");
     s->ids[s->n_ids++] = s->alias;
     for (size_t i = 0; i < o->n_aliases && s->n_ids < SERVE_MAX_IDS; i++) {
         bool seen = false;
-        for (size_t j = 0; j < s->n_ids; j++) seen |= !strcmp(s->ids[j], o->aliases[i]);
+        for (size_t j = 0; j < s->n_ids; j++)
+            seen |= !strcmp(s->ids[j], o->aliases[i]);
         if (!seen) s->ids[s->n_ids++] = o->aliases[i];
     }
     cleave_model_desc md;
-    if (!cleave_model_describe(m, &md)) snprintf(s->general_name, sizeof s->general_name, "%s", md.name);
+    if (!cleave_model_describe(m, &md))
+        snprintf(s->general_name, sizeof s->general_name, "%s", md.name);
     /* event-driven: a few threads poll every connection; slow clients are
      * bounded by the watch, the counts and the idle timeout */
     unsigned max_conn = o->max_connections > 0 ? (unsigned)o->max_connections : 1024;

@@ -120,11 +120,14 @@ static bool allowed_fields(const cJSON *o, bool chat, why *w) {
         if (!f->string || cJSON_IsNull(f) || serve_field_allowed(f->string, chat)) continue;
         snprintf(refused_name, sizeof refused_name, "%s", f->string);
         return fail(w, refused_name,
-                    "'%s' is not supported by cleave%s: the request is refused rather than answered without it",
+                    "'%s' is not supported by cleave%s: the request is refused rather than "
+                    "answered without it",
                     refused_name,
-                    !chat && !strcmp(f->string, "messages") ? " on /v1/completions (use /v1/chat/completions)"
-                    : chat && !strcmp(f->string, "prompt")  ? " on /v1/chat/completions (use /v1/completions)"
-                                                             : "");
+                    !chat && !strcmp(f->string, "messages")
+                        ? " on /v1/completions (use /v1/chat/completions)"
+                    : chat && !strcmp(f->string, "prompt")
+                        ? " on /v1/chat/completions (use /v1/completions)"
+                        : "");
     }
     return true;
 }
@@ -152,9 +155,11 @@ static bool harmless_values(const cJSON *o, why *w) {
     const char *choices[] = {"tool_choice", "function_call"};
     for (size_t i = 0; i < 2; i++)
         if ((f = cJSON_GetObjectItemCaseSensitive(o, choices[i])) && !cJSON_IsNull(f) &&
-            !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
+            !(cJSON_IsString(f) &&
+              (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
             return fail(w, choices[i], "'%s' (tool calls) is not supported", choices[i]);
-    if ((f = cJSON_GetObjectItemCaseSensitive(o, "parallel_tool_calls")) && !cJSON_IsNull(f) && !cJSON_IsBool(f))
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "parallel_tool_calls")) && !cJSON_IsNull(f) &&
+        !cJSON_IsBool(f))
         return fail(w, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
     return true;
 }
@@ -299,13 +304,15 @@ int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d
     ok = ok && allowed_fields(o, chat, &w);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (ok && model && !cJSON_IsNull(model) && !cJSON_IsString(model)) ok = fail(&w, "model", "'model' must be a string");
-    if (ok && cJSON_IsString(model)) ok = (out->model = dup_string(model->valuestring, &w, "model")) != NULL;
+    if (ok && cJSON_IsString(model))
+        ok = (out->model = dup_string(model->valuestring, &w, "model")) != NULL;
     double max_tokens = chat ? -1 : (double)d->max_tokens_completion;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "max_tokens"),
                 *mct = chat ? cJSON_GetObjectItemCaseSensitive(o, "max_completion_tokens") : NULL;
     out->max_tokens_given = (mt && !cJSON_IsNull(mt)) || (mct && !cJSON_IsNull(mct));
-    ok = ok && unsupported(o, &w) && harmless_values(o, &w) && sampling(o, out, &w) && stops(o, out, &w) &&
-         boolean(o, "stream", &out->stream, &w) && boolean(o, "ignore_eos", &out->ignore_eos, &w) &&
+    ok = ok && unsupported(o, &w) && harmless_values(o, &w) && sampling(o, out, &w) &&
+         stops(o, out, &w) && boolean(o, "stream", &out->stream, &w) &&
+         boolean(o, "ignore_eos", &out->ignore_eos, &w) &&
          number(o, "max_tokens", 0, 1e12, true, &max_tokens, &w) &&
          (!chat || number(o, "max_completion_tokens", 0, 1e12, true, &max_tokens, &w)) &&
          (chat ? messages(o, d, out, &w) : prompt(o, d, out, &w));

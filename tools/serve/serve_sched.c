@@ -171,10 +171,14 @@ static void end_locked(serve_sched *s, slot *sl, serve_finish f, int http_status
         r->t_end = now();
     }
     log_end(s, r, (int)(sl - s->slots));
-    if (r->cancelled) s->stats.cancelled++;
-    else if (r->finish == SERVE_FINISH_STOP) s->stats.finished_stop++;
-    else if (r->finish == SERVE_FINISH_LENGTH) s->stats.finished_length++;
-    else s->stats.finished_error++;
+    if (r->cancelled)
+        s->stats.cancelled++;
+    else if (r->finish == SERVE_FINISH_STOP)
+        s->stats.finished_stop++;
+    else if (r->finish == SERVE_FINISH_LENGTH)
+        s->stats.finished_length++;
+    else
+        s->stats.finished_error++;
     s->stats.generated_tokens += r->n_gen;
     cleave_sampler_free(sl->smp);
     sl->smp = NULL;
@@ -327,10 +331,11 @@ static void publish_locked(serve_sched *s, slot *sl) {
 /* With the lock held: the step's tokens and time for /metrics (the
  * prompts' rows and the answers' shares of the pass by tokens), its
  * switch, and what the slots hold now. */
-static void count_step_locked(serve_sched *s, size_t n, size_t n_active, double seconds, double switch_s,
-                              uint64_t staged) {
+static void count_step_locked(serve_sched *s, size_t n, size_t n_active, double seconds,
+                              double switch_s, uint64_t staged) {
     size_t decoding = 0; /* a generating slot feeds one token (build_batch) */
-    for (size_t i = 0; i < n_active; i++) decoding += !s->in_prefill[i];
+    for (size_t i = 0; i < n_active; i++)
+        decoding += !s->in_prefill[i];
     serve_stats *t = &s->stats;
     t->steps++;
     t->decode_tokens += (double)decoding, t->prefill_tokens += (double)(n - decoding);
@@ -338,7 +343,8 @@ static void count_step_locked(serve_sched *s, size_t n, size_t n_active, double 
     t->prefill_seconds += seconds * (double)(n - decoding) / (double)n;
     if (switch_s >= 0) t->split_switches++, t->split_switch_seconds += switch_s;
     t->kv_staged_bytes = staged;
-    for (int i = 0; i < s->o.n_parallel; i++) s->slots[i].shown_cache = s->slots[i].n_cache;
+    for (int i = 0; i < s->o.n_parallel; i++)
+        s->slots[i].shown_cache = s->slots[i].n_cache;
 }
 
 void serve_sched_stats(serve_sched *s, serve_stats *out) {
@@ -355,8 +361,10 @@ void serve_sched_stats(serve_sched *s, serve_stats *out) {
 
 void serve_sched_note_refused(serve_sched *s, int http_status) {
     pthread_mutex_lock(&s->mu);
-    if (http_status >= 500) s->stats.refused_5xx++;
-    else s->stats.refused_4xx++;
+    if (http_status >= 500)
+        s->stats.refused_5xx++;
+    else
+        s->stats.refused_4xx++;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -367,7 +375,9 @@ void serve_sched_slots(serve_sched *s, serve_slot_info *out) {
     for (int i = 0; i < s->o.n_parallel; i++) {
         const slot *sl = &s->slots[i];
         out[i] = (serve_slot_info){.busy = sl->r != NULL, .n_cached = sl->shown_cache};
-        if (sl->r) out[i].request_id = sl->r->id, out[i].n_prompt = sl->r->n_prompt, out[i].n_gen = sl->r->n_gen;
+        if (sl->r)
+            out[i].request_id = sl->r->id, out[i].n_prompt = sl->r->n_prompt,
+            out[i].n_gen = sl->r->n_gen;
     }
     pthread_mutex_unlock(&s->mu);
 }
