@@ -3,6 +3,9 @@
  *   serve_text.c     what of a generated text may be sent yet (stop
  *                    strings, unfinished UTF-8), pure
  *   serve_request.c  a request's JSON body -> serve_params, checked
+ *   serve_fields.c   the allow-list of a request's fields
+ *   serve_endpoints.c llama-server's side routes' answers (/tokenize,
+ *                    /detokenize, /slots, /metrics)
  *   serve_sched.c    the slots and the step loop: continuous batching of
  *                    every active request into one cleave_decode_batch
  *   serve_pool.c     the threads that sample a step's requests at once
