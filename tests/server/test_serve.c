@@ -1295,6 +1295,33 @@ int main(void) {
     CHECK_MSG(cleave_context_split_mode(ctx) == CLEAVE_SPLIT_TENSOR, "the answers ran under split %d",
               (int)cleave_context_split_mode(ctx));
     check_slow_clients(ctx);
+    cleave_context_free(ctx);
+
+    /* a tiered KV cache (16 cells in device memory): /metrics counts what
+     * the steps staged from its host part, none before a prompt reaches it */
+    cp.n_ctx = SLOT_CELLS;
+    cp.seq_regions = 1;
+    cp.devices = "cpu";
+    cp.split_mode = CLEAVE_SPLIT_NONE;
+    cp.kv_vram_cells = 16;
+    ctx = NULL;
+    CHECK_OK(cleave_context_new(model, &cp, &ctx));
+    o.metrics = true;
+    o.sched = (serve_sched_opts){.n_parallel = 1, .queue_max = 4, .n_batch = 16, .quiet = true};
+    if (!ctx || serve_start(model, ctx, &o, &srv)) {
+        CHECK(!"the tiered server starts");
+        return tu_finish("test_serve");
+    }
+    port = serve_port(srv);
+    CHECK(metric("cleave:kv_staged_bytes_total") == 0);
+    b = completion_body(prompts[1], 4, NULL);
+    r = post("/v1/completions", b, &status);
+    CHECK_MSG(status == 200 && metric("cleave:kv_staged_bytes_total") > 0,
+              "a prompt past 16 cells of a tiered cache: %d, %g bytes staged", status,
+              metric("cleave:kv_staged_bytes_total"));
+    cJSON_Delete(r);
+    free(b);
+    serve_stop(srv);
 
     for (int i = 0; i < N_PROMPTS; i++) free(refs[i]);
     cleave_context_free(ctx);
