@@ -15,69 +15,64 @@
 #endif
 
 static void serve_usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: cleave serve MODEL.gguf [options]   (or -m MODEL.gguf)\n"
-        "  -m, --model PATH        GGUF model\n"
-        "  --host ADDR             IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)\n"
-        "  --port N                port (default 8080; 0: any free one, see --port-file)\n"
-        "  --port-file PATH        write the port listened on to PATH once listening\n"
-        "  -np, --parallel N       requests processed at once (default 1); each slot holds\n"
-        "                          c / N tokens of prompt and answer\n"
-        "  -c, --ctx-size N        cells of KV cache in all, shared by the slots (default: the\n"
-        "                          model's, at most 4096)\n"
-        "  --max-model-len N       cells per slot (vLLM's): -c is then N times -np\n"
-        "  -b, --batch-size N      tokens a step takes: a token of each answering request, then\n"
-        "                          prompts (default 512)\n"
-        "  -n, --n-predict N       the most tokens any answer may have (default: no limit)\n"
-        "  --queue N               requests that may wait for a slot (default 64; more: 503)\n"
-        "  -a, --alias NAME        an id of the model in /v1/models (default: the file's name);\n"
-        "                          may be given several times, the first is the main one\n"
-        "  --served-model-name NAME [NAME...]\n"
-        "                          the same, vLLM's way; a request's model must be one of these,\n"
-        "                          the file's path or name, or general.name (else 404)\n"
-        "  --api-key KEY           require \"Authorization: Bearer KEY\" (not on /health)\n"
-        "  --api-key-file F        the same with the key read from F (its first line), so it is\n"
-        "                          not in the process list\n"
-        "  --cors ORIGIN[,..]      origins a browser may let call and read this server (\"*\": "
-        "any);\n"
-        "                          default none (on a loopback address, pages served from\n"
-        "                          loopback may call it; other Host names are refused)\n"
-        "  --bos, --no-bos         prepend BOS to text prompts, or do not (default: as the\n"
-        "                          vocabulary's tokenizer.ggml.add_bos_token says)\n"
-        "  --chat-template NAME    llama3, chatml, mistral, llama2, qwen3, qwen3-nothink or\n"
-        "                          gpt-oss instead of the model's\n"
-        "  --max-body MIB          the largest request body (default 16)\n"
-        "  --max-connections N     connections open at once (default 1024)\n"
-        "  --http-threads, --threads-http N\n"
-        "                          threads polling the connections, event-driven (default 4)\n"
-        "  --max-connections-per-client N\n"
-        "                          of them from one address (default 512)\n"
-        "  --timeout-read S        seconds a client has to send a whole request, headers and\n"
-        "                          body (default 30; 0: no bound): slow senders are cut off\n"
-        "  --timeout S             llama-server's name for --timeout-read\n"
-        "  --metrics               GET /metrics: Prometheus counters and gauges (default off)\n"
-        "  --slots, --no-slots     GET /slots: each slot's state (default off)\n"
-        "  -fa, --flash-attn on|auto, -cb, --cont-batching\n"
-        "                          accepted: cleave always runs both (-fa off and -nocb are "
-        "refused)\n"
-        "  -psm, --prefill-split-mode M\n"
-        "                          steps of prompts alone run under split mode M, steps of\n"
-        "                          answers alone under -sm (the switch gate of run -np)\n"
-        "  --np-dwell K            with -psm: a mode is kept at least K steps (default 8)\n"
-        "  --quiet                 no log line per request\n"
-        "  -t, -ub, -ctk           as in cleave bench\n" CLI_PLACEMENT_HELP);
+    fprintf(out,
+            "usage: cleave serve MODEL.gguf [options]   (or -m MODEL.gguf)\n"
+            "  -m, --model PATH        GGUF model\n"
+            "  --host ADDR             IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)\n"
+            "  --port N                port (default 8080; 0: any free one, see --port-file)\n"
+            "  --port-file PATH        write the port listened on to PATH once listening\n"
+            "  -np, --parallel N       requests processed at once (default 1); each slot holds\n"
+            "                          c / N tokens of prompt and answer\n"
+            "  -c, --ctx-size N        cells of KV cache in all, shared by the slots (default: the\n"
+            "                          model's, at most 4096)\n"
+            "  --max-model-len N       cells per slot (vLLM's): -c is then N times -np\n"
+            "  -b, --batch-size N      tokens a step takes: a token of each answering request, then\n"
+            "                          prompts (default 512)\n"
+            "  -n, --n-predict N       the most tokens any answer may have (default: no limit)\n"
+            "  --queue N               requests that may wait for a slot (default 64; more: 503)\n"
+            "  -a, --alias NAME        an id of the model in /v1/models (default: the file's name);\n"
+            "                          may be given several times, the first is the main one\n"
+            "  --served-model-name NAME [NAME...]\n"
+            "                          the same, vLLM's way; a request's model must be one of these,\n"
+            "                          the file's path or name, or general.name (else 404)\n"
+            "  --api-key KEY           require \"Authorization: Bearer KEY\" (not on /health)\n"
+            "  --api-key-file F        the same with the key read from F (its first line), so it is\n"
+            "                          not in the process list\n"
+            "  --cors ORIGIN[,..]      origins a browser may let call and read this server (\"*\": any);\n"
+            "                          default none (on a loopback address, pages served from\n"
+            "                          loopback may call it; other Host names are refused)\n"
+            "  --bos, --no-bos         prepend BOS to text prompts, or do not (default: as the\n"
+            "                          vocabulary's tokenizer.ggml.add_bos_token says)\n"
+            "  --chat-template NAME    llama3, chatml, mistral, llama2, qwen3, qwen3-nothink or\n"
+            "                          gpt-oss instead of the model's\n"
+            "  --max-body MIB          the largest request body (default 16)\n"
+            "  --max-connections N     connections open at once (default 1024)\n"
+            "  --http-threads, --threads-http N\n"
+            "                          threads polling the connections, event-driven (default 4)\n"
+            "  --max-connections-per-client N\n"
+            "                          of them from one address (default 512)\n"
+            "  --timeout-read S        seconds a client has to send a whole request, headers and\n"
+            "                          body (default 30; 0: no bound): slow senders are cut off\n"
+            "  --timeout S             llama-server's name for --timeout-read\n"
+            "  --metrics               GET /metrics: Prometheus counters and gauges (default off)\n"
+            "  --slots, --no-slots     GET /slots: each slot's state (default off)\n"
+            "  -fa, --flash-attn on|auto, -cb, --cont-batching\n"
+            "                          accepted: cleave always runs both (-fa off and -nocb are refused)\n"
+            "  -psm, --prefill-split-mode M\n"
+            "                          steps of prompts alone run under split mode M, steps of\n"
+            "                          answers alone under -sm (the switch gate of run -np)\n"
+            "  --np-dwell K            with -psm: a mode is kept at least K steps (default 8)\n"
+            "  --quiet                 no log line per request\n"
+            "  -t, -ub, -ctk           as in cleave bench\n" CLI_PLACEMENT_HELP);
 }
 
 #ifdef CLEAVE_WITH_SERVER
 /* An unknown or incomplete option: a short usage, then the error as the
  * last line, exit 1. */
 static int serve_bad_option(const char *a) {
-    fprintf(stderr,
-            "usage: cleave serve MODEL.gguf [options]\n"
-            "       cleave serve --help   lists the options\n"
-            "cleave serve: unknown or incomplete option '%s'\n",
-            a);
+    fprintf(stderr, "usage: cleave serve MODEL.gguf [options]\n"
+                    "       cleave serve --help   lists the options\n"
+                    "cleave serve: unknown or incomplete option '%s'\n", a);
     return 1;
 }
 
@@ -107,8 +102,7 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             return 0;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model = v, i++;
-        else if (a[0] != '-' && !model)
-            model = a; /* vLLM's positional model */
+        else if (a[0] != '-' && !model) model = a; /* vLLM's positional model */
         else if ((!strcmp(a, "-a") || !strcmp(a, "--alias")) && v) {
             if (n_aliases == SERVE_MAX_ALIASES) {
                 fprintf(stderr, "cleave serve: at most %d model names\n", SERVE_MAX_ALIASES);
@@ -123,74 +117,51 @@ int cmd_serve(int argc, char **argv) {
                 }
                 aliases[n_aliases++] = argv[i + 1];
             }
-        } else if (!strcmp(a, "--max-model-len")) {
-            if (!cli_int(a, v, 2, 1 << 24, &max_model_len)) return 2;
-            i++;
-        } else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
+        } else if (!strcmp(a, "--max-model-len")) { if (!cli_int(a, v, 2, 1 << 24, &max_model_len)) return 2; i++; }
+        else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
             /* a bare -fa (older llama.cpp) is on */
-            if (v &&
-                (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "1") || !strcmp(v, "true")))
-                i++;
+            if (v && (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "1") || !strcmp(v, "true"))) i++;
             else if (v && (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false"))) {
-                fprintf(stderr,
-                        "cleave serve: %s %s: cleave always runs flash attention (its attention "
-                        "kernels are fused); leave the flag out or give on\n",
-                        a, v);
+                fprintf(stderr, "cleave serve: %s %s: cleave always runs flash attention (its attention "
+                                "kernels are fused); leave the flag out or give on\n", a, v);
                 return 1;
             }
         } else if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching")) {
         } /* always on */
         else if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching")) {
-            fprintf(
-                stderr,
-                "cleave serve: %s: cleave always batches requests continuously (its step loop); "
-                "-np 1 serves one at a time\n",
-                a);
+            fprintf(stderr, "cleave serve: %s: cleave always batches requests continuously (its step loop); "
+                            "-np 1 serves one at a time\n", a);
             return 1;
         } else if (!strcmp(a, "--embedding") || !strcmp(a, "--embeddings")) {
-            fprintf(
-                stderr,
-                "cleave serve: %s: cleave does not compute embeddings (the engine keeps no pooled "
-                "hidden state, only the next token's logits)\n",
-                a);
+            fprintf(stderr, "cleave serve: %s: cleave does not compute embeddings (the engine keeps no pooled "
+                            "hidden state, only the next token's logits)\n", a);
             return 1;
-        } else if (!strcmp(a, "--metrics"))
-            o.metrics = true;
-        else if (!strcmp(a, "--slots"))
-            o.slots = true;
-        else if (!strcmp(a, "--no-slots"))
-            o.slots = false;
+        } else if (!strcmp(a, "--metrics")) o.metrics = true;
+        else if (!strcmp(a, "--slots")) o.slots = true;
+        else if (!strcmp(a, "--no-slots")) o.slots = false;
         else if (!strcmp(a, "--host") && v) o.host = v, i++;
         else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &port)) return 2; i++; }
         else if (!strcmp(a, "--port-file") && v) port_file = v, i++;
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, 256, &np)) return 2; i++; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (!cli_int(a, v, -1, 1 << 30, &n_predict)) return 2; i++;
-        } else if (!strcmp(a, "--queue")) {
-            if (!cli_int(a, v, 1, 1 << 16, &queue)) return 2;
-            i++;
-        } else if (!strcmp(a, "--api-key") && v)
-            o.api_key = v, i++;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (!cli_int(a, v, -1, 1 << 30, &n_predict)) return 2; i++; }
+        else if (!strcmp(a, "--queue")) { if (!cli_int(a, v, 1, 1 << 16, &queue)) return 2; i++; }
+        else if (!strcmp(a, "--api-key") && v) o.api_key = v, i++;
         else if (!strcmp(a, "--api-key-file") && v) key_file = v, i++;
         else if (!strcmp(a, "--cors") && v) o.cors = v, i++;
-        else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &max_conn)) return 2; i++;
-        } else if (!strcmp(a, "--http-threads") || !strcmp(a, "--threads-http")) {
-            if (!cli_int(a, v, 1, 256, &http_threads)) return 2;
-            i++;
-        } else if (!strcmp(a, "--max-connections-per-client")) {
-            if (!cli_int(a, v, 1, 1 << 16, &per_client)) return 2;
-            i++;
-        } else if (!strcmp(a, "--timeout-read") || !strcmp(a, "--timeout")) {
+        else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &max_conn)) return 2; i++; }
+        else if (!strcmp(a, "--http-threads") || !strcmp(a, "--threads-http")) { if (!cli_int(a, v, 1, 256, &http_threads)) return 2; i++; }
+        else if (!strcmp(a, "--max-connections-per-client")) { if (!cli_int(a, v, 1, 1 << 16, &per_client)) return 2; i++; }
+        else if (!strcmp(a, "--timeout-read") || !strcmp(a, "--timeout")) {
             char *end = NULL;
             read_timeout = v ? strtod(v, &end) : -1;
             if (!v || end == v || *end || !(read_timeout >= 0) || read_timeout > 86400) {
-                fprintf(stderr,
-                        "cleave serve: %s needs seconds in 0..86400 (0: no bound), got '%s'\n", a,
+                fprintf(stderr, "cleave serve: %s needs seconds in 0..86400 (0: no bound), got '%s'\n", a,
                         v ? v : "");
                 return 2;
             }
             i++;
-        } else if (!strcmp(a, "--bos"))
-            o.bos = CLEAVE_BOS_ALWAYS;
+        }
+        else if (!strcmp(a, "--bos")) o.bos = CLEAVE_BOS_ALWAYS;
         else if (!strcmp(a, "--no-bos")) o.bos = CLEAVE_BOS_NEVER;
         else if (!strcmp(a, "--chat-template") && v) o.defaults.chat_template = v, i++;
         else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1024, &max_body)) return 2; i++; }
@@ -216,10 +187,8 @@ int cmd_serve(int argc, char **argv) {
     /* vLLM's --max-model-len is a slot's context; -c is all slots' */
     if (max_model_len) {
         if (n_ctx && n_ctx != max_model_len * np) {
-            fprintf(stderr,
-                    "cleave serve: -c %lld and --max-model-len %lld with -np %lld disagree (-c is "
-                    "--max-model-len times -np); give one of them\n",
-                    n_ctx, max_model_len, np);
+            fprintf(stderr, "cleave serve: -c %lld and --max-model-len %lld with -np %lld disagree (-c is "
+                            "--max-model-len times -np); give one of them\n", n_ctx, max_model_len, np);
             return 2;
         }
         n_ctx = max_model_len * np;
