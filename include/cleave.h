@@ -228,6 +228,11 @@ typedef struct cleave_switch_report {
     double seconds_prepare, seconds_alloc, seconds_copy, seconds_free;
 } cleave_switch_report;
 cleave_status cleave_context_switch_report(const cleave_context *ctx, cleave_switch_report *out);
+/* Bytes a tiered KV cache (kv_vram_cells) has copied from its host part
+ * into device staging since the context was made, on all devices and
+ * across split-mode switches: what the host tier cost in transfers. 0 for
+ * an untiered cache. Read it from the thread that decodes. */
+cleave_status cleave_context_kv_staged(const cleave_context *ctx, uint64_t *bytes);
 /* Prefill under one split mode and generation under another: what pays.
  * cleave_psm_calibrate measures, on a context of two or more devices, the
  * prefill rate of prompts of pp[i] tokens and the generation rate at

@@ -59,3 +59,14 @@ if ! python3 -c 'import numpy, gguf' >/dev/null 2>&1; then
          "pip3 install --break-system-packages gguf); the quantization tests will fail" >&2
   fi
 fi
+# The openai Python client: tests/cli_serve_openai.sh drives cleave serve
+# with it, as its users do (without it that test fails and says so).
+if ! python3 -c 'import openai' >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v pip3 >/dev/null 2>&1; then
+    pip3 install -q --break-system-packages openai ||
+      echo "cleave: could not install the openai package; the server's client test will fail" >&2
+  else
+    echo "cleave: python3's openai package missing (pip3 install --break-system-packages openai);" \
+         "the server's client test will fail" >&2
+  fi
+fi

@@ -3,7 +3,11 @@
 # from --port-file; answers over HTTP (Python's http.client), the key
 # required but not on /health, a foreign Host refused, a prompt's BOS as
 # the vocabulary says (the answer equals `cleave run`'s greedy text), and
-# SIGINT ends it cleanly.
+# SIGINT ends it cleanly. The flags vLLM and llama-server users type: the
+# model as the first argument, -a twice, --served-model-name, --max-model-len
+# (a slot's cells), -fa on and -cb taken, -fa off, -nocb and --embedding
+# refused, --help exits 0, an unknown flag ends with its error as the last
+# line and exit 1.
 set -u
 cli=$1 shared=$2 tmp=$3
 mkdir -p "$tmp"
@@ -14,15 +18,37 @@ command -v python3 >/dev/null || { echo "skipped: no python3"; exit 77; }
 "$cli" convert --from llama2c "$models/stories260K.bin" "$models/tok512.bin" -o "$tmp/stories.gguf" \
   >/dev/null 2>&1 || { echo "FAIL: convert"; exit 1; }
 m=$tmp/stories.gguf
+fail=0
+"$cli" serve --help >"$tmp/help.out" 2>&1 || { echo "FAIL: --help exits $?"; fail=1; }
+grep -q -- "--served-model-name" "$tmp/help.out" || { echo "FAIL: --help lacks --served-model-name"; fail=1; }
+"$cli" serve "$m" --no-such-flag 2>"$tmp/bad.err"
+rc=$?
+last=$(tail -n 1 "$tmp/bad.err")
+if [ $rc -ne 1 ] || [ "$(wc -l <"$tmp/bad.err")" -gt 4 ] || [[ "$last" != *"unknown or incomplete option '--no-such-flag'"* ]]; then
+  echo "FAIL: an unknown flag: exit $rc, last line '$last'"; cat "$tmp/bad.err"; fail=1
+fi
+for refused in "-fa off" "--flash-attn off" "-nocb" "--embedding" "--embeddings"; do
+  # shellcheck disable=SC2086
+  "$cli" serve "$m" $refused --port 0 2>"$tmp/refused.err"
+  rc=$?
+  flag=${refused%% *}
+  if [ $rc -eq 0 ] || ! grep -q -- "$flag" "$tmp/refused.err"; then
+    echo "FAIL: '$refused' not refused naming it: exit $rc"; cat "$tmp/refused.err"; fail=1
+  fi
+done
+"$cli" serve "$m" -c 1024 --max-model-len 256 -np 2 --port 0 2>"$tmp/disagree.err"
+if [ $? -eq 0 ] || ! grep -q "disagree" "$tmp/disagree.err"; then
+  echo "FAIL: -c and --max-model-len that disagree"; cat "$tmp/disagree.err"; fail=1
+fi
 ref=$("$cli" run -m "$m" -p "Once upon a time" -n 12 --temp 0 -t 1 2>/dev/null)
 printf 'sesame\nnot this line\n' >"$tmp/key"
 rm -f "$tmp/port"
-"$cli" serve -m "$m" --port 0 --port-file "$tmp/port" --api-key-file "$tmp/key" -t 1 -c 512 --quiet \
-  2>"$tmp/serve.err" &
+# the model first (vLLM's way); --max-model-len 256 with -np 2 is -c 512
+"$cli" serve "$m" --port 0 --port-file "$tmp/port" --api-key-file "$tmp/key" -t 1 --max-model-len 256 -np 2 \
+  -a main -a second -fa on -cb --threads-http 2 --timeout 20 --metrics --slots --quiet 2>"$tmp/serve.err" &
 pid=$!
 for _ in $(seq 1 1200); do [ -s "$tmp/port" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 if [ ! -s "$tmp/port" ]; then echo "FAIL: the server did not start"; cat "$tmp/serve.err"; kill $pid 2>/dev/null; exit 1; fi
-fail=0
 REF="$ref" python3 - "$(cat "$tmp/port")" <<'PY' || fail=1
 import http.client, json, os, sys
 port = int(sys.argv[1])
@@ -45,6 +71,23 @@ if s != 200 or "Once upon a time" + text != os.environ["REF"]:
     bad.append("the answer: %d %r against run's %r" % (s, text, os.environ["REF"]))
 s, b = req("GET", "/health", headers={"Host": "evil.example"})
 if s != 403 or "forbidden_host" not in b: bad.append("a foreign Host: %d %s" % (s, b))
+s, b = req("GET", "/v1/models", headers=key)
+ids = [m["id"] for m in json.loads(b)["data"]] if s == 200 else None
+if ids != ["main", "second"]: bad.append("-a twice: /v1/models %d %s" % (s, b))
+s, b = req("POST", "/v1/completions", {"model": "second", "prompt": "Once", "max_tokens": 2}, key)
+if s != 200: bad.append("the second alias: %d %s" % (s, b))
+s, b = req("POST", "/v1/completions", {"model": "stories.gguf", "prompt": "Once", "max_tokens": 2}, key)
+if s != 200: bad.append("the file's name as the model: %d %s" % (s, b))
+s, b = req("POST", "/v1/completions", {"model": "other", "prompt": "Once", "max_tokens": 2}, key)
+if s != 404 or "model_not_found" not in b: bad.append("an unknown model: %d %s" % (s, b))
+s, b = req("GET", "/props", headers=key)
+p = json.loads(b) if s == 200 else {}
+if p.get("total_slots") != 2 or p.get("default_generation_settings", {}).get("n_ctx") != 256:
+    bad.append("--max-model-len 256 -np 2: /props %d %s" % (s, b))
+s, b = req("GET", "/metrics", headers=key)
+if s != 200 or "cleave:requests_total" not in b: bad.append("--metrics: %d" % s)
+s, b = req("GET", "/slots", headers=key)
+if s != 200 or len(json.loads(b)) != 2: bad.append("--slots: %d %s" % (s, b))
 for b in bad: print("FAIL:", b)
 sys.exit(1 if bad else 0)
 PY
@@ -56,5 +99,27 @@ rc=$?
 if [ $rc -ne 0 ] || ! grep -q "interrupted: stopping" "$tmp/serve.err"; then
   echo "FAIL: the server's exit: $rc"; cat "$tmp/serve.err"; fail=1
 fi
+# vLLM's --served-model-name takes several names at once; -m as llama-server has it
+rm -f "$tmp/port"
+"$cli" serve -m "$m" --served-model-name alpha beta --port 0 --port-file "$tmp/port" -t 1 -c 256 --quiet \
+  2>"$tmp/serve2.err" &
+pid=$!
+for _ in $(seq 1 1200); do [ -s "$tmp/port" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if [ ! -s "$tmp/port" ]; then
+  echo "FAIL: the second server did not start"; cat "$tmp/serve2.err"; fail=1
+else
+  python3 - "$(cat "$tmp/port")" <<'PY' || fail=1
+import http.client, json, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=120)
+c.request("GET", "/v1/models")
+r = c.getresponse()
+ids = [m["id"] for m in json.loads(r.read())["data"]]
+if ids != ["alpha", "beta"]:
+    print("FAIL: --served-model-name alpha beta: %s" % ids)
+    sys.exit(1)
+PY
+fi
+kill -INT $pid 2>/dev/null
+wait $pid
 [ $fail -eq 0 ] && echo "cli_serve: all checks passed"
 exit $fail

@@ -127,8 +127,13 @@ static void save_params(struct cleave_context *c, const cleave_context_params *p
 }
 
 placement_env engine_env(struct cleave_context *c, const cleave_context_params *params) {
-    placement_env env = {.model = c->model, .devs = c->devs, .n_dev = c->n_dev, .cells = &c->cells,
-                         .comm = &c->comm, .params = params};
+    placement_env env = {.model = c->model,
+                         .devs = c->devs,
+                         .n_dev = c->n_dev,
+                         .cells = &c->cells,
+                         .comm = &c->comm,
+                         .params = params,
+                         .kv_staged = &c->kv_staged};
     return env;
 }
 
@@ -231,6 +236,13 @@ void cleave_context_set_progress(cleave_context *c, cleave_progress_fn fn, void 
     c->params.progress_user = user;
     c->pl->progress = fn;
     c->pl->progress_user = user;
+}
+
+cleave_status cleave_context_kv_staged(const cleave_context *c, uint64_t *bytes) {
+    if (!c || !bytes)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "kv staged: a context and a place for the count");
+    *bytes = c->kv_staged;
+    return CLEAVE_OK;
 }
 
 const char *cleave_context_device(const cleave_context *c) { return c ? c->pl->name : ""; }

@@ -36,6 +36,7 @@ struct cleave_context {
     size_t budgets[CLEAVE_MAX_DEVICES];
     bool has_shares, has_budgets;
     cleave_switch_report last_switch; /* what the last switch moved */
+    uint64_t kv_staged; /* bytes a tiered cache copied from its host part into staging */
 };
 
 /* The parameters c was made with (pointers into c). */

@@ -254,6 +254,7 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
         if (pl->devs[d].active && (st = alloc_scratch(pl, (int)d))) goto fail;
     load_mark(&lt, "scratch");
     if ((st = init_kv(pl, pl->plan.n_ctx, p->kv_type, p->kv_type_v, piecewise))) goto fail;
+    pl->store.staged_total = env->kv_staged;
     load_mark(&lt, "KV cache");
     size_t floats = (size_t)n_batch * model->hp.n_embd;
     if (n_active > 1 && !tensor) {

@@ -166,6 +166,7 @@ typedef struct placement_env {
     struct comm **comm;
     const cleave_context_params *params; /* resolved: n_ctx and n_batch set */
     cleave_switch_report *moves;         /* a switch: where copies from src are counted */
+    uint64_t *kv_staged;                 /* where a tiered cache counts the bytes it stages */
 } placement_env;
 
 /* A placement of env's model on env's devices. src: another placement of

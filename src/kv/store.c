@@ -147,7 +147,10 @@ bool kv_store_reaches_tail(const kv_store *s, uint32_t cells) {
 static cleave_status stage_layer(kv_store *s, size_t d, uint32_t l, const size_t used[2]) {
     be_device *dev = s->devs[d];
     cleave_status st = be_tier_stage(dev, &s->tiers[d][2 * l], used[0]);
-    return st ? st : be_tier_stage(dev, &s->tiers[d][2 * l + 1], used[1]);
+    if (!st) st = be_tier_stage(dev, &s->tiers[d][2 * l + 1], used[1]);
+    for (int v = 0; !st && s->staged_total && v < 2; v++)
+        if (used[v] > s->tier_head[v][d]) *s->staged_total += used[v] - s->tier_head[v][d];
+    return st;
 }
 
 /* Layer l's staging started for `used` bytes, unless its slot already

@@ -41,6 +41,9 @@ typedef struct kv_store {
      * pass, or -1 */
     int64_t staged_layer[CLEAVE_MAX_DEVICES][2];
     size_t staged_bytes[CLEAVE_MAX_DEVICES][2];
+    /* where the bytes copied from the host part into staging are counted
+     * (the context's, so the count outlives a split-mode switch); NULL: not counted */
+    uint64_t *staged_total;
 } kv_store;
 
 /* On device d (when width[d] > 0) a copy of the cell table and K and V

@@ -244,8 +244,8 @@ static char *quote(const char *s) {
 
 static char *completion_body(const char *prompt, int max_tokens, const char *extra) {
     char *q = quote(prompt), *b = malloc(strlen(q) + 512 + (extra ? strlen(extra) : 0));
-    sprintf(b, "{\"model\":\"m\",\"prompt\":%s,\"max_tokens\":%d,\"temperature\":0%s%s}", q, max_tokens,
-            extra ? "," : "", extra ? extra : "");
+    sprintf(b, "{\"model\":\"stories\",\"prompt\":%s,\"max_tokens\":%d,\"temperature\":0%s%s}", q,
+            max_tokens, extra ? "," : "", extra ? extra : "");
     free(q);
     return b;
 }
@@ -465,7 +465,8 @@ typedef struct {
 
 static void *run_long_stream(void *arg) {
     stream_job *j = arg;
-    const char *b = "{\"prompt\":\"Once\",\"max_tokens\":100000,\"ignore_eos\":true,\"temperature\":1,\"stream\":true}";
+    const char *b = "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,\"temperature\":"
+                    "1,\"stream\":true}";
     j->r = http("POST", "/v1/completions", b, "Authorization: Bearer sesame\r\n");
     return NULL;
 }
@@ -504,6 +505,10 @@ static void check_slow_clients(cleave_context *ctx) {
         return;
     }
     port = serve_port(srv);
+    reply off = http("GET", "/metrics", NULL, NULL);
+    CHECK_MSG(off.status == 404 && off.body && strstr(off.body, "--metrics"), "/metrics off: %d",
+              off.status);
+    free(off.body);
     enum { SLOW = 300 };
     int fds[SLOW], open_fds = 0;
     for (int i = 0; i < SLOW; i++) {
@@ -730,8 +735,423 @@ static void check_choices(void) {
     free(sr.body);
 }
 
+/* ---- the HTTP surface llama-server's and vLLM's clients expect ----------- */
+
+/* The allow-list on its own: fields cleave does not implement refused by
+ * name, those it does or that change nothing pass (null counts as absent). */
+static void check_fields(void) {
+    serve_defaults d = {16, -1, "chatml", 512};
+    static const char *const refused[] = {
+        "\"grammar\":\"root ::= x\"",
+        "\"json_schema\":{}",
+        "\"mirostat\":2",
+        "\"mirostat_tau\":5",
+        "\"mirostat_eta\":0.1",
+        "\"typical_p\":0.5",
+        "\"dry_multiplier\":0.8",
+        "\"dry_base\":1.75",
+        "\"xtc_probability\":0.5",
+        "\"xtc_threshold\":0.1",
+        "\"samplers\":[\"top_k\"]",
+        "\"cache_prompt\":false",
+        "\"tfs_z\":0.9",
+        "\"n_keep\":4",
+        "\"id_slot\":0",
+        "\"suffix\":\"end\"",
+        "\"penalty_last_n\":32",
+        "\"dynatemp_range\":0.5",
+        "\"logit_bias\":{\"5\":-100}",
+        "\"made_up_field\":1",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char body[256], name[64] = "";
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",%s}", refused[i]);
+        sscanf(refused[i], "\"%63[^\"]\"", name);
+        serve_params p;
+        char err[256] = "";
+        const char *param = NULL;
+        int st = serve_parse(body, strlen(body), false, &d, &p, err, sizeof err, &param);
+        CHECK_MSG(st == 400 && param && !strcmp(param, name) && strstr(err, name), "%s: %d %s (%s)",
+                  refused[i], st, param ? param : "null", err);
+        if (!st) serve_params_free(&p);
+    }
+    static const struct {
+        const char *body;
+        bool chat;
+        const char *param;
+    } refused_by_route[] = {
+        {"{\"prompt\":\"x\",\"messages\":[]}", false, "messages"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prompt\":\"x\"}", true, "prompt"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", true, "echo"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]"
+         "}",
+         true, "tools"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+         true, "tool_choice"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+         "\"json_object\"}}",
+         true, "response_format"},
+    };
+    for (size_t i = 0; i < sizeof refused_by_route / sizeof *refused_by_route; i++) {
+        serve_params p;
+        char err[256] = "";
+        const char *param = NULL;
+        const char *b = refused_by_route[i].body;
+        int st =
+            serve_parse(b, strlen(b), refused_by_route[i].chat, &d, &p, err, sizeof err, &param);
+        CHECK_MSG(st == 400 && param && !strcmp(param, refused_by_route[i].param), "%s: %d %s", b,
+                  st, param ? param : "null");
+        if (!st) serve_params_free(&p);
+    }
+    static const struct {
+        const char *body;
+        bool chat;
+    } passing[] = {
+        {"{\"prompt\":\"x\",\"model\":\"m\",\"user\":\"u\",\"metadata\":{\"a\":\"b\"},\"store\":"
+         "false,"
+         "\"service_tier\":\"auto\",\"stream_options\":{\"include_usage\":true},\"n\":1,"
+         "\"logprobs\":null,"
+         "\"top_logprobs\":0,\"n_probs\":0,\"echo\":false,\"cache_prompt\":true,\"best_of\":1,\"logit_bias\":{},"
+         "\"grammar\":null,"
+         "\"suffix\":null,\"top_k\":40,\"min_p\":0.05,\"repeat_penalty\":1.1,\"ignore_eos\":false}",
+         false},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":4,"
+         "\"tools\":[],"
+         "\"tool_choice\":\"none\",\"parallel_tool_calls\":true,\"response_format\":{\"type\":"
+         "\"text\"},"
+         "\"logprobs\":false,\"user\":\"u\"}",
+         true},
+    };
+    for (size_t i = 0; i < sizeof passing / sizeof *passing; i++) {
+        serve_params p;
+        char err[256] = "";
+        const char *param = NULL;
+        int st = serve_parse(passing[i].body, strlen(passing[i].body), passing[i].chat, &d, &p, err,
+                             sizeof err, &param);
+        CHECK_MSG(st == 0, "allowed fields refused: %d %s (%s)", st, param ? param : "null", err);
+        if (!st) {
+            CHECK(p.max_tokens_given == passing[i].chat);
+            CHECK(!passing[i].chat ? p.model && !strcmp(p.model, "m") : !p.model);
+            serve_params_free(&p);
+        }
+    }
+    /* n > 1 and logprobs are on the list (their values are checked by serve_request.c's choices()) */
+    CHECK(serve_field_allowed("n", false) && serve_field_allowed("logprobs", true) &&
+          serve_field_allowed("top_logprobs", true) && serve_field_allowed("n_probs", false));
+    CHECK(!serve_field_allowed("messages", false) && !serve_field_allowed("prompt", true) &&
+          !serve_field_allowed("mirostat", false));
+}
+
+/* GETs path: its status and JSON (NULL if not JSON). */
+static cJSON *get_json(const char *path, int *status) {
+    reply r = http("GET", path, NULL, NULL);
+    *status = r.status;
+    cJSON *o = r.body ? cJSON_Parse(r.body) : NULL;
+    free(r.body);
+    return o;
+}
+
+/* A counter's value in /metrics's text (-1 when absent). */
+static double metric(const char *name) {
+    reply r = http("GET", "/metrics", NULL, NULL);
+    double v = -1;
+    size_t n = strlen(name);
+    for (const char *p = r.body; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, name, n) && p[n] == ' ') v = strtod(p + n + 1, NULL);
+    free(r.body);
+    return v;
+}
+
+/* The ids of text with add_special false, parse_special true, as the library gives them. */
+static size_t lib_tokens(const char *text, bool add_special, int32_t *ids, size_t cap) {
+    size_t n = 0;
+    CHECK_OK(cleave_tokenize_ex(model, text, strlen(text), add_special, true, ids, cap, &n));
+    return n;
+}
+
+static void check_tokenize(void) {
+    static const char *const texts[] = {"Once upon a time", "caf\xc3\xa9 \xf0\x9f\x98\x80 5",
+                                        "Lily\nand Tom"};
+    int status;
+    for (size_t t = 0; t < sizeof texts / sizeof *texts; t++) {
+        int32_t want[128];
+        size_t n_want = lib_tokens(texts[t], false, want, 128);
+        char *q = quote(texts[t]), body[512];
+        snprintf(body, sizeof body, "{\"content\":%s}", q);
+        cJSON *o = post("/tokenize", body, &status);
+        const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+        bool same = status == 200 && cJSON_GetArraySize(arr) == (int)n_want;
+        for (size_t i = 0; same && i < n_want; i++)
+            same = cJSON_GetArrayItem(arr, (int)i)->valuedouble == want[i];
+        CHECK_MSG(same, "/tokenize '%s': %d, %d ids, want %zu", texts[t], status,
+                  cJSON_GetArraySize(arr), n_want);
+        /* back: /detokenize gives the text */
+        serve_buf ids = {0};
+        serve_buf_add(&ids, "{\"tokens\":[", 11);
+        for (size_t i = 0; i < n_want; i++) {
+            char num[16];
+            int k = snprintf(num, sizeof num, "%s%d", i ? "," : "", want[i]);
+            serve_buf_add(&ids, num, (size_t)k);
+        }
+        serve_buf_add(&ids, "]}", 3);
+        cJSON *d = post("/detokenize", ids.p, &status);
+        const char *content = str_at(d, "content", NULL);
+        CHECK_MSG(status == 200 && content && !strcmp(content, texts[t]),
+                  "/detokenize: %d '%s', want '%s'", status, content ? content : "(none)",
+                  texts[t]);
+        free(ids.p);
+        cJSON_Delete(d);
+        cJSON_Delete(o);
+        /* with pieces: the same ids, and their bytes (a string, or byte values
+         * where a piece is not whole UTF-8) make the text, its dummy space aside */
+        snprintf(body, sizeof body, "{\"content\":%s,\"with_pieces\":true}", q);
+        o = post("/tokenize", body, &status);
+        arr = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+        serve_buf bytes = {0};
+        serve_buf_add(&bytes, "", 0);
+        same = status == 200 && cJSON_GetArraySize(arr) == (int)n_want;
+        bool any_bytes = false;
+        for (size_t i = 0; same && i < n_want; i++) {
+            const cJSON *e = cJSON_GetArrayItem(arr, (int)i),
+                        *piece = cJSON_GetObjectItemCaseSensitive(e, "piece");
+            same = num_at(e, "id", NULL) == want[i];
+            if (cJSON_IsString(piece)) {
+                serve_buf_add(&bytes, piece->valuestring, strlen(piece->valuestring));
+            } else if (cJSON_IsArray(piece)) {
+                any_bytes = true;
+                const cJSON *b;
+                cJSON_ArrayForEach(b, piece) {
+                    char c = (char)(int)b->valuedouble;
+                    same &= cJSON_IsNumber(b) && b->valuedouble >= 0 && b->valuedouble < 256;
+                    serve_buf_add(&bytes, &c, 1);
+                }
+            } else {
+                same = false;
+            }
+        }
+        const char *text =
+            bytes.p && bytes.p[0] == ' ' && texts[t][0] != ' ' ? bytes.p + 1 : bytes.p;
+        CHECK_MSG(same && text && !strcmp(text, texts[t]), "/tokenize with_pieces '%s': '%s'",
+                  texts[t], text ? text : "(none)");
+        if (t == 1) /* stories' 512 pieces have no emoji: its bytes are byte tokens, each a part of
+                       a character */
+            CHECK_MSG(any_bytes, "no piece sent as bytes for '%s'", texts[t]);
+        free(bytes.p);
+        free(q);
+        cJSON_Delete(o);
+    }
+    /* add_special: BOS first where the vocabulary adds it */
+    int32_t with_bos[64];
+    size_t n_bos = lib_tokens("Once", true, with_bos, 64);
+    cJSON *o = post("/tokenize", "{\"content\":\"Once\",\"add_special\":true}", &status);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(arr) == (int)n_bos &&
+                  cJSON_GetArrayItem(arr, 0)->valuedouble == with_bos[0],
+              "add_special: %d ids, want %zu", cJSON_GetArraySize(arr), n_bos);
+    cJSON_Delete(o);
+    check_error("tokenize without content", "/tokenize", "{\"text\":\"x\"}", 400, "content", NULL);
+    check_error("tokenize, with_pieces a string", "/tokenize",
+                "{\"content\":\"x\",\"with_pieces\":\"yes\"}", 400, "with_pieces", NULL);
+    check_error("detokenize, an id past the vocabulary", "/detokenize", "{\"tokens\":[1,999999]}",
+                400, "tokens", NULL);
+    check_error("detokenize, a negative id", "/detokenize", "{\"tokens\":[-1]}", 400, "tokens",
+                NULL);
+    check_error("detokenize, a fraction", "/detokenize", "{\"tokens\":[1.5]}", 400, "tokens", NULL);
+    check_error("detokenize, a string", "/detokenize", "{\"tokens\":[\"a\"]}", 400, "tokens", NULL);
+    check_error("detokenize without tokens", "/detokenize", "{}", 400, "tokens", NULL);
+    reply g = http("GET", "/tokenize", NULL, NULL);
+    CHECK(g.status == 405);
+    free(g.body);
+}
+
+/* The main server: ids, models.retrieve, refused fields, the context's
+ * bound, /props, /slots, /metrics, /apply-template, embeddings. */
+static void check_surface(const char *model_path, const char *chat_text) {
+    int status;
+    /* ids: every alias listed; each, the file's path and basename answer */
+    cJSON *o = get_json("/v1/models", &status);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
+    CHECK_MSG(status == 200 && cJSON_GetArraySize(data) == 2 &&
+                  str_at(cJSON_GetArrayItem(data, 0), "id", NULL) &&
+                  !strcmp(str_at(cJSON_GetArrayItem(data, 0), "id", NULL), "stories") &&
+                  str_at(cJSON_GetArrayItem(data, 1), "id", NULL) &&
+                  !strcmp(str_at(cJSON_GetArrayItem(data, 1), "id", NULL), "second-name"),
+              "/v1/models: %d, %d ids", status, cJSON_GetArraySize(data));
+    cJSON_Delete(o);
+    o = get_json("/v1/models/second-name", &status);
+    CHECK_MSG(status == 200 && str_at(o, "id", NULL) &&
+                  !strcmp(str_at(o, "id", NULL), "second-name") && str_at(o, "object", NULL) &&
+                  !strcmp(str_at(o, "object", NULL), "model"),
+              "models.retrieve: %d", status);
+    cJSON_Delete(o);
+    o = get_json("/v1/models/nothing-here", &status);
+    CHECK_MSG(status == 404 && str_at(o, "error", "code") &&
+                  !strcmp(str_at(o, "error", "code"), "model_not_found"),
+              "models.retrieve of an unknown id: %d", status);
+    cJSON_Delete(o);
+    const char *base = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
+    const char *names[] = {"stories", "second-name", model_path, base};
+    for (size_t i = 0; i < 4; i++) {
+        char *q = quote(names[i]), body[1024];
+        snprintf(body, sizeof body, "{\"model\":%s,\"prompt\":\"Once\",\"max_tokens\":2}", q);
+        cJSON *r = post("/v1/completions", body, &status);
+        CHECK_MSG(status == 200 && answer(r), "model '%s': %d", names[i], status);
+        cJSON_Delete(r);
+        free(q);
+    }
+    check_error("an unknown model", "/v1/completions", "{\"model\":\"gpt-4\",\"prompt\":\"Once\"}",
+                404, "model", "model_not_found");
+    check_error("an unknown model, chat", "/v1/chat/completions",
+                "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", 404,
+                "model", "model_not_found");
+    /* fields cleave does not implement, over HTTP */
+    check_error("mirostat", "/v1/completions", "{\"prompt\":\"Once\",\"mirostat\":2}", 400,
+                "mirostat", NULL);
+    check_error("grammar, chat", "/v1/chat/completions",
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root ::= x\"}",
+                400, "grammar", NULL);
+    cJSON *r = post(
+        "/v1/chat/completions",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2,\"user\":\"u\","
+        "\"store\":false,\"parallel_tool_calls\":false,\"stream_options\":null}",
+        &status);
+    CHECK_MSG(status == 200 && answer(r), "allowed fields over HTTP: %d", status);
+    cJSON_Delete(r);
+
+    /* the slot's bound: an explicit max_tokens past it is refused with the
+     * numbers; without one the answer runs to the slot's end */
+    int32_t ids[SLOT_CELLS];
+    size_t n_p = lib_tokens(prompts[1], true, ids, SLOT_CELLS);
+    char *b = completion_body(prompts[1], SLOT_CELLS, NULL);
+    r = post("/v1/completions", b, &status);
+    char want[160];
+    snprintf(want, sizeof want,
+             "maximum context length is %d tokens. However, you requested %zu tokens (%zu in",
+             SLOT_CELLS, n_p + SLOT_CELLS, n_p);
+    const char *msg = str_at(r, "error", "message");
+    CHECK_MSG(status == 400 && str_at(r, "error", "code") &&
+                  !strcmp(str_at(r, "error", "code"), "context_length_exceeded") && msg &&
+                  strstr(msg, want),
+              "max_tokens past the slot: %d %s", status, msg ? msg : "(none)");
+    cJSON_Delete(r);
+    free(b);
+    b = completion_body(prompts[1], SLOT_CELLS - (int)n_p, NULL); /* just fits */
+    r = post("/v1/completions", b, &status);
+    CHECK_MSG(status == 200, "max_tokens that just fits: %d", status);
+    cJSON_Delete(r);
+    free(b);
+    /* a prompt that leaves 8 cells: the default 16 of /v1/completions is not
+     * the client's, so the answer runs to the slot's end */
+    char long_prompt[2048] = "";
+    for (int i = 0; i < SLOT_CELLS - 8; i++)
+        strcat(long_prompt, i ? ",7" : "1");
+    char lb[2200];
+    snprintf(lb, sizeof lb, "{\"prompt\":[%s],\"ignore_eos\":true,\"temperature\":0}", long_prompt);
+    r = post("/v1/completions", lb, &status);
+    CHECK_MSG(status == 200 && num_at(r, "usage", "completion_tokens") == 9 &&
+                  str_at(choice(r), "finish_reason", NULL) &&
+                  !strcmp(str_at(choice(r), "finish_reason", NULL), "length"),
+              "without max_tokens, to the slot's end: %d, %g tokens", status,
+              num_at(r, "usage", "completion_tokens"));
+    cJSON_Delete(r);
+    snprintf(lb, sizeof lb, "{\"prompt\":[%s],\"max_tokens\":16}", long_prompt);
+    check_error("the same with max_tokens 16", "/v1/completions", lb, 400, "max_tokens",
+                "context_length_exceeded");
+
+    /* /props */
+    o = get_json("/props", &status);
+    CHECK_MSG(
+        status == 200 && num_at(o, "total_slots", NULL) == SLOTS &&
+            num_at(o, "default_generation_settings", "n_ctx") == SLOT_CELLS &&
+            str_at(o, "chat_template", NULL) &&
+            !strcmp(str_at(o, "chat_template", NULL), "chatml") && str_at(o, "model_alias", NULL) &&
+            !strcmp(str_at(o, "model_alias", NULL), "stories") && str_at(o, "model_path", NULL) &&
+            !strcmp(str_at(o, "model_path", NULL), model_path) && str_at(o, "build_info", NULL) &&
+            !strncmp(str_at(o, "build_info", NULL), "cleave", 6) &&
+            cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "modalities")),
+        "/props: %d", status);
+    cJSON_Delete(o);
+
+    /* /apply-template: the chat path's text */
+    o = post("/apply-template",
+             "{\"messages\":[{\"role\":\"system\",\"content\":\"Be "
+             "brief.\"},{\"role\":\"user\",\"content\":"
+             "\"Tell a story.\"}]}",
+             &status);
+    CHECK_MSG(status == 200 && str_at(o, "prompt", NULL) &&
+                  !strcmp(str_at(o, "prompt", NULL), chat_text),
+              "/apply-template: %d '%s'", status,
+              str_at(o, "prompt", NULL) ? str_at(o, "prompt", NULL) : "(none)");
+    cJSON_Delete(o);
+    check_error("apply-template, a bad role", "/apply-template",
+                "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", 400, "messages", NULL);
+
+    /* embeddings: not computed, said so */
+    check_error("embeddings", "/v1/embeddings", "{\"input\":\"x\",\"model\":\"stories\"}", 404,
+                NULL, "embeddings_not_supported");
+    reply e = http("POST", "/v1/embeddings", "{\"input\":\"x\"}", NULL);
+    CHECK(e.body && strstr(e.body, "does not compute embeddings"));
+    free(e.body);
+    reply nr = http("GET", "/v2/nothing", NULL, NULL);
+    CHECK_MSG(nr.status == 404 && nr.body && strstr(nr.body, "/tokenize") &&
+                  strstr(nr.body, "/metrics") && strstr(nr.body, "/apply-template") &&
+                  strstr(nr.body, "/props"),
+              "no route lists the routes: %s", nr.body ? nr.body : "");
+    free(nr.body);
+
+    /* /slots: each slot; a finished request's tokens stay cached */
+    o = get_json("/slots", &status);
+    double cached = 0;
+    bool shape = status == 200 && cJSON_GetArraySize(o) == SLOTS;
+    for (int i = 0; shape && i < SLOTS; i++) {
+        const cJSON *sl = cJSON_GetArrayItem(o, i);
+        shape = num_at(sl, "id", NULL) == i && num_at(sl, "n_ctx", NULL) == SLOT_CELLS &&
+                str_at(sl, "state", NULL) && !strcmp(str_at(sl, "state", NULL), "idle") &&
+                num_at(sl, "id_task", NULL) == -1;
+        cached += num_at(sl, "n_cached", NULL);
+    }
+    CHECK_MSG(shape && cached > 0, "/slots: %d, %g cached", status, cached);
+    cJSON_Delete(o);
+
+    /* /metrics: the counters move with requests */
+    char *raw = http_raw("GET", "/metrics", NULL, NULL);
+    CHECK_MSG(raw && strstr(raw, " 200 ") && strstr(raw, "text/plain; version=0.0.4") &&
+                  strstr(raw, "# TYPE cleave:requests_total counter") &&
+                  strstr(raw, "# TYPE cleave:slots_busy gauge"),
+              "/metrics: %.200s", raw ? raw : "(none)");
+    free(raw);
+    double length0 = metric("cleave:requests_total{finish=\"length\"}"),
+           gen0 = metric("cleave:generation_tokens_total"),
+           prompt0 = metric("cleave:prompt_tokens_total"),
+           refused0 = metric("cleave:requests_refused_total{status=\"4xx\"}"),
+           steps0 = metric("cleave:steps_total");
+    CHECK_MSG(length0 >= 1 && gen0 >= 1 && prompt0 >= 1 && refused0 >= 1 && steps0 >= 1,
+              "/metrics after requests: %g %g %g %g %g", length0, gen0, prompt0, refused0, steps0);
+    b = completion_body("Lily and Tom went", 3, "\"ignore_eos\":true");
+    r = post("/v1/completions", b, &status);
+    CHECK(status == 200 && num_at(r, "usage", "completion_tokens") == 3);
+    double prompt_n = num_at(r, "usage", "prompt_tokens");
+    cJSON_Delete(r);
+    free(b);
+    check_error("refused, counted", "/v1/completions", "{\"prompt\":\"x\",\"mirostat\":1}", 400,
+                "mirostat", NULL);
+    CHECK(metric("cleave:requests_total{finish=\"length\"}") == length0 + 1);
+    CHECK(metric("cleave:generation_tokens_total") == gen0 + 3);
+    CHECK(metric("cleave:prompt_tokens_total") == prompt0 + prompt_n);
+    CHECK(metric("cleave:requests_refused_total{status=\"4xx\"}") == refused0 + 1);
+    CHECK(metric("cleave:steps_total") > steps0);
+    CHECK(metric("cleave:decode_tokens_total") >= 2 &&
+          metric("cleave:prefill_tokens_total") >= prompt_n);
+    CHECK(metric("cleave:slots_busy") == 0 && metric("cleave:requests_queued") == 0 &&
+          metric("cleave:slots") == SLOTS);
+    CHECK(metric("cleave:kv_cells_used") > 0 && metric("cleave:kv_cells") == SLOTS * SLOT_CELLS);
+    CHECK(metric("cleave:split_mode_switches_total") == 0 &&
+          metric("cleave:kv_staged_bytes_total") == 0);
+}
+
 int main(void) {
     check_text_release();
+    check_fields();
     check_parse_oom();
     fuzz_parse();
     const char *path = tu_stories_model();
@@ -746,7 +1166,18 @@ int main(void) {
     cp.kv_type = CLEAVE_TYPE_F32;
     cleave_context *ctx = NULL;
     CHECK_OK(cleave_context_new(model, &cp, &ctx));
-    serve_opts o = {.host = "127.0.0.1", .port = 0, .alias = "stories", .max_body = 4096, .max_connections = 64,
+    static const char *const more_ids[] = {"second-name",
+                                           "stories"}; /* the repeat is listed once */
+    serve_opts o = {.host = "127.0.0.1",
+                    .port = 0,
+                    .alias = "stories",
+                    .aliases = more_ids,
+                    .n_aliases = 2,
+                    .model_path = path,
+                    .metrics = true,
+                    .slots = true,
+                    .max_body = 4096,
+                    .max_connections = 64,
                     .defaults = {16, -1, "chatml", (uint32_t)n_vocab},
                     .sched = {.n_parallel = SLOTS, .queue_max = 64, .n_batch = 16, .quiet = true}};
     serve *srv = NULL;
@@ -876,6 +1307,9 @@ int main(void) {
     check_stream("chat, streamed", "/v1/chat/completions", cb, chat_ref, chat_eog ? "stop" : "length", true);
     free(chat_ref);
 
+    check_tokenize();
+    check_surface(path, chat_text);
+
     /* bad requests: 4xx naming the field; the server goes on */
     check_error("not JSON", "/v1/completions", "{\"prompt\":", 400, NULL, NULL);
     check_error("not an object", "/v1/completions", "[1,2]", 400, NULL, NULL);
@@ -963,7 +1397,8 @@ int main(void) {
     free(k.body);
 
     /* a client that leaves mid-stream frees its slot at once */
-    const char *long_stream = "{\"prompt\":\"Once\",\"max_tokens\":100000,\"ignore_eos\":true,\"temperature\":1,\"stream\":true}";
+    const char *long_stream = "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,"
+                              "\"temperature\":1,\"stream\":true}";
     int fd = send_request("POST", "/v1/completions", long_stream, strlen(long_stream), key);
     char first_bytes[256];
     CHECK(fd >= 0 && read(fd, first_bytes, sizeof first_bytes) > 0);
@@ -979,10 +1414,21 @@ int main(void) {
     free(ok.body);
 
     /* so does one that leaves while its whole answer is being made */
-    const char *long_whole = "{\"prompt\":\"Once\",\"max_tokens\":100000,\"ignore_eos\":true,\"temperature\":1}";
+    const char *long_whole =
+        "{\"prompt\":\"Once\",\"max_tokens\":16000,\"ignore_eos\":true,\"temperature\":1}";
     fd = send_request("POST", "/v1/completions", long_whole, strlen(long_whole), key);
     for (int i = 0; i < WAIT_POLLS && health_num("slots_idle") == 1; i++) usleep(10000);
     CHECK_MSG(health_num("slots_idle") == 0, "the long request did not start");
+    reply sr = http("GET", "/slots", NULL, key);
+    cJSON *so = sr.body ? cJSON_Parse(sr.body) : NULL;
+    const cJSON *s0 = cJSON_GetArrayItem(so, 0);
+    CHECK_MSG(sr.status == 200 && cJSON_GetArraySize(so) == 1 && str_at(s0, "state", NULL) &&
+                  !strcmp(str_at(s0, "state", NULL), "processing") &&
+                  num_at(s0, "id_task", NULL) > 0 && num_at(s0, "n_prompt_tokens", NULL) >= 1 &&
+                  num_at(s0, "n_ctx", NULL) == 16384,
+              "/slots while a request runs: %d %s", sr.status, sr.body ? sr.body : "");
+    cJSON_Delete(so);
+    free(sr.body);
     if (fd >= 0) close(fd);
     for (int i = 0; i < WAIT_POLLS && (idle = health_num("slots_idle")) != 1; i++) usleep(10000);
     CHECK_MSG(idle == 1, "the slot is still busy 2 minutes after its client left a request not streamed");
@@ -1023,6 +1469,7 @@ int main(void) {
     o.api_key = NULL;
     o.sched = (serve_sched_opts){.n_parallel = 2, .queue_max = 8, .n_batch = 16, .quiet = true, .has_psm = true,
                                  .psm = CLEAVE_SPLIT_LAYER, .mode = CLEAVE_SPLIT_TENSOR, .dwell = 0};
+    o.metrics = true, o.slots = false;
     if (!ctx || serve_start(model, ctx, &o, &srv)) {
         CHECK(!"the -psm server starts");
         return tu_finish("test_serve");
@@ -1035,10 +1482,47 @@ int main(void) {
         cJSON_Delete(r);
         free(b);
     }
+    /* the gate's switches counted, with their seconds */
+    CHECK_MSG(metric("cleave:split_mode_switches_total") >= 1 &&
+                  metric("cleave:split_mode_switch_seconds_total") > 0,
+              "switches in /metrics: %g, %g s", metric("cleave:split_mode_switches_total"),
+              metric("cleave:split_mode_switch_seconds_total"));
+    /* off unless asked for, saying how to turn it on */
+    reply off = http("GET", "/slots", NULL, NULL);
+    CHECK_MSG(off.status == 404 && off.body && strstr(off.body, "--slots"), "/slots off: %d",
+              off.status);
+    free(off.body);
     serve_stop(srv);
     CHECK_MSG(cleave_context_split_mode(ctx) == CLEAVE_SPLIT_TENSOR, "the answers ran under split %d",
               (int)cleave_context_split_mode(ctx));
     check_slow_clients(ctx);
+    cleave_context_free(ctx);
+
+    /* a tiered KV cache (16 cells in device memory): /metrics counts what
+     * the steps staged from its host part, none before a prompt reaches it */
+    cp.n_ctx = SLOT_CELLS;
+    cp.seq_regions = 1;
+    cp.devices = "cpu";
+    cp.split_mode = CLEAVE_SPLIT_NONE;
+    cp.kv_vram_cells = 16;
+    ctx = NULL;
+    CHECK_OK(cleave_context_new(model, &cp, &ctx));
+    o.metrics = true;
+    o.sched = (serve_sched_opts){.n_parallel = 1, .queue_max = 4, .n_batch = 16, .quiet = true};
+    if (!ctx || serve_start(model, ctx, &o, &srv)) {
+        CHECK(!"the tiered server starts");
+        return tu_finish("test_serve");
+    }
+    port = serve_port(srv);
+    CHECK(metric("cleave:kv_staged_bytes_total") == 0);
+    b = completion_body(prompts[1], 4, NULL);
+    r = post("/v1/completions", b, &status);
+    CHECK_MSG(status == 200 && metric("cleave:kv_staged_bytes_total") > 0,
+              "a prompt past 16 cells of a tiered cache: %d, %g bytes staged", status,
+              metric("cleave:kv_staged_bytes_total"));
+    cJSON_Delete(r);
+    free(b);
+    serve_stop(srv);
 
     for (int i = 0; i < N_PROMPTS; i++) free(refs[i]);
     cleave_context_free(ctx);

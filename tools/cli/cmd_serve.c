@@ -1,7 +1,9 @@
 /* `cleave serve`: an OpenAI-compatible HTTP server (/v1/completions,
- * /v1/chat/completions, /v1/models, /health) over one model and context,
- * placed with the same flags as run and bench. Runs until SIGINT or
- * SIGTERM, then ends open requests and exits. */
+ * /v1/chat/completions, /v1/models, /health, and llama-server's /tokenize,
+ * /detokenize, /apply-template, /props, /slots, /metrics) over one model
+ * and context, placed with the same flags as run and bench; the flags of
+ * llama-server and vLLM that mean the same are taken too. Runs until
+ * SIGINT or SIGTERM, then ends open requests and exits. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,19 +16,25 @@
 
 static void serve_usage(FILE *out) {
     fprintf(out,
-            "usage: cleave serve -m MODEL.gguf [options]\n"
+            "usage: cleave serve MODEL.gguf [options]   (or -m MODEL.gguf)\n"
             "  -m, --model PATH        GGUF model\n"
             "  --host ADDR             IPv4 address to listen on (default 127.0.0.1; 0.0.0.0: all)\n"
             "  --port N                port (default 8080; 0: any free one, see --port-file)\n"
             "  --port-file PATH        write the port listened on to PATH once listening\n"
             "  -np, --parallel N       requests processed at once (default 1); each slot holds\n"
             "                          c / N tokens of prompt and answer\n"
-            "  -c, --ctx-size N        cells of KV cache in all (default: the model's, at most 4096)\n"
+            "  -c, --ctx-size N        cells of KV cache in all, shared by the slots (default: the\n"
+            "                          model's, at most 4096)\n"
+            "  --max-model-len N       cells per slot (vLLM's): -c is then N times -np\n"
             "  -b, --batch-size N      tokens a step takes: a token of each answering request, then\n"
             "                          prompts (default 512)\n"
             "  -n, --n-predict N       the most tokens any answer may have (default: no limit)\n"
             "  --queue N               requests that may wait for a slot (default 64; more: 503)\n"
-            "  --alias NAME            the model's id in /v1/models (default: the file's name)\n"
+            "  -a, --alias NAME        an id of the model in /v1/models (default: the file's name);\n"
+            "                          may be given several times, the first is the main one\n"
+            "  --served-model-name NAME [NAME...]\n"
+            "                          the same, vLLM's way; a request's model must be one of these,\n"
+            "                          the file's path or name, or general.name (else 404)\n"
             "  --api-key KEY           require \"Authorization: Bearer KEY\" (not on /health)\n"
             "  --api-key-file F        the same with the key read from F (its first line), so it is\n"
             "                          not in the process list\n"
@@ -39,11 +47,17 @@ static void serve_usage(FILE *out) {
             "                          gpt-oss instead of the model's\n"
             "  --max-body MIB          the largest request body (default 16)\n"
             "  --max-connections N     connections open at once (default 1024)\n"
-            "  --http-threads N        threads polling the connections, event-driven (default 4)\n"
+            "  --http-threads, --threads-http N\n"
+            "                          threads polling the connections, event-driven (default 4)\n"
             "  --max-connections-per-client N\n"
             "                          of them from one address (default 512)\n"
             "  --timeout-read S        seconds a client has to send a whole request, headers and\n"
             "                          body (default 30; 0: no bound): slow senders are cut off\n"
+            "  --timeout S             llama-server's name for --timeout-read\n"
+            "  --metrics               GET /metrics: Prometheus counters and gauges (default off)\n"
+            "  --slots, --no-slots     GET /slots: each slot's state (default off)\n"
+            "  -fa, --flash-attn on|auto, -cb, --cont-batching\n"
+            "                          accepted: cleave always runs both (-fa off and -nocb are refused)\n"
             "  -psm, --prefill-split-mode M\n"
             "                          steps of prompts alone run under split mode M, steps of\n"
             "                          answers alone under -sm (the switch gate of run -np)\n"
@@ -53,10 +67,21 @@ static void serve_usage(FILE *out) {
 }
 
 #ifdef CLEAVE_WITH_SERVER
+/* An unknown or incomplete option: a short usage, then the error as the
+ * last line, exit 1. */
+static int serve_bad_option(const char *a) {
+    fprintf(stderr, "usage: cleave serve MODEL.gguf [options]\n"
+                    "       cleave serve --help   lists the options\n"
+                    "cleave serve: unknown or incomplete option '%s'\n", a);
+    return 1;
+}
+
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
 }
+
+#define SERVE_MAX_ALIASES 16
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *port_file = NULL, *key_file = NULL;
@@ -64,9 +89,11 @@ int cmd_serve(int argc, char **argv) {
     cli_context_opts cx = cli_context_default(512);
     cli_placement pl = cli_placement_default();
     serve_opts o = {.host = "127.0.0.1"};
-    long long max_conn = 1024, per_client = 512, http_threads = 4;
+    long long max_conn = 1024, per_client = 512, http_threads = 4, max_model_len = 0;
     double read_timeout = 30;
     bool has_psm = false, quiet = false;
+    const char *aliases[SERVE_MAX_ALIASES];
+    size_t n_aliases = 0;
     cleave_split_mode psm = CLEAVE_SPLIT_NONE;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -75,24 +102,60 @@ int cmd_serve(int argc, char **argv) {
             serve_usage(stdout);
             return 0;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model = v, i++;
+        else if (a[0] != '-' && !model) model = a; /* vLLM's positional model */
+        else if ((!strcmp(a, "-a") || !strcmp(a, "--alias")) && v) {
+            if (n_aliases == SERVE_MAX_ALIASES) {
+                fprintf(stderr, "cleave serve: at most %d model names\n", SERVE_MAX_ALIASES);
+                return 2;
+            }
+            aliases[n_aliases++] = v, i++;
+        } else if (!strcmp(a, "--served-model-name") && v && v[0] != '-') {
+            for (; i + 1 < argc && argv[i + 1][0] != '-'; i++) {
+                if (n_aliases == SERVE_MAX_ALIASES) {
+                    fprintf(stderr, "cleave serve: at most %d model names\n", SERVE_MAX_ALIASES);
+                    return 2;
+                }
+                aliases[n_aliases++] = argv[i + 1];
+            }
+        } else if (!strcmp(a, "--max-model-len")) { if (!cli_int(a, v, 2, 1 << 24, &max_model_len)) return 2; i++; }
+        else if (!strcmp(a, "-fa") || !strcmp(a, "--flash-attn")) {
+            /* a bare -fa (older llama.cpp) is on */
+            if (v && (!strcmp(v, "on") || !strcmp(v, "auto") || !strcmp(v, "1") || !strcmp(v, "true"))) i++;
+            else if (v && (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false"))) {
+                fprintf(stderr, "cleave serve: %s %s: cleave always runs flash attention (its attention "
+                                "kernels are fused); leave the flag out or give on\n", a, v);
+                return 1;
+            }
+        } else if (!strcmp(a, "-cb") || !strcmp(a, "--cont-batching")) {
+        } /* always on */
+        else if (!strcmp(a, "-nocb") || !strcmp(a, "--no-cont-batching")) {
+            fprintf(stderr, "cleave serve: %s: cleave always batches requests continuously (its step loop); "
+                            "-np 1 serves one at a time\n", a);
+            return 1;
+        } else if (!strcmp(a, "--embedding") || !strcmp(a, "--embeddings")) {
+            fprintf(stderr, "cleave serve: %s: cleave does not compute embeddings (the engine keeps no pooled "
+                            "hidden state, only the next token's logits)\n", a);
+            return 1;
+        } else if (!strcmp(a, "--metrics")) o.metrics = true;
+        else if (!strcmp(a, "--slots")) o.slots = true;
+        else if (!strcmp(a, "--no-slots")) o.slots = false;
         else if (!strcmp(a, "--host") && v) o.host = v, i++;
         else if (!strcmp(a, "--port")) { if (!cli_int(a, v, 0, 65535, &port)) return 2; i++; }
         else if (!strcmp(a, "--port-file") && v) port_file = v, i++;
         else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!cli_int(a, v, 1, 256, &np)) return 2; i++; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { if (!cli_int(a, v, -1, 1 << 30, &n_predict)) return 2; i++; }
         else if (!strcmp(a, "--queue")) { if (!cli_int(a, v, 1, 1 << 16, &queue)) return 2; i++; }
-        else if (!strcmp(a, "--alias") && v) o.alias = v, i++;
         else if (!strcmp(a, "--api-key") && v) o.api_key = v, i++;
         else if (!strcmp(a, "--api-key-file") && v) key_file = v, i++;
         else if (!strcmp(a, "--cors") && v) o.cors = v, i++;
         else if (!strcmp(a, "--max-connections")) { if (!cli_int(a, v, 1, 1 << 16, &max_conn)) return 2; i++; }
-        else if (!strcmp(a, "--http-threads")) { if (!cli_int(a, v, 1, 256, &http_threads)) return 2; i++; }
+        else if (!strcmp(a, "--http-threads") || !strcmp(a, "--threads-http")) { if (!cli_int(a, v, 1, 256, &http_threads)) return 2; i++; }
         else if (!strcmp(a, "--max-connections-per-client")) { if (!cli_int(a, v, 1, 1 << 16, &per_client)) return 2; i++; }
-        else if (!strcmp(a, "--timeout-read")) {
+        else if (!strcmp(a, "--timeout-read") || !strcmp(a, "--timeout")) {
             char *end = NULL;
             read_timeout = v ? strtod(v, &end) : -1;
             if (!v || end == v || *end || !(read_timeout >= 0) || read_timeout > 86400) {
-                fprintf(stderr, "cleave serve: --timeout-read needs seconds in 0..86400 (0: no bound), got '%s'\n",
+                fprintf(stderr, "cleave serve: %s needs seconds in 0..86400 (0: no bound), got '%s'\n", a,
                         v ? v : "");
                 return 2;
             }
@@ -112,15 +175,23 @@ int cmd_serve(int argc, char **argv) {
             if (r < 0) return 2;
             i++;
         } else {
-            fprintf(stderr, "cleave serve: unknown or incomplete option '%s'\n", a);
-            serve_usage(stderr);
-            return 2;
+            return serve_bad_option(a);
         }
     }
     if (!model) {
-        fprintf(stderr, "cleave serve: -m MODEL is required\n");
-        serve_usage(stderr);
-        return 2;
+        fprintf(stderr, "usage: cleave serve MODEL.gguf [options]\n"
+                        "       cleave serve --help   lists the options\n"
+                        "cleave serve: a model is required (MODEL.gguf or -m MODEL.gguf)\n");
+        return 1;
+    }
+    /* vLLM's --max-model-len is a slot's context; -c is all slots' */
+    if (max_model_len) {
+        if (n_ctx && n_ctx != max_model_len * np) {
+            fprintf(stderr, "cleave serve: -c %lld and --max-model-len %lld with -np %lld disagree (-c is "
+                            "--max-model-len times -np); give one of them\n", n_ctx, max_model_len, np);
+            return 2;
+        }
+        n_ctx = max_model_len * np;
     }
     char *key_text = NULL; /* --api-key-file's key, alive while the server runs */
     if (key_file) {
@@ -159,7 +230,10 @@ int cmd_serve(int argc, char **argv) {
     cleave_model_desc d;
     cleave_model_describe(m, &d);
     o.port = (int)port;
-    o.alias = o.alias ? o.alias : base_name(model);
+    o.alias = n_aliases ? aliases[0] : base_name(model);
+    o.aliases = n_aliases > 1 ? aliases + 1 : NULL;
+    o.n_aliases = n_aliases > 1 ? n_aliases - 1 : 0;
+    o.model_path = model;
     o.max_body = (size_t)max_body << 20;
     o.max_connections = (int)max_conn, o.max_per_client = (int)per_client, o.http_threads = (int)http_threads;
     o.read_timeout = read_timeout > 0 ? read_timeout : -1; /* 0 asked: no bound */

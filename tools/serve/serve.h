@@ -3,6 +3,9 @@
  *   serve_text.c     what of a generated text may be sent yet (stop
  *                    strings, unfinished UTF-8), pure
  *   serve_request.c  a request's JSON body -> serve_params, checked
+ *   serve_fields.c   the allow-list of a request's fields
+ *   serve_endpoints.c llama-server's side routes' answers (/tokenize,
+ *                    /detokenize, /slots, /metrics)
  *   serve_sched.c    the slots and the step loop: continuous batching of
  *                    every active request into one cleave_decode_batch
  *   serve_pool.c     the threads that sample a step's requests at once
@@ -68,6 +71,8 @@ typedef struct serve_params {
     size_t n_stop;
     bool stream, include_usage;
     bool ignore_eos; /* llama.cpp's: generate through end-of-generation tokens (benchmarks) */
+    bool max_tokens_given; /* max_tokens or max_completion_tokens was in the request */
+    char *model;           /* the request's model, or NULL */
 } serve_params;
 
 /* What a request may leave out. */
@@ -81,6 +86,11 @@ typedef struct serve_defaults {
  * parsed strings would end at); field gets the top-level key it is under
  * ("" at the top). */
 bool serve_json_nul_field(const char *body, size_t len, char *field, size_t cap);
+
+/* Whether a top-level field of a request (chat or not) may pass: one
+ * cleave implements, or one that cannot change the answer. Any other
+ * field is refused by name, so nothing asked for is silently left out. */
+bool serve_field_allowed(const char *name, bool chat);
 
 /* Parses a request body: 0, or the HTTP status of its failure (400 for
  * the request, 500 when memory ran out) with err (a sentence) and *param
@@ -186,6 +196,39 @@ void serve_req_release(serve_sched *s, serve_req *r);
 void serve_req_cancel(serve_sched *s, serve_req *r);
 /* Slots busy and requests queued now. */
 void serve_sched_load(serve_sched *s, int *busy, int *queued);
+/* What /metrics reports, read under the scheduler's lock: counters since
+ * the start and the gauges of now. A step that mixes prompts and answers
+ * shares its time between them by tokens. */
+typedef struct serve_stats {
+    long long finished_stop, finished_length, finished_error,
+        cancelled; /* requests the step loop ended */
+    long long refused_4xx,
+        refused_5xx; /* requests answered with an error before they were queued */
+    long long prompt_tokens, prompt_tokens_cached, generated_tokens;
+    long long steps;
+    double prefill_tokens, prefill_seconds, decode_tokens, decode_seconds;
+    long long split_switches; /* -psm: the gate's switches, and the seconds they took */
+    double split_switch_seconds;
+    unsigned long long kv_staged_bytes; /* a tiered KV cache's copies from host memory */
+    long long kv_cells_used;
+    int busy, queued;
+} serve_stats;
+void serve_sched_stats(serve_sched *s, serve_stats *out);
+/* A request refused before it was queued (its HTTP status). */
+void serve_sched_note_refused(serve_sched *s, int http_status);
+
+/* One slot as /slots shows it. */
+typedef struct serve_slot_info {
+    bool busy;
+    size_t n_cached;               /* tokens in the slot's cells */
+    unsigned long long request_id; /* of its request, while busy */
+    size_t n_prompt;
+    long long n_gen;
+} serve_slot_info;
+/* Fills out[0, n_parallel) (the caller's array of that many). */
+void serve_sched_slots(serve_sched *s, serve_slot_info *out);
+int serve_sched_n_parallel(const serve_sched *s);
+
 /* fn(arg), under the scheduler's lock, whenever requests have news (each
  * step, each end, the stop): how the HTTP side wakes its suspended
  * connections. */
@@ -212,12 +255,33 @@ size_t serve_reply_logprobs_upto(const serve_req *r, size_t released, bool finis
 /* usage (and llama.cpp's timings) of a response's choices r[0..n). */
 void serve_reply_usage(struct cJSON *o, serve_req *const *r, size_t n);
 
+/* ---- serve_endpoints.c: llama-server's side routes' answers ------------------ */
+
+struct cJSON;
+/* /tokenize: {"content", "add_special" (false), "parse_special" (true),
+ * "with_pieces" (false)} -> {"tokens": [id...]} or [{"id", "piece"}], a
+ * piece as a string when it is valid UTF-8, else its byte values. 0 or an
+ * HTTP status with err and *param set. */
+int serve_tokenize(const cleave_model *m, const char *body, size_t len, struct cJSON **out,
+                   char *err, size_t cap, const char **param);
+/* /detokenize: {"tokens": [id...]} -> {"content"}; an id outside the vocabulary is 400. */
+int serve_detokenize(const cleave_model *m, uint32_t n_vocab, const char *body, size_t len,
+                     struct cJSON **out, char *err, size_t cap, const char **param);
+struct cJSON *serve_slots_json(const serve_slot_info *info, int n, uint32_t cells);
+/* /metrics in Prometheus's text format (malloc'd; NULL: out of memory). */
+char *serve_metrics_text(const serve_stats *t, int n_parallel, uint32_t cells);
+
 /* ---- serve_http.c -------------------------------------------------------- */
 
 typedef struct serve_opts {
     const char *host; /* an IPv4 address to listen on */
     int port;         /* 0: any free port (serve_port says which) */
     const char *alias; /* the model's id in /v1/models */
+    const char *const *aliases; /* more ids the model answers to and /v1/models lists */
+    size_t n_aliases;
+    const char *model_path; /* the file (its path and basename are also ids), or NULL */
+    bool metrics;           /* GET /metrics (Prometheus text) answers; else 404 */
+    bool slots;             /* GET /slots answers; else 404 */
     const char *api_key; /* when set, requests need "Authorization: Bearer KEY" */
     const char *cors;    /* origins (comma-separated, or "*") that browsers may let call and read; NULL: none */
     size_t max_body;   /* bytes */

@@ -21,6 +21,8 @@
 
 #include "serve.h"
 
+#define SERVE_MAX_IDS 32
+
 struct serve {
     cleave_model *m;
     serve_opts o;
@@ -28,6 +30,10 @@ struct serve {
     struct MHD_Daemon *d;
     int port;
     char alias[256];
+    /* the ids the model answers to: the alias, then --alias / --served-model-name's others */
+    const char *ids[SERVE_MAX_IDS];
+    size_t n_ids;
+    char general_name[128]; /* general.name, also an id ("" none) */
     time_t created;
     _Atomic int in_flight; /* queued requests whose answers are not yet sent */
     bool loopback;         /* listening on 127.0.0.0/8 (serve_guard.c) */
@@ -376,6 +382,40 @@ static cleave_status tokenize(const cleave_model *m, cleave_bos bos, const char 
     return CLEAVE_ERR_INTERNAL;
 }
 
+/* An error for a request of the completion routes, counted for /metrics. */
+static enum MHD_Result refuse(struct MHD_Connection *c, serve *s, unsigned status,
+                              const char *message, const char *param, const char *code) {
+    serve_sched_note_refused(s->sched, (int)status);
+    return send_error(c, status, message, param, code);
+}
+
+static const char *base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+/* Whether a request's model names this one: an id, the file as given or
+ * its basename, or general.name. */
+static bool model_known(const serve *s, const char *name) {
+    for (size_t i = 0; i < s->n_ids; i++)
+        if (!strcmp(name, s->ids[i])) return true;
+    if (s->o.model_path &&
+        (!strcmp(name, s->o.model_path) || !strcmp(name, base_name(s->o.model_path))))
+        return true;
+    return s->general_name[0] && !strcmp(name, s->general_name);
+}
+
+static enum MHD_Result unknown_model(struct MHD_Connection *c, serve *s, const char *name,
+                                     bool count) {
+    char msg[600];
+    snprintf(msg, sizeof msg,
+             "The model `%.200s` does not exist: this server serves `%.200s` (GET /v1/models lists "
+             "its ids)",
+             name, s->alias);
+    if (count) serve_sched_note_refused(s->sched, 404);
+    return send_error(c, 404, msg, "model", "model_not_found");
+}
+
 /* Frees choices r[0..n) that were never queued. */
 static void free_unqueued(serve_req **r, size_t n) {
     for (size_t i = 0; r && i < n; i++)
@@ -385,9 +425,10 @@ static void free_unqueued(serve_req **r, size_t n) {
 
 /* The choices of a request: n for each prompt, each its own sequence; a
  * prompt's later choices copy the first's cells (serve_sched.c). 0, or
- * the HTTP status of the failure with err (and an OpenAI code) set. */
+ * the HTTP status of the failure with err (and an OpenAI code, and the
+ * field when it is not the prompt's) set. */
 static int make_choices(serve *s, serve_params *p, serve_req ***out, size_t *n_out, char *err, size_t cap,
-                        const char **code) {
+                        const char **code, const char **param) {
     size_t n = p->n_prompts * (size_t)p->n;
     serve_req **r = calloc(n, sizeof *r);
     *out = r, *n_out = n;
@@ -432,10 +473,24 @@ static int make_choices(serve *s, serve_params *p, serve_req ***out, size_t *n_o
                      cleave_token_bos(s->m) < 0 ? "the model has none" : "the vocabulary's metadata says not to");
             return 400;
         }
-        if (q->n_prompt >= cells) {
-            snprintf(err, cap, "%s has %zu tokens; a slot holds %u (prompt and answer): "
-                     "start the server with a larger -c or a smaller -np", which, q->n_prompt, cells);
+        /* an explicit max_tokens that cannot fit is refused (as vLLM does);
+         * without one the answer runs to the slot's end */
+        bool over = p->max_tokens_given && p->max_tokens > 0 && q->n_prompt + (size_t)p->max_tokens > cells;
+        if (q->n_prompt >= cells || over) {
+            if (!over)
+                snprintf(err, cap,
+                         "This model's maximum context length is %u tokens. However, %s has %zu tokens (a "
+                         "slot holds prompt and answer: start the server with a larger -c or "
+                         "--max-model-len, or a smaller -np)",
+                         cells, which, q->n_prompt);
+            else
+                snprintf(err, cap,
+                         "This model's maximum context length is %u tokens. However, you requested %lld "
+                         "tokens (%zu in %s, %lld in the completion). Please reduce the length of the "
+                         "prompt or completion.",
+                         cells, (long long)q->n_prompt + p->max_tokens, q->n_prompt, which, p->max_tokens);
             *code = "context_length_exceeded";
+            *param = q->n_prompt < cells ? "max_tokens" : NULL;
             return 400;
         }
     }
@@ -447,22 +502,28 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
     const char *param;
     serve_params p;
     int bad = serve_parse(k->body.p ? k->body.p : "", k->body.len, chat, &s->o.defaults, &p, err, sizeof err, &param);
-    if (bad) return send_error(c, (unsigned)bad, err, param, NULL);
+    if (bad) return refuse(c, s, (unsigned)bad, err, param, NULL);
+    if (p.model && !model_known(s, p.model)) {
+        enum MHD_Result ret = unknown_model(c, s, p.model, true);
+        serve_params_free(&p);
+        return ret;
+    }
     serve_req **r;
     size_t n;
-    const char *code = NULL;
-    bad = make_choices(s, &p, &r, &n, err, sizeof err, &code);
+    const char *code = NULL, *field = NULL;
+    bad = make_choices(s, &p, &r, &n, err, sizeof err, &code, &field);
     bool stream_it = p.stream;
     serve_params_free(&p);
     if (bad) {
         free_unqueued(r, n);
-        return send_error(c, (unsigned)bad, err, bad == 400 ? (chat ? "messages" : "prompt") : NULL, code);
+        return refuse(c, s, (unsigned)bad, err, field ? field : bad == 400 ? (chat ? "messages" : "prompt") : NULL,
+                      code);
     }
     for (size_t i = 0; i < n; i++) r[i]->refs = 1;
     if (!serve_sched_submit(s->sched, r, n)) {
         for (size_t i = 0; i < n; i++) serve_req_release(s->sched, r[i]);
         free(r);
-        return send_error(c, 503, "the server is busy: every slot and queue place is taken; try again", NULL, NULL);
+        return refuse(c, s, 503, "the server is busy: every slot and queue place is taken; try again", NULL, NULL);
     }
     s->in_flight++;
     k->in_flight = true;
@@ -487,22 +548,126 @@ static enum MHD_Result completion(struct MHD_Connection *c, serve *s, conn *k, b
 
 /* ---- routes -------------------------------------------------------------- */
 
-static enum MHD_Result models(struct MHD_Connection *c, serve *s) {
+static cJSON *model_object(const serve *s, const char *id) {
     cleave_model_desc d;
     cleave_model_describe(s->m, &d);
-    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
-    cJSON_AddStringToObject(m, "id", s->alias);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->created);
     cJSON_AddStringToObject(m, "owned_by", "cleave");
+    cJSON_AddNumberToObject(m, "max_model_len", serve_sched_slot_cells(s->sched));
     cJSON *meta = cJSON_AddObjectToObject(m, "meta");
     cJSON_AddStringToObject(meta, "arch", d.arch);
     cJSON_AddNumberToObject(meta, "n_vocab", d.n_vocab);
     cJSON_AddNumberToObject(meta, "n_ctx_train", d.n_ctx_train);
     cJSON_AddNumberToObject(meta, "n_params", (double)d.n_params);
     cJSON_AddNumberToObject(meta, "n_ctx_slot", serve_sched_slot_cells(s->sched));
+    return m;
+}
+
+/* GET /v1/models: every id; GET /v1/models/{id}: that one (the openai
+ * client's models.retrieve), by any name the model answers to. */
+static enum MHD_Result models(struct MHD_Connection *c, serve *s, const char *id) {
+    if (id)
+        return model_known(s, id) ? send_json(c, 200, model_object(s, id))
+                                  : unknown_model(c, s, id, false);
+    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddStringToObject(o, "object", "list");
+    for (size_t i = 0; i < s->n_ids; i++)
+        cJSON_AddItemToArray(data, model_object(s, s->ids[i]));
+    return send_json(c, 200, o);
+}
+
+/* The chat template /props shows: today the family's name cleave applies
+ * (cleave_chat_template_of's or --chat-template's), "" when none. */
+static const char *props_chat_template(const serve *s) {
+    return s->o.defaults.chat_template ? s->o.defaults.chat_template : "";
+}
+
+#ifndef CLEAVE_BUILD_COMMIT
+#define CLEAVE_BUILD_COMMIT ""
+#endif
+
+static enum MHD_Result props(struct MHD_Connection *c, serve *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model_path", s->o.model_path ? s->o.model_path : "");
+    cJSON_AddStringToObject(o, "model_alias", s->alias);
+    cJSON *ids = cJSON_AddArrayToObject(o, "model_ids");
+    for (size_t i = 0; i < s->n_ids; i++)
+        cJSON_AddItemToArray(ids, cJSON_CreateString(s->ids[i]));
+    cJSON_AddNumberToObject(o, "total_slots", serve_sched_n_parallel(s->sched));
+    cJSON *g = cJSON_AddObjectToObject(o, "default_generation_settings");
+    cJSON_AddNumberToObject(g, "n_ctx", serve_sched_slot_cells(s->sched));
+    cJSON *params = cJSON_AddObjectToObject(g, "params");
+    cJSON_AddNumberToObject(params, "n_predict", (double)s->o.defaults.max_tokens_cap);
+    cJSON_AddNumberToObject(params, "max_tokens_completion",
+                            (double)s->o.defaults.max_tokens_completion);
+    cJSON_AddStringToObject(o, "chat_template", props_chat_template(s));
+    char build[96];
+    snprintf(build, sizeof build, "cleave%s%s", CLEAVE_BUILD_COMMIT[0] ? "-" : "",
+             CLEAVE_BUILD_COMMIT);
+    cJSON_AddStringToObject(o, "build_info", build);
+    if (CLEAVE_BUILD_COMMIT[0])
+        cJSON_AddStringToObject(o, "build_commit", CLEAVE_BUILD_COMMIT);
+    else
+        cJSON_AddNullToObject(o, "build_commit");
+    cJSON *mod = cJSON_AddObjectToObject(o, "modalities");
+    cJSON_AddBoolToObject(mod, "vision", false);
+    cJSON_AddBoolToObject(mod, "audio", false);
+    return send_json(c, 200, o);
+}
+
+static enum MHD_Result slots(struct MHD_Connection *c, serve *s) {
+    if (!s->o.slots)
+        return send_error(c, 404, "/slots is off: start the server with --slots to enable it", NULL,
+                          "not_enabled");
+    int n = serve_sched_n_parallel(s->sched);
+    serve_slot_info *info = calloc((size_t)n, sizeof *info);
+    if (!info) return send_error(c, 500, "out of memory", NULL, NULL);
+    serve_sched_slots(s->sched, info);
+    cJSON *a = serve_slots_json(info, n, serve_sched_slot_cells(s->sched));
+    free(info);
+    return send_json(c, 200, a);
+}
+
+static enum MHD_Result metrics(struct MHD_Connection *c, serve *s) {
+    if (!s->o.metrics)
+        return send_error(c, 404, "/metrics is off: start the server with --metrics to enable it",
+                          NULL, "not_enabled");
+    serve_stats t;
+    serve_sched_stats(s->sched, &t);
+    char *text =
+        serve_metrics_text(&t, serve_sched_n_parallel(s->sched), serve_sched_slot_cells(s->sched));
+    if (!text) return send_error(c, 500, "out of memory", NULL, NULL);
+    return send_text(c, 200, text, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+/* /tokenize and /detokenize (serve_endpoints.c). */
+static enum MHD_Result tokens(struct MHD_Connection *c, serve *s, conn *k, bool detok) {
+    char err[512];
+    const char *param;
+    cJSON *out;
+    cleave_model_desc d;
+    cleave_model_describe(s->m, &d);
+    const char *body = k->body.p ? k->body.p : "";
+    int st =
+        detok ? serve_detokenize(s->m, d.n_vocab, body, k->body.len, &out, err, sizeof err, &param)
+              : serve_tokenize(s->m, body, k->body.len, &out, err, sizeof err, &param);
+    return st ? send_error(c, (unsigned)st, err, param, NULL) : send_json(c, 200, out);
+}
+
+/* /apply-template: a chat's messages as the prompt text the chat path makes. */
+static enum MHD_Result apply_template(struct MHD_Connection *c, serve *s, conn *k) {
+    char err[512];
+    const char *param;
+    serve_params p;
+    int bad = serve_parse(k->body.p ? k->body.p : "", k->body.len, true, &s->o.defaults, &p, err,
+                          sizeof err, &param);
+    if (bad) return send_error(c, (unsigned)bad, err, param, NULL);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", p.n_prompts && p.prompts[0].text ? p.prompts[0].text : "");
+    serve_params_free(&p);
     return send_json(c, 200, o);
 }
 
@@ -544,9 +709,38 @@ static enum MHD_Result route_allowed(struct MHD_Connection *c, serve *s, conn *k
         }
         return completion(c, s, k, chat);
     }
-    if (is(url, "/models")) return get ? models(c, s) : send_error(c, 405, "use GET", NULL, NULL);
-    char msg[300];
-    snprintf(msg, sizeof msg, "no route %s %.200s (the routes: /v1/completions, /v1/chat/completions, /v1/models, /health)",
+    if (is(url, "/models"))
+        return get ? models(c, s, NULL) : send_error(c, 405, "use GET", NULL, NULL);
+    const char *id = !strncmp(url, "/v1/models/", 11) ? url + 11
+                     : !strncmp(url, "/models/", 8)   ? url + 8
+                                                      : NULL;
+    if (id) return get ? models(c, s, id) : send_error(c, 405, "use GET", NULL, NULL);
+    if (is(url, "/embeddings") || is(url, "/embedding"))
+        return send_error(
+            c, 404,
+            "cleave does not compute embeddings: it keeps no pooled hidden state of a prompt, only "
+            "the next token's logits",
+            NULL, "embeddings_not_supported");
+    bool post_route = is(url, "/tokenize") || is(url, "/detokenize") || is(url, "/apply-template");
+    bool get_route = is(url, "/props") || is(url, "/slots") || is(url, "/metrics");
+    if (post_route || get_route) {
+        if (get_route && !get) return send_error(c, 405, "use GET", NULL, NULL);
+        if (post_route && !post) return send_error(c, 405, "use POST", NULL, NULL);
+        if (post_route && k->too_big)
+            return send_error(c, 413, "the body is too large", NULL, NULL);
+        if (is(url, "/tokenize")) return tokens(c, s, k, false);
+        if (is(url, "/detokenize")) return tokens(c, s, k, true);
+        if (is(url, "/apply-template")) return apply_template(c, s, k);
+        if (is(url, "/props")) return props(c, s);
+        if (is(url, "/slots")) return slots(c, s);
+        return metrics(c, s);
+    }
+    char msg[600];
+    snprintf(msg, sizeof msg,
+             "no route %s %.200s (the routes: POST /v1/completions, /v1/chat/completions, "
+             "/tokenize, /detokenize, "
+             "/apply-template; GET /v1/models, /v1/models/{id}, /health, /props, /slots (--slots), "
+             "/metrics (--metrics))",
              method, url);
     return send_error(c, 404, msg, NULL, NULL);
 }
@@ -628,7 +822,20 @@ int serve_start(cleave_model *m, cleave_context *ctx, const serve_opts *o, serve
     }
     s->m = m, s->o = *o, s->created = time(NULL);
     s->loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
-    snprintf(s->alias, sizeof s->alias, "%s", o->alias);
+    snprintf(s->alias, sizeof s->alias, "%s",
+             o->alias        ? o->alias
+             : o->model_path ? base_name(o->model_path)
+                             : "model");
+    s->ids[s->n_ids++] = s->alias;
+    for (size_t i = 0; i < o->n_aliases && s->n_ids < SERVE_MAX_IDS; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < s->n_ids; j++)
+            seen |= !strcmp(s->ids[j], o->aliases[i]);
+        if (!seen) s->ids[s->n_ids++] = o->aliases[i];
+    }
+    cleave_model_desc md;
+    if (!cleave_model_describe(m, &md))
+        snprintf(s->general_name, sizeof s->general_name, "%s", md.name);
     /* event-driven: a few threads poll every connection; slow clients are
      * bounded by the watch, the counts and the idle timeout */
     unsigned max_conn = o->max_connections > 0 ? (unsigned)o->max_connections : 1024;

@@ -1,9 +1,8 @@
 /* A request body as OpenAI's completions and chat completions APIs define
  * it, checked field by field: a field of the wrong type or out of range is
  * refused by name rather than ignored, and so is anything cleave cannot do
- * (logit_bias, tools, echo), so a client never gets a silently
- * different answer. Fields cleave does not know are ignored, as OpenAI's
- * clients send many. */
+ * (logit_bias, tools, echo) and any field not on the allow-list
+ * (serve_fields.c), so a client never gets a silently different answer. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -110,6 +109,8 @@ static bool choices(const cJSON *o, bool chat, serve_params *p, why *w) {
             return false;
         if (top >= 0 && !want) return fail(w, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
         if (want) p->logprobs = top >= 0 ? (int)top : 0;
+    } else if (!number(o, "top_logprobs", 0, 0, true, &top, w)) {
+        return fail(w, "top_logprobs", "'top_logprobs' is the chat's: completions take 'logprobs': N");
     } else if (f && !cJSON_IsNull(f)) {
         /* OpenAI's completions take an integer; false is "none" as some clients send */
         if (cJSON_IsFalse(f)) top = -1;
@@ -126,6 +127,36 @@ static bool unsupported(const cJSON *o, why *w) {
     const cJSON *f;
     if ((f = cJSON_GetObjectItemCaseSensitive(o, "echo")) && cJSON_IsTrue(f))
         return fail(w, "echo", "'echo' is not supported");
+    return true;
+}
+
+/* The name of a refused field, kept past the parse that found it (its
+ * JSON is freed by then): the handler on this thread reads it at once. */
+static _Thread_local char refused_name[64];
+
+/* Every field on the allow-list (serve_fields.c); null counts as absent. */
+static bool allowed_fields(const cJSON *o, bool chat, why *w) {
+    const cJSON *f;
+    cJSON_ArrayForEach(f, o) {
+        if (!f->string || cJSON_IsNull(f) || serve_field_allowed(f->string, chat)) continue;
+        snprintf(refused_name, sizeof refused_name, "%s", f->string);
+        return fail(w, refused_name,
+                    "'%s' is not supported by cleave%s: the request is refused rather than "
+                    "answered without it",
+                    refused_name,
+                    !chat && !strcmp(f->string, "messages")
+                        ? " on /v1/completions (use /v1/chat/completions)"
+                    : chat && !strcmp(f->string, "prompt")
+                        ? " on /v1/chat/completions (use /v1/completions)"
+                        : "");
+    }
+    return true;
+}
+
+/* Allowed fields that pass only with a value asking for nothing cleave
+ * lacks: best_of 1, an empty logit_bias, no tools, a text response. */
+static bool harmless_values(const cJSON *o, why *w) {
+    const cJSON *f;
     if ((f = cJSON_GetObjectItemCaseSensitive(o, "best_of")) && cJSON_IsNumber(f) && f->valuedouble != 1)
         return fail(w, "best_of", "'best_of' must be 1");
     if ((f = cJSON_GetObjectItemCaseSensitive(o, "logit_bias")) && !cJSON_IsNull(f) &&
@@ -141,6 +172,20 @@ static bool unsupported(const cJSON *o, why *w) {
         if (!cJSON_IsString(t) || strcmp(t->valuestring, "text") != 0)
             return fail(w, "response_format", "'response_format' other than text is not supported");
     }
+    /* without tools, a choice among them or leave to call several changes nothing */
+    const char *choices[] = {"tool_choice", "function_call"};
+    for (size_t i = 0; i < 2; i++)
+        if ((f = cJSON_GetObjectItemCaseSensitive(o, choices[i])) && !cJSON_IsNull(f) &&
+            !(cJSON_IsString(f) &&
+              (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto"))))
+            return fail(w, choices[i], "'%s' (tool calls) is not supported", choices[i]);
+    /* false asks for the whole prompt processed again, which cleave never does */
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "cache_prompt")) && !cJSON_IsNull(f) && !cJSON_IsTrue(f))
+        return fail(w, "cache_prompt", "'cache_prompt' other than true is not supported: cleave always reuses a "
+                                       "slot's cached prefix");
+    if ((f = cJSON_GetObjectItemCaseSensitive(o, "parallel_tool_calls")) && !cJSON_IsNull(f) &&
+        !cJSON_IsBool(f))
+        return fail(w, "parallel_tool_calls", "'parallel_tool_calls' must be true or false");
     return true;
 }
 
@@ -313,12 +358,19 @@ int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d
                           text_fields[i]);
                 break;
             }
+    ok = ok && allowed_fields(o, chat, &w);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (ok && model && !cJSON_IsNull(model) && !cJSON_IsString(model)) ok = fail(&w, "model", "'model' must be a string");
+    if (ok && cJSON_IsString(model))
+        ok = (out->model = dup_string(model->valuestring, &w, "model")) != NULL;
     double max_tokens = chat ? -1 : (double)d->max_tokens_completion;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(o, "max_tokens"),
+                *mct = chat ? cJSON_GetObjectItemCaseSensitive(o, "max_completion_tokens") : NULL;
+    out->max_tokens_given = (mt && !cJSON_IsNull(mt)) || (mct && !cJSON_IsNull(mct));
     out->logprobs = -1;
-    ok = ok && unsupported(o, &w) && choices(o, chat, out, &w) && sampling(o, out, &w) && stops(o, out, &w) &&
-         boolean(o, "stream", &out->stream, &w) && boolean(o, "ignore_eos", &out->ignore_eos, &w) &&
+    ok = ok && unsupported(o, &w) && harmless_values(o, &w) && choices(o, chat, out, &w) &&
+         sampling(o, out, &w) && stops(o, out, &w) && boolean(o, "stream", &out->stream, &w) &&
+         boolean(o, "ignore_eos", &out->ignore_eos, &w) &&
          number(o, "max_tokens", 0, 1e12, true, &max_tokens, &w) &&
          (!chat || number(o, "max_completion_tokens", 0, 1e12, true, &max_tokens, &w)) &&
          (chat ? messages(o, d, out, &w) : prompt(o, d, out, &w));
@@ -338,13 +390,14 @@ int serve_parse(const char *body, size_t len, bool chat, const serve_defaults *d
 void serve_params_free(serve_params *p) {
     for (size_t i = 0; p->prompts && i < p->n_prompts; i++) free(p->prompts[i].text), free(p->prompts[i].tokens);
     free(p->prompts);
+    free(p->model);
     for (size_t i = 0; i < p->n_stop; i++) free(p->stop[i]);
     memset(p, 0, sizeof *p);
 }
 
 bool serve_params_clone(serve_params *dst, const serve_params *src) {
     *dst = *src;
-    dst->prompts = NULL, dst->n_prompts = 0;
+    dst->prompts = NULL, dst->n_prompts = 0, dst->model = NULL; /* the model was checked on arrival */
     for (size_t i = 0; i < src->n_stop; i++)
         if (!(dst->stop[i] = mem_strdup(src->stop[i], "a request's stop string"))) {
             dst->n_stop = i;

@@ -28,6 +28,7 @@ typedef struct slot {
     int32_t last;     /* the token to feed next (generating) */
     int32_t prev;     /* the token before the next piece (a leading space after BOS) */
     double last_used;
+    size_t shown_cache; /* n_cache as of the last step, under mu: what /slots and /metrics read */
     int32_t row;      /* this step: the batch row whose logits it samples, or -1 */
     int32_t token;    /* this step: what was sampled */
     cleave_status sampled;
@@ -67,6 +68,7 @@ struct serve_sched {
     void *copy_buf;
     size_t copy_cap;
     unsigned long long next_id;
+    serve_stats stats; /* under mu: /metrics's counters (its gauges are made when read) */
 };
 
 uint32_t serve_sched_slot_cells(const serve_sched *s) { return s->slot_cells; }
@@ -180,6 +182,15 @@ static void end_locked(serve_sched *s, slot *sl, serve_finish f, int http_status
         r->t_end = now();
     }
     log_end(s, r, (int)(sl - s->slots));
+    if (r->cancelled)
+        s->stats.cancelled++;
+    else if (r->finish == SERVE_FINISH_STOP)
+        s->stats.finished_stop++;
+    else if (r->finish == SERVE_FINISH_LENGTH)
+        s->stats.finished_length++;
+    else
+        s->stats.finished_error++;
+    s->stats.generated_tokens += r->n_gen;
     cleave_sampler_free(sl->smp);
     sl->smp = NULL;
     sl->r = NULL;
@@ -282,12 +293,14 @@ static bool admit_locked(serve_sched *s) {
     }
     if (best_lcp == r->n_prompt) best_lcp--; /* the last prompt token runs again for its logits */
     r->n_cached = (long long)best_lcp;
-    best->n_cache = best->n_done = best_lcp;
+    s->stats.prompt_tokens += (long long)r->n_prompt;
+    s->stats.prompt_tokens_cached += (long long)best_lcp;
+    best->n_cache = best->n_done = best->shown_cache = best_lcp;
     best->prev = r->prompt[r->n_prompt - 1];
     cleave_status st = cleave_kv_seq_rm(s->ctx, seq, (int32_t)best_lcp, -1);
     if (!st) st = cleave_sampler_new(&r->p.sp, s->n_vocab, &best->smp);
     if (st) {
-        best->n_cache = best->n_done = 0;
+        best->n_cache = best->n_done = best->shown_cache = 0;
         cleave_kv_seq_rm(s->ctx, seq, 0, -1);
         end_locked(s, best, SERVE_FINISH_ERROR, 500, cleave_last_error());
         return true;
@@ -327,11 +340,15 @@ static size_t build_batch(serve_sched *s, size_t *n_active) {
 
 /* With -psm: the step's mode by the gate; a switch that fails leaves the
  * context where it is and switching off. */
-static void follow_gate(serve_sched *s, size_t n_active) {
+static void follow_gate(serve_sched *s, size_t n_active, double *switch_seconds) {
+    *switch_seconds = -1; /* no switch */
     if (!s->switching || !n_active) return;
     cleave_split_mode want = cleave_psm_gate_step(&s->gate, s->in_prefill, n_active, s->o.psm, s->o.mode);
     if (want == cleave_context_split_mode(s->ctx)) return;
-    if (cleave_context_set_split_mode(s->ctx, want, s->o.shares, s->o.n_shares)) {
+    cleave_status st = cleave_context_set_split_mode(s->ctx, want, s->o.shares, s->o.n_shares);
+    cleave_switch_report rep;
+    if (!st && !cleave_context_switch_report(s->ctx, &rep)) *switch_seconds = rep.seconds;
+    if (st) {
         fprintf(stderr, "cleave serve: warning: staying in the %s split: %s\n",
                 cleave_split_mode_name(cleave_context_split_mode(s->ctx)), cleave_last_error());
         s->switching = false;
@@ -421,6 +438,60 @@ static void publish_locked(serve_sched *s, slot *sl) {
     }
 }
 
+/* With the lock held: the step's tokens and time for /metrics (the
+ * prompts' rows and the answers' shares of the pass by tokens), its
+ * switch, and what the slots hold now. */
+static void count_step_locked(serve_sched *s, size_t n, size_t n_active, double seconds,
+                              double switch_s, uint64_t staged) {
+    size_t decoding = 0; /* a generating slot feeds one token (build_batch) */
+    for (size_t i = 0; i < n_active; i++)
+        decoding += !s->in_prefill[i];
+    serve_stats *t = &s->stats;
+    t->steps++;
+    t->decode_tokens += (double)decoding, t->prefill_tokens += (double)(n - decoding);
+    t->decode_seconds += seconds * (double)decoding / (double)n;
+    t->prefill_seconds += seconds * (double)(n - decoding) / (double)n;
+    if (switch_s >= 0) t->split_switches++, t->split_switch_seconds += switch_s;
+    t->kv_staged_bytes = staged;
+    for (int i = 0; i < s->o.n_parallel; i++)
+        s->slots[i].shown_cache = s->slots[i].n_cache;
+}
+
+void serve_sched_stats(serve_sched *s, serve_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    out->busy = 0, out->kv_cells_used = 0;
+    for (int i = 0; i < s->o.n_parallel; i++) {
+        out->busy += s->slots[i].r != NULL;
+        out->kv_cells_used += (long long)s->slots[i].shown_cache;
+    }
+    out->queued = (int)s->q_len;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void serve_sched_note_refused(serve_sched *s, int http_status) {
+    pthread_mutex_lock(&s->mu);
+    if (http_status >= 500)
+        s->stats.refused_5xx++;
+    else
+        s->stats.refused_4xx++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int serve_sched_n_parallel(const serve_sched *s) { return s->o.n_parallel; }
+
+void serve_sched_slots(serve_sched *s, serve_slot_info *out) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->o.n_parallel; i++) {
+        const slot *sl = &s->slots[i];
+        out[i] = (serve_slot_info){.busy = sl->r != NULL, .n_cached = sl->shown_cache};
+        if (sl->r)
+            out[i].request_id = sl->r->id, out[i].n_prompt = sl->r->n_prompt,
+            out[i].n_gen = sl->r->n_gen;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* With the lock held: every request in the failed batch ends with the
  * error, and their sequences are emptied (a failed pass may have written
  * some of their cells). */
@@ -433,7 +504,7 @@ static void fail_batch_locked(serve_sched *s, size_t n, cleave_status st) {
         for (size_t k = 0; k < n && !in; k++) in = s->sid[k] == i;
         if (!in || !sl->r) continue;
         cleave_kv_seq_rm(s->ctx, i, 0, -1);
-        sl->n_cache = sl->n_done = 0;
+        sl->n_cache = sl->n_done = sl->shown_cache = 0;
         end_locked(s, sl, SERVE_FINISH_ERROR, st == CLEAVE_ERR_CONTEXT_FULL ? 400 : 500, msg);
     }
 }
@@ -451,8 +522,8 @@ static void *loop(void *arg) {
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        double t0 = now();
-        follow_gate(s, n_active);
+        double t0 = now(), switch_s;
+        follow_gate(s, n_active, &switch_s);
         double t1 = now();
         /* each generating slot's last row is drawn where the logits are
          * (only token ids cross); rows handed back are sampled here */
@@ -483,9 +554,12 @@ static void *loop(void *arg) {
             serve_pool_for(s->pool, s->n_to_sample, sample_one, s);
         }
         double t3 = now();
+        uint64_t staged = 0;
+        cleave_context_kv_staged(s->ctx, &staged); /* this thread decodes: the count is its own */
         pthread_mutex_lock(&s->mu);
         s->n_steps++, s->n_step_tokens += (long long)n;
         s->t_decode += t2 - t1, s->t_sample += t3 - t2;
+        count_step_locked(s, n, n_active, t2 - t1, switch_s, staged);
         if (st) {
             fail_batch_locked(s, n, st);
             continue;
