@@ -67,14 +67,7 @@ static void serve_usage(FILE *out) {
 }
 
 #ifdef CLEAVE_WITH_SERVER
-/* An unknown or incomplete option: a short usage, then the error as the
- * last line, exit 1. */
-static int serve_bad_option(const char *a) {
-    fprintf(stderr, "usage: cleave serve MODEL.gguf [options]\n"
-                    "       cleave serve --help   lists the options\n"
-                    "cleave serve: unknown or incomplete option '%s'\n", a);
-    return 1;
-}
+#define SERVE_SYNOPSIS "MODEL.gguf [options]   (or -m MODEL.gguf)"
 
 static const char *base_name(const char *path) {
     const char *s = strrchr(path, '/');
@@ -95,6 +88,7 @@ int cmd_serve(int argc, char **argv) {
     const char *aliases[SERVE_MAX_ALIASES];
     size_t n_aliases = 0;
     cleave_split_mode psm = CLEAVE_SPLIT_NONE;
+    cli_usage_for("serve", SERVE_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int r;
@@ -175,14 +169,11 @@ int cmd_serve(int argc, char **argv) {
             if (r < 0) return 2;
             i++;
         } else {
-            return serve_bad_option(a);
+            return cli_bad_option("serve", SERVE_SYNOPSIS, a);
         }
     }
     if (!model) {
-        fprintf(stderr, "usage: cleave serve MODEL.gguf [options]\n"
-                        "       cleave serve --help   lists the options\n"
-                        "cleave serve: a model is required (MODEL.gguf or -m MODEL.gguf)\n");
-        return 1;
+        return cli_usage_error("serve", SERVE_SYNOPSIS, "a model is required (MODEL.gguf or -m MODEL.gguf)");
     }
     /* vLLM's --max-model-len is a slot's context; -c is all slots' */
     if (max_model_len) {
