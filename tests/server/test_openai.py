@@ -2,7 +2,8 @@
 drive it: completions and chats, streamed and whole (a stream's deltas add
 up to the greedy answer), models.list and models.retrieve, and the errors
 the client maps to its exceptions (404 model_not_found -> NotFoundError,
-400 -> BadRequestError naming the field, context_length_exceeded).
+400 -> BadRequestError naming the field, context_length_exceeded), n > 1
+and prompt lists (choices by index), logprobs of completions and chats.
 
 usage: test_openai.py PORT MODEL_ID   (tests/cli_serve_openai.sh starts the server)
 """
@@ -96,8 +97,38 @@ except openai.BadRequestError as e:
     check(e.code == "context_length_exceeded" and "maximum context length" in e.message,
           "context_length_exceeded: %r %s" % (e.code, e.message))
 
-# ---- n > 1 and logprobs --------------------------------------------------------
-# (n, logprobs, top_logprobs: their tests go here once the server implements them)
+# ---- n > 1, prompt lists, logprobs --------------------------------------------
+many = client.completions.create(model=model, prompt="Once upon a time", max_tokens=12, temperature=0, n=3)
+check(sorted(c.index for c in many.choices) == [0, 1, 2] and all(c.text == text for c in many.choices),
+      "n=3 greedy: %r" % [(c.index, c.text) for c in many.choices])
+check(many.usage.prompt_tokens == whole.usage.prompt_tokens, "n=3 counts the prompt once: %r" % many.usage)
+two = client.completions.create(model=model, prompt=["Once upon a time", "Lily"], max_tokens=12, temperature=0)
+check([c.index for c in two.choices] == [0, 1] and two.choices[0].text == text, "a prompt list: %r" % two)
+seeded = [client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=1.2, n=2,
+                                         seed=11) for _ in range(2)]
+got = [[c.message.content for c in sorted(r.choices, key=lambda c: c.index)] for r in seeded]
+check(got[0] == got[1] and got[0][0] != got[0][1], "n=2 with a seed: %r" % got)
+lp = client.completions.create(model=model, prompt="Once upon a time", max_tokens=12, temperature=0, logprobs=2)
+lps = lp.choices[0].logprobs
+check(lps is not None and "".join(lps.tokens) == lp.choices[0].text and len(lps.token_logprobs) == len(lps.tokens)
+      and all(v <= 0 for v in lps.token_logprobs) and all(len(t) <= 2 for t in lps.top_logprobs),
+      "completions' logprobs: %r" % lps)
+clp = client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0, logprobs=True,
+                                     top_logprobs=3)
+content = clp.choices[0].logprobs.content
+check(content and "".join(e.token for e in content) == clp.choices[0].message.content and
+      all(len(e.top_logprobs) == 3 and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-5 for e in content),
+      "chat logprobs (greedy: the chosen is the likeliest): %r" % content[:2])
+streamed_lp, pieces = [], {}
+for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=12, temperature=0, n=2,
+                                            logprobs=True, stream=True):
+    for c in chunk.choices:
+        pieces[c.index] = pieces.get(c.index, "") + (c.delta.content or "")
+        if c.logprobs and c.logprobs.content and c.index == 0:
+            streamed_lp += [e.logprob for e in c.logprobs.content]
+check(pieces == {0: answer, 1: answer}, "a streamed chat of n=2: %r" % pieces)
+check(len(streamed_lp) == len(content) and all(abs(a - b.logprob) < 1e-5 for a, b in zip(streamed_lp, content)),
+      "a stream's logprobs %r, whole %r" % (streamed_lp[:3], [e.logprob for e in content][:3]))
 
 if failures:
     print("test_openai: %d check(s) failed" % len(failures))
