@@ -610,9 +610,26 @@ static void check_choices(void) {
     CHECK_OK(cleave_tokenize_ex(model, prompts[1], strlen(prompts[1]), true, true, toks, SLOT_CELLS, &n_tok));
     CHECK_MSG(num_at(r, "usage", "prompt_tokens") == (double)n_tok, "n 3: prompt_tokens %g, want %zu once",
               num_at(r, "usage", "prompt_tokens"), n_tok);
-    CHECK_MSG(num_at(r, "timings", "prompt_copied_n") == 2.0 * (double)(n_tok - 1),
+    CHECK_MSG(num_at(r, "timings", "prompt_copied_n") == 2.0 * (double)(n_tok - 1) &&
+                  num_at(r, "timings", "prompt_n") == num_at(r, "usage", "prompt_tokens") -
+                                                           num_at(cJSON_GetObjectItemCaseSensitive(r, "usage"),
+                                                                  "prompt_tokens_details", "cached_tokens") + 2,
               "n 3: the later choices copied %g prompt cells, want %zu", num_at(r, "timings", "prompt_copied_n"),
               2 * (n_tok - 1));
+    cJSON_Delete(r);
+    /* a first choice that ends at its first token has left its slot when
+     * the others start: they copy its cells from there all the same */
+    b = completion_body(prompts[3], 1, "\"n\":3");
+    r = post("/v1/completions", b, &status);
+    free(b);
+    CHECK_OK(cleave_tokenize_ex(model, prompts[3], strlen(prompts[3]), true, true, toks, SLOT_CELLS, &n_tok));
+    /* (one may take the first's slot, its cells there as a cache) */
+    CHECK_MSG(status == 200 && num_at(r, "timings", "prompt_copied_n") >= (double)(n_tok - 1) &&
+                  num_at(r, "timings", "prompt_n") ==
+                      (double)n_tok - num_at(cJSON_GetObjectItemCaseSensitive(r, "usage"), "prompt_tokens_details",
+                                             "cached_tokens") + 2,
+              "n 3 of one token: %g prompt cells copied, %g processed for %zu-token prompts",
+              num_at(r, "timings", "prompt_copied_n"), num_at(r, "timings", "prompt_n"), n_tok);
     cJSON_Delete(r);
 
     /* two prompts, two choices each: index = prompt * n + choice */

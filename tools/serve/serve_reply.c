@@ -134,12 +134,12 @@ void serve_reply_usage(cJSON *o, serve_req *const *r, size_t n) {
     for (size_t i = 0; i < n; i++) {
         gen += (double)r[i]->n_gen;
         if (r[i]->copy_ms > 0) copied += (double)r[i]->n_cached;
+        pp_n += (double)r[i]->n_prompt - (double)r[i]->n_cached; /* what every choice processed */
         double pp = r[i]->t_first > r[i]->t_start ? r[i]->t_first - r[i]->t_start : 0;
         double tg = r[i]->t_end > r[i]->t_first ? r[i]->t_end - r[i]->t_first : 0;
         tg_ms = tg * 1e3 > tg_ms ? tg * 1e3 : tg_ms;
         if (r[i]->lead >= 0) continue;
         prompt += (double)r[i]->n_prompt, cached += (double)r[i]->n_cached;
-        pp_n += (double)r[i]->n_prompt - (double)r[i]->n_cached;
         pp_ms = pp * 1e3 > pp_ms ? pp * 1e3 : pp_ms;
         double q = (r[i]->t_start - r[i]->t_queued) * 1e3;
         queued_ms = q > queued_ms ? q : queued_ms;
@@ -150,7 +150,7 @@ void serve_reply_usage(cJSON *o, serve_req *const *r, size_t n) {
     cJSON_AddNumberToObject(u, "total_tokens", prompt + gen);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", cached);
     /* llama.cpp's timings: what the request cost on the server (the
-     * slowest choice's times; tokens of all) */
+     * slowest choice's times; the tokens every choice processed) */
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "prompt_n", pp_n);
     cJSON_AddNumberToObject(t, "prompt_ms", pp_ms);

@@ -158,8 +158,7 @@ static void log_end(const serve_sched *s, const serve_req *r, int slot_i) {
     long long n_pp = (long long)r->n_prompt - r->n_cached;
     char copied[96] = "";
     if (r->copy_ms > 0)
-        snprintf(copied, sizeof copied, "; the cells of request %llu's prompt copied in %.2f ms", r->lead_id,
-                 r->copy_ms);
+        snprintf(copied, sizeof copied, "; its cells copied from another choice's slot in %.2f ms", r->copy_ms);
     fprintf(stderr,
             "cleave serve: request %llu, slot %d: %zu prompt tokens (%lld cached), %lld generated; "
             "prompt %.1f ms (%.1f tok/s%s), generation %.1f ms (%.2f tok/s), waited %.1f ms: %s%s%s\n",
@@ -275,6 +274,14 @@ static bool admit_locked(serve_sched *s) {
         return true;
     }
     /* all but the last prompt token: that one runs in r's own row for its logits */
+    /* the prompt's cells come from whichever other slot holds them: the
+     * first choice's, running or (it may have ended at its first token)
+     * idle, or a choice that copied them before */
+    lead = NULL;
+    for (int i = 0; r->lead_id && i < s->o.n_parallel && !lead; i++)
+        if (&s->slots[i] != best && common_prefix(s->slots[i].cache, s->slots[i].n_cache, r->prompt, r->n_prompt) + 1 >=
+                                        r->n_prompt)
+            lead = &s->slots[i];
     if (lead && best_lcp + 1 < r->n_prompt) {
         /* HTTP threads need not wait for the copy: the slots are the loop's */
         pthread_mutex_unlock(&s->mu);
@@ -286,8 +293,8 @@ static bool admit_locked(serve_sched *s) {
             best_lcp = r->n_prompt - 1;
             r->copy_ms = (t1 - t0) * 1e3;
         } else {
-            fprintf(stderr, "cleave serve: request %llu processes its prompt itself (copying request %llu's cells: %s)\n",
-                    r->id, r->lead_id, why);
+            fprintf(stderr, "cleave serve: request %llu processes its prompt itself (copying another choice's cells: %s)\n",
+                    r->id, why);
             best->n_cache = best_lcp = 0; /* what a failed copy left is cleared below */
         }
     }
