@@ -28,6 +28,14 @@ CONVERSATIONS = {
                     ("user", "Name three colours, 'quoted' & <tagged>.")],
     "multi_turn": [("user", "Hi there"), ("assistant", "Hello! How can I help?"),
                    ("user", "Tell me a joke about \"cats\".")],
+    # beyond the three above: a turn that ends with the assistant (with the
+    # reasoning block many templates cut off), text with non-ASCII, tabs,
+    # backslashes and edge whitespace, and a conversation without a user turn
+    "assistant_last": [("system", "Think first."), ("user", "2+2?"),
+                       ("assistant", "<think>\nSimple sum.\n</think>\n\n4"),
+                       ("user", "And 3+3?"), ("assistant", "  6  ")],
+    "unicode": [("user", "  Grüße 👋\tc:\\path {{ not jinja }} {% raw %}\n\n")],
+    "system_only": [("system", "Only a system prompt.")],
 }
 
 # Templates whose rendering may differ, each with the reason (an empty list
@@ -56,7 +64,7 @@ def strftime_now(fmt):
 
 def reference(env, source, messages, add_generation_prompt):
     try:
-        template = env.from_string(source)
+        template = env.from_string(source)  # the environment caches the compiled template
         return template.render(messages=[{"role": r, "content": c} for r, c in messages],
                                add_generation_prompt=add_generation_prompt,
                                bos_token=BOS, eos_token=EOS).encode()
@@ -104,7 +112,7 @@ def main():
     only = os.environ.get("CHAT_TEMPLATES_ONLY")
     if only:
         names = [n for n in names if only in n]
-    total = identical = 0
+    total = identical = both_errors = 0
     failed, known = [], []
     for name in names:
         path = os.path.join(tdir, name)
@@ -118,6 +126,7 @@ def main():
                 got = cleave(helper, tmp, path, messages, gen)
                 if isinstance(want, tuple) and isinstance(got, tuple) and got[0] == "error":
                     identical += 1
+                    both_errors += 1
                     continue
                 if want == got:
                     identical += 1
@@ -138,8 +147,8 @@ def main():
         print("FAIL: %s" % name)
         for b in bad[:3]:
             print("   ", b)
-    print("%d templates x %d conversations: identical %d of %d%s" %
-          (len(names), 2 * len(CONVERSATIONS), identical, total,
+    print("%d templates x %d conversations: identical %d of %d (%d of them errors in both)%s" %
+          (len(names), 2 * len(CONVERSATIONS), identical, total, both_errors,
            ", %d templates listed as known differences" % len(known) if known else ""))
     return 1 if failed else 0
 

@@ -48,7 +48,7 @@ cleave_status jctx_str(jctx *c, const jvalue *v, jvalue *out) {
 }
 
 static cleave_status undefined_error(jctx *c, const jnode *at, const jvalue *v) {
-    if (v->undef_name) return jctx_fail(c, at, "%s is undefined", v->undef_name);
+    if (v->u.undef) return jctx_fail(c, at, "%s is undefined", v->u.undef);
     return jctx_fail(c, at, "a value is undefined");
 }
 
@@ -807,6 +807,7 @@ cleave_status jinja_render(const jinja_template *t, const jinja_render_args *arg
         if (!b.p) st = CLEAVE_ERR_OOM;
         else b.p[0] = 0;
     }
+    if (st && c.arena.over) st = CLEAVE_ERR_INVALID_ARG; /* a limit, not the machine's memory */
     jarena_free(&c.arena);
     if (st) {
         free(b.p);

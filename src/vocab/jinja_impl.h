@@ -20,6 +20,7 @@ typedef struct jarena_chunk jarena_chunk;
 typedef struct jarena {
     jarena_chunk *head;
     size_t used, limit; /* limit 0: none */
+    bool over;          /* an allocation was refused for the limit */
 } jarena;
 void *jarena_alloc(jarena *a, size_t n); /* zeroed; NULL with the error set */
 void jarena_free(jarena *a);
@@ -98,9 +99,8 @@ struct jvalue {
         int builtin; /* a global function's id */
         jmethod *m;
         jloop *loop;
+        const char *undef; /* JV_UNDEF: what is undefined, for the error message */
     } u;
-    /* JV_UNDEF: the name that is undefined, for the error message */
-    const char *undef_name;
 };
 
 struct jlist {
@@ -150,9 +150,7 @@ cleave_status jbuf_put(jbuf *b, const char *s, size_t n);
 cleave_status jbuf_putc(jbuf *b, char c);
 
 static inline jvalue jv_undef(const char *name) {
-    jvalue v = {.t = JV_UNDEF};
-    v.undef_name = name;
-    return v;
+    return (jvalue){.t = JV_UNDEF, .u.undef = name};
 }
 static inline jvalue jv_none(void) { return (jvalue){.t = JV_NONE}; }
 static inline jvalue jv_bool(bool b) { return (jvalue){.t = JV_BOOL, .u.b = b}; }

@@ -25,6 +25,7 @@ void *jarena_alloc(jarena *a, size_t n) {
     if (!c || c->cap - c->used < n) {
         size_t cap = n > CHUNK_MIN ? n : CHUNK_MIN;
         if (a->limit && a->used + cap > a->limit) {
+            a->over = true;
             err_set(CLEAVE_ERR_INVALID_ARG, "the template used more than %zu MiB of memory (a limit)",
                     a->limit >> 20);
             return NULL;
