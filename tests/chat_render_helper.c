@@ -49,9 +49,12 @@ int main(int argc, char **argv) {
             *tab = 0;
             char *o = tab + 1;
             for (char *i = tab + 1; *i; i++) {
-                if (*i == '\\' && i[1] == 'n') *o++ = '\n', i++;
-                else if (*i == '\\' && i[1] == '\\') *o++ = '\\', i++;
-                else *o++ = *i;
+                if (*i == '\\' && i[1] == 'n')
+                    *o++ = '\n', i++;
+                else if (*i == '\\' && i[1] == '\\')
+                    *o++ = '\\', i++;
+                else
+                    *o++ = *i;
             }
             *o = 0;
             msgs[n].role = line, msgs[n].content = tab + 1;
@@ -64,9 +67,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", cleave_last_error());
         return 3;
     }
-    jinja_render_args a = {.msgs = msgs, .n_msgs = n, .add_generation_prompt = atoi(argv[3]) != 0,
-                           .bos_token = argv[5], .eos_token = argv[6], .fixed_time = true,
-                           .time = atoll(argv[4]), .limits = jinja_default_limits()};
+    jinja_render_args a = {.msgs = msgs,
+                           .n_msgs = n,
+                           .add_generation_prompt = atoi(argv[3]) != 0,
+                           .bos_token = argv[5],
+                           .eos_token = argv[6],
+                           .fixed_time = true,
+                           .time = atoll(argv[4]),
+                           .limits = jinja_default_limits()};
     char *out;
     size_t len;
     int rc = 0;

@@ -22,113 +22,121 @@ static const cleave_chat_message conv[] = {
 static const struct {
     const char *tpl, *want;
 } cases[] = {
-    {"plain text",
-     "plain text"},
-    {"a{# comment #}b",
-     "ab"},
-    {"{{ 'x' }}{{ \"y\" }}",
-     "xy"},
+    {"plain text", "plain text"},
+    {"a{# comment #}b", "ab"},
+    {"{{ 'x' }}{{ \"y\" }}", "xy"},
     {"{{ 1 }} {{ 1.5 }} {{ 2.0 }} {{ 1e20 }} {{ 0.0001 }} {{ 0.00001 }} {{ -3 }}",
      "1 1.5 2.0 1e+20 0.0001 1e-05 -3"},
-    {"{{ none }} {{ true }} {{ False }} {{ [1, 'a', none, true] }} {{ {'k': 'v', 'n': 1} }} {{ (1,) }} {{ (1, 'b') }}",
+    {"{{ none }} {{ true }} {{ False }} {{ [1, 'a', none, true] }} {{ {'k': 'v', 'n': 1} }} {{ "
+     "(1,) }} {{ (1, 'b') }}",
      "None True False [1, 'a', None, True] {'k': 'v', 'n': 1} (1,) (1, 'b')"},
     {"{{ \"it's\" }} {{ ['it\\'s', \"q\\\"\"] }} {{ 'a\\nb\\tc\\\\' }} {{ '\\u00e9\\x41' }}",
      "it's [\"it's\", 'q\"'] a\nb\tc\\ \303\251A"},
-    {"{{ undefined_thing }}|{{ messages[9] }}|{{ messages[0].nope }}",
-     "||"},
-    {"a\n  {% if true %}\n  b\n  {% endif %}\nc",
-     "a\n  b\nc"},
-    {"a  {%- if true -%}  b  {%- endif -%}  c",
-     "abc"},
-    {"a\n  {{- 'x' -}}\n  b",
-     "axb"},
-    {"  {# c #}\nx",
-     "x"},
-    {"a {%+ if true %}b{% endif %}",
-     "a b"},
-    {"{% if true +%}\nx{% endif %}",
-     "\nx"},
-    {"x\n{% raw %}{{ y }}{% endraw %}\nz",
-     "x\n{{ y }}z"},
+    {"{{ undefined_thing }}|{{ messages[9] }}|{{ messages[0].nope }}", "||"},
+    {"a\n  {% if true %}\n  b\n  {% endif %}\nc", "a\n  b\nc"},
+    {"a  {%- if true -%}  b  {%- endif -%}  c", "abc"},
+    {"a\n  {{- 'x' -}}\n  b", "axb"},
+    {"  {# c #}\nx", "x"},
+    {"a {%+ if true %}b{% endif %}", "a b"},
+    {"{% if true +%}\nx{% endif %}", "\nx"},
+    {"x\n{% raw %}{{ y }}{% endraw %}\nz", "x\n{{ y }}z"},
     {"line1\n    {% for m in messages %}\n    {{ m.role }}\n    {% endfor %}\nend\n",
      "line1\n    system\n    user\n    assistant\nend"},
-    {"{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 3 }}",
+    {"{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / "
+     "2 }} {{ 2 ** 10 }} {{ 'ab' * 3 }}",
      "7 9 3 -4 1 2 3.5 1024 ababab"},
-    {"{{ 'a' ~ 1 ~ none ~ true }} {{ 'a' + 'b' }} {{ [1] + [2, 3] }} {{ 3 > 2 > 1 }} {{ 1 == 1.0 }} {{ 'a' < 'b' }}",
+    {"{{ 'a' ~ 1 ~ none ~ true }} {{ 'a' + 'b' }} {{ [1] + [2, 3] }} {{ 3 > 2 > 1 }} {{ 1 == 1.0 "
+     "}} {{ 'a' < 'b' }}",
      "a1NoneTrue ab [1, 2, 3] True True True"},
-    {"{{ 'b' in 'abc' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 3 not in [1] }} {{ not 0 }} {{ 0 or 'x' }} {{ 1 and 'y' }}",
+    {"{{ 'b' in 'abc' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 3 not in [1] }} {{ not 0 }} {{ "
+     "0 or 'x' }} {{ 1 and 'y' }}",
      "True True True True True x y"},
-    {"{{ 'yes' if messages else 'no' }} {{ 'a' if false }}|",
-     "yes |"},
-    {"{{ 'hello'[1:] }} {{ 'hello'[::-1] }} {{ [1,2,3,4][1:3] }} {{ [1,2,3][-1] }} {{ 'hello'[-2:] }} {{ [1,2,3,4,5][::2] }}",
+    {"{{ 'yes' if messages else 'no' }} {{ 'a' if false }}|", "yes |"},
+    {"{{ 'hello'[1:] }} {{ 'hello'[::-1] }} {{ [1,2,3,4][1:3] }} {{ [1,2,3][-1] }} {{ 'hello'[-2:] "
+     "}} {{ [1,2,3,4,5][::2] }}",
      "ello olleh [2, 3] 3 lo [1, 3, 5]"},
-    {"{% for m in messages %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.length }}/{{ loop.revindex }}/{{ loop.first }}/{{ loop.last }} {% endfor %}",
+    {"{% for m in messages %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.length }}/{{ loop.revindex "
+     "}}/{{ loop.first }}/{{ loop.last }} {% endfor %}",
      "1/0/3/3/True/False 2/1/3/2/False/False 3/2/3/1/False/True "},
-    {"{% for m in messages %}{{ loop.previtem.role if loop.previtem is defined else '-' }}>{{ loop.nextitem.role if loop.nextitem is defined else '-' }} {% endfor %}",
+    {"{% for m in messages %}{{ loop.previtem.role if loop.previtem is defined else '-' }}>{{ "
+     "loop.nextitem.role if loop.nextitem is defined else '-' }} {% endfor %}",
      "->user system>assistant user>- "},
     {"{% for m in messages if m.role != 'system' %}{{ m.role }}:{{ loop.length }} {% endfor %}",
      "user:2 assistant:2 "},
-    {"{% for x in [] %}x{% else %}empty{% endfor %}",
-     "empty"},
-    {"{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}",
-     "a=1;b=2;"},
-    {"{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+    {"{% for x in [] %}x{% else %}empty{% endfor %}", "empty"},
+    {"{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}", "a=1;b=2;"},
+    {"{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 5 %}{% break %}{% "
+     "endif %}{{ x }}{% endfor %}",
      "0134"},
-    {"{% for x in 'ab' %}{{ loop.cycle('o', 'e') }}{{ x }}{% endfor %}",
-     "oaeb"},
-    {"{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}",
-     "1"},
-    {"{% set ns = namespace(n=0) %}{% for i in range(3) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
+    {"{% for x in 'ab' %}{{ loop.cycle('o', 'e') }}{{ x }}{% endfor %}", "oaeb"},
+    {"{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}", "1"},
+    {"{% set ns = namespace(n=0) %}{% for i in range(3) %}{% set ns.n = ns.n + i %}{% endfor %}{{ "
+     "ns.n }}",
      "3"},
-    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}",
-     "12"},
-    {"{% set t %}in {{ 'block' }}{% endset %}[{{ t }}]",
-     "[in block]"},
-    {"{% set t | upper %}shout{% endset %}{{ t }}",
-     "SHOUT"},
-    {"{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', punct='?') }} {{ greet(name='C') }}",
+    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}", "12"},
+    {"{% set t %}in {{ 'block' }}{% endset %}[{{ t }}]", "[in block]"},
+    {"{% set t | upper %}shout{% endset %}{{ t }}", "SHOUT"},
+    {"{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ "
+     "greet('B', punct='?') }} {{ greet(name='C') }}",
      "Hi A! Hi B? Hi C!"},
     {"{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}",
      "321"},
-    {"{% filter upper %}up {{ 'here' }}{% endfilter %}",
-     "UP HERE"},
-    {"{% if false %}a{% elif messages | length > 2 %}b{% else %}c{% endif %}",
-     "b"},
-    {"{{ x is defined }} {{ messages is defined }} {{ none is none }} {{ 'a' is string }} {{ 1 is number }} {{ {} is mapping }} {{ [] is iterable }} {{ 'x' is sequence }} {{ true is boolean }} {{ 1 is integer }} {{ 1.0 is float }}",
+    {"{% filter upper %}up {{ 'here' }}{% endfilter %}", "UP HERE"},
+    {"{% if false %}a{% elif messages | length > 2 %}b{% else %}c{% endif %}", "b"},
+    {"{{ x is defined }} {{ messages is defined }} {{ none is none }} {{ 'a' is string }} {{ 1 is "
+     "number }} {{ {} is mapping }} {{ [] is iterable }} {{ 'x' is sequence }} {{ true is boolean "
+     "}} {{ 1 is integer }} {{ 1.0 is float }}",
      "False True True True True True True True True True True"},
-    {"{{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 'a' is equalto 'a' }} {{ 1 is eq 2 }} {{ x is undefined }} {{ true is true }} {{ 0 is false }} {{ 'ab' is lower }} {{ 1 is not none }}",
+    {"{{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 'a' is equalto 'a' }} {{ 1 is eq "
+     "2 }} {{ x is undefined }} {{ true is true }} {{ 0 is false }} {{ 'ab' is lower }} {{ 1 is "
+     "not none }}",
      "True True True True False True True False True True"},
-    {"{{ '  x  ' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ [1,2] | length }}|{{ 'h\303\251llo' | length }}|{{ 'abc' | upper }}|{{ 'ABC' | lower }}|{{ 'hello world-x' | title }}|{{ 'hELLO' | capitalize }}",
+    {"{{ '  x  ' | trim }}|{{ 'xxaxx' | trim('x') }}|{{ [1,2] | length }}|{{ 'h\303\251llo' | "
+     "length }}|{{ 'abc' | upper }}|{{ 'ABC' | lower }}|{{ 'hello world-x' | title }}|{{ 'hELLO' | "
+     "capitalize }}",
      "x|a|2|5|ABC|abc|Hello World-X|Hello"},
-    {"{{ 'aaa' | replace('a', 'b') }}|{{ 'aaa' | replace('a', 'b', 2) }}|{{ [1, 2, 3] | join(', ') }}|{{ [1,2] | first }}|{{ [1,2] | last }}|{{ x | default('d') }}|{{ '' | default('e', true) }}|{{ none | d('n') }}",
+    {"{{ 'aaa' | replace('a', 'b') }}|{{ 'aaa' | replace('a', 'b', 2) }}|{{ [1, 2, 3] | join(', ') "
+     "}}|{{ [1,2] | first }}|{{ [1,2] | last }}|{{ x | default('d') }}|{{ '' | default('e', true) "
+     "}}|{{ none | d('n') }}",
      "bbb|bba|1, 2, 3|1|2|d|e|None"},
     {"{{ {'b': 1, 'a': [1, 2.5, none, true], 'c': 'x<y>&\\'z\"'} | tojson }}",
      "{\"a\": [1, 2.5, null, true], \"b\": 1, \"c\": \"x\\u003cy\\u003e\\u0026\\u0027z\\\"\"}"},
     {"{{ {'b': {'z': 1, 'y': []}, 'a': {}} | tojson(indent=2) }}",
      "{\n  \"a\": {},\n  \"b\": {\n    \"y\": [],\n    \"z\": 1\n  }\n}"},
-    {"{{ '\303\251\360\237\231\202\\n' | tojson }}",
-     "\"\\u00e9\\ud83d\\ude42\\n\""},
-    {"{{ 42 | string }}{{ '7' | int + 1 }}{{ 'x' | int }}{{ '2.5' | float }}{{ 3 | float }}{{ 'ab' | list }}",
+    {"{{ '\303\251\360\237\231\202\\n' | tojson }}", "\"\\u00e9\\ud83d\\ude42\\n\""},
+    {"{{ 42 | string }}{{ '7' | int + 1 }}{{ 'x' | int }}{{ '2.5' | float }}{{ 3 | float }}{{ 'ab' "
+     "| list }}",
      "42802.53.0['a', 'b']"},
     {"{{ {'a': 1, 'b': 2} | items | list }} {{ {'b': 1, 'A': 2} | dictsort }}",
      "[('a', 1), ('b', 2)] [('A', 2), ('b', 1)]"},
-    {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }} {{ messages | rejectattr('role', 'in', ['user', 'system']) | map(attribute='role') | join }}",
+    {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }} {{ "
+     "messages | rejectattr('role', 'in', ['user', 'system']) | map(attribute='role') | join }}",
      "[\"Hi <you> & 'me'\"] assistant"},
-    {"{{ [1, 0, 2, none] | select | list }} {{ [1, 2, 3, 4] | reject('odd') | list }} {{ ['a', 'b'] | map('upper') | join }}",
+    {"{{ [1, 0, 2, none] | select | list }} {{ [1, 2, 3, 4] | reject('odd') | list }} {{ ['a', "
+     "'b'] | map('upper') | join }}",
      "[1, 2] [2, 4] AB"},
     {"{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(4, first=true) }}",
      "a\n  b\n\n  c|    a\n    b"},
-    {"{{ [3, 1, 2] | sort }} {{ ['b', 'A', 'c'] | sort }} {{ [3, 1, 2] | sort(reverse=true) }} {{ [1, 2, 1, 3] | unique | list }} {{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ [1, 2] | sum }} {{ -3 | abs }}",
+    {"{{ [3, 1, 2] | sort }} {{ ['b', 'A', 'c'] | sort }} {{ [3, 1, 2] | sort(reverse=true) }} {{ "
+     "[1, 2, 1, 3] | unique | list }} {{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ [1, 2] | sum "
+     "}} {{ -3 | abs }}",
      "[1, 2, 3] ['A', 'b', 'c'] [3, 2, 1] [1, 2, 3] 1 3 3 3"},
-    {"{{ [1, 2] | reverse | list }} {{ 'abc' | reverse }} {{ messages | map(attribute='nope', default='z') | list }}",
+    {"{{ [1, 2] | reverse | list }} {{ 'abc' | reverse }} {{ messages | map(attribute='nope', "
+     "default='z') | list }}",
      "[2, 1] cba ['z', 'z', 'z']"},
-    {"{{ '  a b  '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ 'xxaxx'.rstrip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}",
+    {"{{ '  a b  '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ 'xxaxx'.rstrip('x') }}|{{ "
+     "'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}",
      "a b|axx|xxa|['a', 'b', '', 'c']|['a', 'b']|['a', 'b,c']"},
-    {"{{ 'hello'.startswith('he') }} {{ 'hello'.endswith(('x', 'lo')) }} {{ 'aXa'.replace('a', 'b') }} {{ 'ab'.upper() }} {{ 'hello world'.title() }} {{ 'hello'.find('l') }} {{ 'hello'.count('l') }} {{ '{}-{}'.format(1, 'x') }} {{ '-'.join(['a', 'b']) }}",
+    {"{{ 'hello'.startswith('he') }} {{ 'hello'.endswith(('x', 'lo')) }} {{ 'aXa'.replace('a', "
+     "'b') }} {{ 'ab'.upper() }} {{ 'hello world'.title() }} {{ 'hello'.find('l') }} {{ "
+     "'hello'.count('l') }} {{ '{}-{}'.format(1, 'x') }} {{ '-'.join(['a', 'b']) }}",
      "True True bXb AB Hello World 2 2 1-x a-b"},
-    {"{{ {'a': 1}.get('a') }} {{ {'a': 1}.get('b') }} {{ {'a': 1}.get('b', 2) }} {{ {'a': 1, 'b': 2}.keys() | list }} {{ {'a': 1}.values() | list }} {{ messages[1]['content'] }} {{ messages[0].content }}",
+    {"{{ {'a': 1}.get('a') }} {{ {'a': 1}.get('b') }} {{ {'a': 1}.get('b', 2) }} {{ {'a': 1, 'b': "
+     "2}.keys() | list }} {{ {'a': 1}.values() | list }} {{ messages[1]['content'] }} {{ "
+     "messages[0].content }}",
      "1 None 2 ['a', 'b'] [1] Hi <you> & 'me' Be brief."},
-    {"{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ strftime_now('%Y-%m-%d %H:%M %B %d') }}",
+    {"{{ bos_token }}|{{ eos_token }}|{{ add_generation_prompt }}|{{ strftime_now('%Y-%m-%d %H:%M "
+     "%B %d') }}",
      "<s>|</s>|True|2026-01-15 12:34 January 15"},
 };
 
@@ -159,8 +167,14 @@ static cleave_status render(const char *tpl, jinja_limits lim, char **out, size_
     jinja_template *t = NULL;
     cleave_status st = jinja_parse(tpl, strlen(tpl), &t);
     if (st) return st;
-    jinja_render_args a = {.msgs = conv, .n_msgs = 3, .add_generation_prompt = true, .bos_token = "<s>",
-                           .eos_token = "</s>", .fixed_time = true, .time = FIXED_TIME, .limits = lim};
+    jinja_render_args a = {.msgs = conv,
+                           .n_msgs = 3,
+                           .add_generation_prompt = true,
+                           .bos_token = "<s>",
+                           .eos_token = "</s>",
+                           .fixed_time = true,
+                           .time = FIXED_TIME,
+                           .limits = lim};
     st = jinja_render(t, &a, out, n);
     jinja_free(t);
     return st;
@@ -173,8 +187,8 @@ static void language_cases(void) {
         cleave_status st = render(cases[i].tpl, jinja_default_limits(), &out, &n);
         CHECK_MSG(!st, "%s: %s", cases[i].tpl, cleave_last_error());
         if (!st)
-            CHECK_MSG(n == strlen(cases[i].want) && !memcmp(out, cases[i].want, n), "%s:\n got  [%.*s]\n want [%s]",
-                      cases[i].tpl, (int)n, out, cases[i].want);
+            CHECK_MSG(n == strlen(cases[i].want) && !memcmp(out, cases[i].want, n),
+                      "%s:\n got  [%.*s]\n want [%s]", cases[i].tpl, (int)n, out, cases[i].want);
         free(out);
     }
 }
@@ -185,16 +199,16 @@ static void error_cases(void) {
         size_t n = 0;
         cleave_status st = render(errors[i].tpl, jinja_default_limits(), &out, &n);
         CHECK_MSG(st == CLEAVE_ERR_INVALID_ARG && strstr(cleave_last_error(), errors[i].error),
-                  "%s: status %d, message '%s', wanted one with '%s'", errors[i].tpl, (int)st, cleave_last_error(),
-                  errors[i].error);
+                  "%s: status %d, message '%s', wanted one with '%s'", errors[i].tpl, (int)st,
+                  cleave_last_error(), errors[i].error);
         CHECK(!out);
         free(out);
     }
     /* raise_exception's message is the template's own, whole */
     char *out = NULL;
     size_t n;
-    CHECK(render("{{ raise_exception('Conversation roles must alternate') }}", jinja_default_limits(), &out, &n) ==
-          CLEAVE_ERR_INVALID_ARG);
+    CHECK(render("{{ raise_exception('Conversation roles must alternate') }}",
+                 jinja_default_limits(), &out, &n) == CLEAVE_ERR_INVALID_ARG);
     CHECK(!strcmp(cleave_last_error(), "Conversation roles must alternate"));
 }
 
@@ -202,35 +216,44 @@ static void expect_limit(const char *tpl, jinja_limits lim, const char *what) {
     char *out = NULL;
     size_t n = 0;
     cleave_status st = render(tpl, lim, &out, &n);
-    CHECK_MSG(st == CLEAVE_ERR_INVALID_ARG && strstr(cleave_last_error(), what), "%s: status %d '%s'", tpl, (int)st,
-              cleave_last_error());
+    CHECK_MSG(st == CLEAVE_ERR_INVALID_ARG && strstr(cleave_last_error(), what),
+              "%s: status %d '%s'", tpl, (int)st, cleave_last_error());
     free(out);
 }
 
 static void limits(void) {
     jinja_limits lim = jinja_default_limits();
     expect_limit("{% for i in range(100000000) %}x{% endfor %}", lim, "limit");
-    expect_limit("{% set r = range(4000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}", lim, "steps");
-    expect_limit("{% set r = range(3000) %}{% for i in r %}{% for j in r %}{{ 'xxxxxxxxxxxxx' }}{% endfor %}{% endfor %}", lim,
-                 "output");
+    expect_limit(
+        "{% set r = range(4000) %}{% for i in r %}{% for j in r %}{% endfor %}{% endfor %}", lim,
+        "steps");
+    expect_limit("{% set r = range(3000) %}{% for i in r %}{% for j in r %}{{ 'xxxxxxxxxxxxx' }}{% "
+                 "endfor %}{% endfor %}",
+                 lim, "output");
     jinja_limits small_memory = lim;
     small_memory.max_memory = 4 << 20;
-    expect_limit("{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ i %}{% endfor %}",
+    expect_limit("{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ i "
+                 "%}{% endfor %}",
                  small_memory, "memory");
     expect_limit("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", lim, "nested deeper");
     expect_limit("{{ 'x' * 100000000 }}", lim, "output limit");
-    jinja_limits tight = {.max_output = 100, .max_steps = 1000, .max_depth = 4, .max_memory = 1 << 20};
+    jinja_limits tight = {
+        .max_output = 100, .max_steps = 1000, .max_depth = 4, .max_memory = 1 << 20};
     expect_limit("{% for i in range(500) %}{{ i }}{% endfor %}", tight, "limit");
-    expect_limit("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(10) }}", tight, "nested");
+    expect_limit("{% macro f(n) %}{% if n %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(10) }}",
+                 tight, "nested");
     /* within the tight limits the same macro renders */
     char *out = NULL;
     size_t n = 0;
-    CHECK_OK(render("{% macro f(n) %}{% if n %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}", tight, &out, &n));
+    CHECK_OK(
+        render("{% macro f(n) %}{% if n %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}",
+               tight, &out, &n));
     CHECK(out && !strcmp(out, "321"));
     free(out);
     /* expressions nested beyond the parser's bound are refused, not a stack overflow */
     static char deep[20001];
-    for (int i = 0; i < 10000; i++) deep[i] = '(';
+    for (int i = 0; i < 10000; i++)
+        deep[i] = '(';
     memcpy(deep + 10000, "{{ 1 }}", 8);
     char tpl[20100];
     snprintf(tpl, sizeof tpl, "{{ %.*s1 }}", 5000, deep);
@@ -245,13 +268,15 @@ static const char *vocab_with(const char *tmpl, const char *file) {
     const char *texts[261];
     float scores[261];
     int32_t types[261];
-    texts[0] = "<unk>", texts[1] = "<s>", texts[2] = "</s>", texts[3] = "<|im_start|>", texts[4] = "<|im_end|>";
+    texts[0] = "<unk>", texts[1] = "<s>", texts[2] = "</s>", texts[3] = "<|im_start|>",
+    texts[4] = "<|im_end|>";
     types[0] = 2, types[1] = 3, types[2] = 3, types[3] = 3, types[4] = 3;
     for (int b = 0; b < 256; b++) {
         snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
         texts[5 + b] = bytes[b], types[5 + b] = 6;
     }
-    for (int i = 0; i < 261; i++) scores[i] = 0;
+    for (int i = 0; i < 261; i++)
+        scores[i] = 0;
     gguf_writer *w = NULL;
     cleave_status st = gguf_writer_new(&w);
     if (!st) st = gguf_set_str(w, "tokenizer.ggml.model", "llama");
@@ -267,7 +292,8 @@ static const char *vocab_with(const char *tmpl, const char *file) {
     return path;
 }
 
-/* Loads a vocabulary with tmpl, renders conv with add_generation_prompt and checks the text and description. */
+/* Loads a vocabulary with tmpl, renders conv with add_generation_prompt and checks the text and
+ * description. */
 static void with_model(const char *tmpl, const char *want, const char *describe, bool has_source) {
     cleave_model_params mp = {NULL, NULL, true};
     cleave_model *m = NULL;
@@ -279,9 +305,13 @@ static void with_model(const char *tmpl, const char *want, const char *describe,
         char buf[512];
         size_t n = 0, need = 0;
         CHECK_OK(cleave_chat_template_apply(t, conv, 3, true, buf, sizeof buf, &n));
-        CHECK_MSG(n == strlen(want) && !memcmp(buf, want, n), "got [%.*s] want [%s]", (int)n, buf, want);
-        CHECK(cleave_chat_template_apply(t, conv, 3, true, buf, 2, &need) == CLEAVE_ERR_INVALID_ARG && need == n);
-        CHECK_MSG(strstr(cleave_chat_template_describe(t), describe), "%s", cleave_chat_template_describe(t));
+        CHECK_MSG(n == strlen(want) && !memcmp(buf, want, n), "got [%.*s] want [%s]", (int)n, buf,
+                  want);
+        CHECK(cleave_chat_template_apply(t, conv, 3, true, buf, 2, &need) ==
+                  CLEAVE_ERR_INVALID_ARG &&
+              need == n);
+        CHECK_MSG(strstr(cleave_chat_template_describe(t), describe), "%s",
+                  cleave_chat_template_describe(t));
         CHECK((cleave_chat_template_source(t) != NULL) == has_source);
         if (has_source) CHECK(!strcmp(cleave_chat_template_source(t), tmpl));
     }
@@ -291,19 +321,23 @@ static void with_model(const char *tmpl, const char *want, const char *describe,
 
 static void public_api(void) {
     /* the model's own template, with its BOS and EOS texts */
-    with_model("{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token }}{% endfor %}"
+    with_model("{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{{ eos_token "
+               "}}{% endfor %}"
                "{% if add_generation_prompt %}[assistant]{% endif %}",
-               "<s>[system]Be brief.</s>[user]Hi <you> & 'me'</s>[assistant]Hello.</s>[assistant]", "Jinja", true);
+               "<s>[system]Be brief.</s>[user]Hi <you> & 'me'</s>[assistant]Hello.</s>[assistant]",
+               "Jinja", true);
     /* none: chatml, as llama.cpp falls back */
-    with_model(NULL,
-               "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <you> & 'me'<|im_end|>\n"
-               "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>assistant\n",
-               "the model has none", false);
+    with_model(
+        NULL,
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <you> & 'me'<|im_end|>\n"
+        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>assistant\n",
+        "the model has none", false);
     /* a template that does not parse but names a family by its markers */
-    with_model("{% for m in messages %}<|im_start|>{{ m.role }\n{% endfor",
-               "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <you> & 'me'<|im_end|>\n"
-               "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>assistant\n",
-               "did not parse: line 1, column", false);
+    with_model(
+        "{% for m in messages %}<|im_start|>{{ m.role }\n{% endfor",
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <you> & 'me'<|im_end|>\n"
+        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>assistant\n",
+        "did not parse: line 1, column", false);
     /* one that does not parse and names none: the parse error */
     {
         cleave_model_params mp = {NULL, NULL, true};
@@ -314,7 +348,8 @@ static void public_api(void) {
         CHECK(strstr(cleave_last_error(), "line 1, column"));
         /* a family by name, and a Jinja text, on the model (its BOS) */
         CHECK_OK(cleave_chat_template_load(m, "llama3", NULL, &t));
-        CHECK(t && !cleave_chat_template_source(t) && strstr(cleave_chat_template_describe(t), "llama3"));
+        CHECK(t && !cleave_chat_template_source(t) &&
+              strstr(cleave_chat_template_describe(t), "llama3"));
         cleave_chat_template_free(t);
         t = NULL;
         CHECK_OK(cleave_chat_template_load(m, NULL, "{{ bos_token }}{{ messages | length }}", &t));
@@ -327,7 +362,8 @@ static void public_api(void) {
     }
     /* no model: a Jinja text (bos/eos "") or a family */
     cleave_chat_template *t = NULL;
-    CHECK_OK(cleave_chat_template_load(NULL, NULL, "[{{ bos_token }}]{{ messages[0].content }}", &t));
+    CHECK_OK(
+        cleave_chat_template_load(NULL, NULL, "[{{ bos_token }}]{{ messages[0].content }}", &t));
     char buf[64];
     size_t n = 0;
     CHECK_OK(cleave_chat_template_apply(t, conv, 1, false, buf, sizeof buf, &n));
@@ -336,7 +372,8 @@ static void public_api(void) {
     cleave_chat_template_free(t);
     t = NULL;
     CHECK_OK(cleave_chat_template_load(NULL, NULL, "{{ raise_exception('no system role') }}", &t));
-    CHECK(cleave_chat_template_apply(t, conv, 1, false, buf, sizeof buf, &n) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_chat_template_apply(t, conv, 1, false, buf, sizeof buf, &n) ==
+          CLEAVE_ERR_INVALID_ARG);
     CHECK(!strcmp(cleave_last_error(), "no system role"));
     cleave_chat_template_free(t);
     t = NULL;
@@ -352,18 +389,25 @@ static void public_api(void) {
     CHECK(cleave_chat_template_load(NULL, "no-such-family", NULL, &t) != CLEAVE_OK && !t);
     CHECK(cleave_chat_template_load(NULL, "chatml", "{{ 1 }}", &t) == CLEAVE_ERR_INVALID_ARG && !t);
     CHECK(cleave_chat_template_load(NULL, NULL, "{% if %}", &t) == CLEAVE_ERR_INVALID_ARG && !t);
-    CHECK(cleave_chat_template_load(NULL, NULL, "\xff\xfe{{ \x01 }}", &t) == CLEAVE_ERR_INVALID_ARG && !t);
+    CHECK(cleave_chat_template_load(NULL, NULL, "\xff\xfe{{ \x01 }}", &t) ==
+              CLEAVE_ERR_INVALID_ARG &&
+          !t);
     cleave_chat_template_free(NULL);
     CHECK(cleave_chat_template_describe(NULL) != NULL);
     CHECK(cleave_chat_template_source(NULL) == NULL);
-    CHECK(cleave_chat_template_apply(NULL, conv, 1, false, buf, sizeof buf, &n) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_chat_template_apply(NULL, conv, 1, false, buf, sizeof buf, &n) ==
+          CLEAVE_ERR_INVALID_ARG);
     CHECK_OK(cleave_chat_template_load(NULL, NULL, "{{ messages[0].content }}", &t));
-    CHECK(cleave_chat_template_apply(t, NULL, 1, false, buf, sizeof buf, &n) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_chat_template_apply(t, NULL, 1, false, buf, sizeof buf, &n) ==
+          CLEAVE_ERR_INVALID_ARG);
     CHECK(cleave_chat_template_apply(t, conv, 1, false, NULL, 5, &n) == CLEAVE_ERR_INVALID_ARG);
-    CHECK(cleave_chat_template_apply(t, conv, 1, false, buf, sizeof buf, NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_chat_template_apply(t, conv, 1, false, buf, sizeof buf, NULL) ==
+          CLEAVE_ERR_INVALID_ARG);
     const cleave_chat_message bad[] = {{"user", NULL}};
-    CHECK(cleave_chat_template_apply(t, bad, 1, false, buf, sizeof buf, &n) == CLEAVE_ERR_INVALID_ARG);
-    CHECK(cleave_chat_template_apply(t, conv, 0, false, NULL, 0, &n) == CLEAVE_ERR_INVALID_ARG); /* messages[0] */
+    CHECK(cleave_chat_template_apply(t, bad, 1, false, buf, sizeof buf, &n) ==
+          CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_chat_template_apply(t, conv, 0, false, NULL, 0, &n) ==
+          CLEAVE_ERR_INVALID_ARG); /* messages[0] */
     cleave_chat_template_free(t);
     t = NULL;
     CHECK_OK(cleave_chat_template_load(NULL, NULL, "{% for m in messages %}x{% endfor %}", &t));

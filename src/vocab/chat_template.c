@@ -48,13 +48,15 @@ static cleave_status load_jinja(cleave_chat_template *t, const char *text, size_
     return jinja_parse(text, n, &t->jinja);
 }
 
-cleave_status cleave_chat_template_load(const cleave_model *model, const char *name, const char *jinja_text,
-                                        cleave_chat_template **out) {
+cleave_status cleave_chat_template_load(const cleave_model *model, const char *name,
+                                        const char *jinja_text, cleave_chat_template **out) {
     if (out) *out = NULL;
     if (!out || (!model && !name && !jinja_text))
-        return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: a model, a family name or a Jinja text required");
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "chat template: a model, a family name or a Jinja text required");
     if (name && jinja_text)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: name a family or give a Jinja text, not both");
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "chat template: name a family or give a Jinja text, not both");
     cleave_chat_template *t = mem_calloc(1, sizeof *t, "chat template");
     if (!t) return CLEAVE_ERR_OOM;
     cleave_status st = token_text(model, model ? cleave_token_bos(model) : -1, &t->bos);
@@ -62,8 +64,10 @@ cleave_status cleave_chat_template_load(const cleave_model *model, const char *n
     if (!st && jinja_text) {
         size_t n = strlen(jinja_text);
         st = load_jinja(t, jinja_text, n);
-        if (st) st = err_wrap(st, "the chat template file did not parse");
-        else snprintf(t->describe, sizeof t->describe, "the given template (Jinja, %zu bytes)", n);
+        if (st)
+            st = err_wrap(st, "the chat template file did not parse");
+        else
+            snprintf(t->describe, sizeof t->describe, "the given template (Jinja, %zu bytes)", n);
     } else if (!st && name) {
         st = builtin(name, &t->family);
         if (!st) snprintf(t->describe, sizeof t->describe, "%s (built in)", name);
@@ -82,11 +86,12 @@ cleave_status cleave_chat_template_load(const cleave_model *model, const char *n
             free(t->source), t->source = NULL;
             const char *family;
             if (cleave_chat_template_of(model, &family)) {
-                st = err_set(CLEAVE_ERR_INVALID_ARG, "the model's chat template did not parse: %s", why);
+                st = err_set(CLEAVE_ERR_INVALID_ARG, "the model's chat template did not parse: %s",
+                             why);
             } else {
                 t->family = family;
-                snprintf(t->describe, sizeof t->describe, "%s (built in; the model's template did not parse: %s)",
-                         family, why);
+                snprintf(t->describe, sizeof t->describe,
+                         "%s (built in; the model's template did not parse: %s)", family, why);
             }
         } else {
             snprintf(t->describe, sizeof t->describe, "the model's template (Jinja, %zu bytes)", n);
@@ -109,28 +114,41 @@ void cleave_chat_template_free(cleave_chat_template *t) {
     free(t);
 }
 
-const char *cleave_chat_template_describe(const cleave_chat_template *t) { return t ? t->describe : ""; }
+const char *cleave_chat_template_describe(const cleave_chat_template *t) {
+    return t ? t->describe : "";
+}
 
-const char *cleave_chat_template_source(const cleave_chat_template *t) { return t ? t->source : NULL; }
+const char *cleave_chat_template_source(const cleave_chat_template *t) {
+    return t ? t->source : NULL;
+}
 
-cleave_status cleave_chat_template_apply(const cleave_chat_template *t, const cleave_chat_message *msgs,
-                                         size_t n_msgs, bool add_generation_prompt, char *buf, size_t cap,
+cleave_status cleave_chat_template_apply(const cleave_chat_template *t,
+                                         const cleave_chat_message *msgs, size_t n_msgs,
+                                         bool add_generation_prompt, char *buf, size_t cap,
                                          size_t *n_out) {
     if (!t || (!msgs && n_msgs) || !n_out || (!buf && cap))
         return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: arguments required");
-    if (!t->jinja) return cleave_chat_apply(t->family, msgs, n_msgs, add_generation_prompt, buf, cap, n_out);
+    if (!t->jinja)
+        return cleave_chat_apply(t->family, msgs, n_msgs, add_generation_prompt, buf, cap, n_out);
     for (size_t i = 0; i < n_msgs; i++)
         if (!msgs[i].role || !msgs[i].content)
-            return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: message %zu has no role or content", i);
-    jinja_render_args a = {.msgs = msgs, .n_msgs = n_msgs, .add_generation_prompt = add_generation_prompt,
-                           .bos_token = t->bos, .eos_token = t->eos, .limits = jinja_default_limits()};
+            return err_set(CLEAVE_ERR_INVALID_ARG,
+                           "chat template: message %zu has no role or content", i);
+    jinja_render_args a = {.msgs = msgs,
+                           .n_msgs = n_msgs,
+                           .add_generation_prompt = add_generation_prompt,
+                           .bos_token = t->bos,
+                           .eos_token = t->eos,
+                           .limits = jinja_default_limits()};
     char *text;
     size_t n;
     cleave_status st = jinja_render(t->jinja, &a, &text, &n);
     if (st) return st;
     *n_out = n;
-    if (n > cap) st = err_set(CLEAVE_ERR_INVALID_ARG, "chat template: %zu bytes, room for %zu", n, cap);
-    else memcpy(buf, text, n);
+    if (n > cap)
+        st = err_set(CLEAVE_ERR_INVALID_ARG, "chat template: %zu bytes, room for %zu", n, cap);
+    else if (n)
+        memcpy(buf, text, n);
     free(text);
     return st;
 }

@@ -32,7 +32,7 @@ cleave_status jinja_parse(const char *src, size_t n, jinja_template **out);
 void jinja_free(jinja_template *t);
 
 typedef struct jinja_limits {
-    size_t max_output; /* bytes rendered */
+    size_t max_output;  /* bytes rendered */
     uint64_t max_steps; /* nodes evaluated, loop iterations */
     int max_depth;      /* nested macro calls and expression nesting */
     size_t max_memory;  /* bytes of values a render may allocate */

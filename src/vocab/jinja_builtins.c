@@ -13,10 +13,10 @@
 #include "base/mem.h"
 #include "vocab/jinja_impl.h"
 
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        cleave_status st_ = (x);                                                                                       \
-        if (st_) return st_;                                                                                           \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        cleave_status st_ = (x);                                                                   \
+        if (st_) return st_;                                                                       \
     } while (0)
 
 static bool is(jstr s, const char *w) { return s.n == strlen(w) && !memcmp(s.p, w, s.n); }
@@ -29,7 +29,9 @@ static const jvalue *arg(const jargs *a, size_t idx, const char *name) {
     return NULL;
 }
 
-static bool py_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
+static bool py_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
 
 static cleave_status need_str(jctx *c, const jnode *at, const jvalue *v, const char *what) {
     if (v->t == JV_STR) return CLEAVE_OK;
@@ -50,9 +52,11 @@ static bool in_chars(char ch, const jvalue *chars) {
 static jvalue strip(jstr s, const jvalue *chars, bool left, bool right) {
     size_t a = 0, b = s.n;
     if (left)
-        while (a < b && in_chars(s.p[a], chars)) a++;
+        while (a < b && in_chars(s.p[a], chars))
+            a++;
     if (right)
-        while (b > a && in_chars(s.p[b - 1], chars)) b--;
+        while (b > a && in_chars(s.p[b - 1], chars))
+            b--;
     return jv_str(s.p + a, b - a);
 }
 
@@ -64,13 +68,20 @@ static cleave_status case_map(jctx *c, jstr s, int mode, jvalue *out) {
     for (size_t i = 0; i < s.n; i++) {
         unsigned char ch = (unsigned char)s.p[i];
         bool up;
-        if (mode == 0) up = false;
-        else if (mode == 1) up = true;
-        else if (mode == 2) up = i == 0;
-        else up = start;
+        if (mode == 0)
+            up = false;
+        else if (mode == 1)
+            up = true;
+        else if (mode == 2)
+            up = i == 0;
+        else
+            up = start;
         p[i] = (char)(ch >= 0x80 ? ch : up ? toupper(ch) : tolower(ch));
-        if (mode == 3) start = ch == '-' || py_space((char)ch) || ch == '(' || ch == '{' || ch == '[' || ch == '<';
-        else if (mode == 4) start = !isalpha(ch) && ch < 0x80;
+        if (mode == 3)
+            start =
+                ch == '-' || py_space((char)ch) || ch == '(' || ch == '{' || ch == '[' || ch == '<';
+        else if (mode == 4)
+            start = !isalpha(ch) && ch < 0x80;
     }
     *out = jv_str(p, s.n);
     return CLEAVE_OK;
@@ -101,23 +112,27 @@ static cleave_status replace(jctx *c, jstr s, jstr old, jstr new_, int64_t count
     return st;
 }
 
-static cleave_status split(jctx *c, const jnode *at, jstr s, const jvalue *sep, int64_t maxsplit, jvalue *out) {
+static cleave_status split(jctx *c, const jnode *at, jstr s, const jvalue *sep, int64_t maxsplit,
+                           jvalue *out) {
     jlist *l = jlist_new(&c->arena, 4);
     if (!l) return CLEAVE_ERR_OOM;
     if (!sep || sep->t == JV_NONE) {
         size_t i = 0;
         int64_t done = 0;
         for (;;) {
-            while (i < s.n && py_space(s.p[i])) i++;
+            while (i < s.n && py_space(s.p[i]))
+                i++;
             if (i >= s.n) break;
             size_t j = i;
             if (maxsplit >= 0 && done >= maxsplit) {
                 size_t e = s.n;
-                while (e > i && py_space(s.p[e - 1])) e--;
+                while (e > i && py_space(s.p[e - 1]))
+                    e--;
                 TRY(jlist_push(&c->arena, l, jv_str(s.p + i, e - i)));
                 break;
             }
-            while (j < s.n && !py_space(s.p[j])) j++;
+            while (j < s.n && !py_space(s.p[j]))
+                j++;
             TRY(jlist_push(&c->arena, l, jv_str(s.p + i, j - i)));
             done++;
             i = j;
@@ -147,17 +162,21 @@ static bool affix(jstr s, jstr x, bool end) {
     return !memcmp(end ? s.p + s.n - x.n : s.p, x.p, x.n);
 }
 
-static cleave_status affix_test(jctx *c, const jnode *at, jstr s, const jvalue *x, bool end, bool *r) {
+static cleave_status affix_test(jctx *c, const jnode *at, jstr s, const jvalue *x, bool end,
+                                bool *r) {
     if (x && x->t == JV_STR) return *r = affix(s, x->u.s, end), CLEAVE_OK;
     if (x && x->t == JV_TUPLE) {
         *r = false;
         for (size_t i = 0; i < x->u.l->n; i++) {
-            if (x->u.l->v[i].t != JV_STR) return jctx_fail(c, at, "tuple for %s must only contain str", end ? "endswith" : "startswith");
+            if (x->u.l->v[i].t != JV_STR)
+                return jctx_fail(c, at, "tuple for %s must only contain str",
+                                 end ? "endswith" : "startswith");
             if (affix(s, x->u.l->v[i].u.s, end)) *r = true;
         }
         return CLEAVE_OK;
     }
-    return jctx_fail(c, at, "%s first arg must be str or a tuple of str", end ? "endswith" : "startswith");
+    return jctx_fail(c, at, "%s first arg must be str or a tuple of str",
+                     end ? "endswith" : "startswith");
 }
 
 static int64_t find(jstr s, jstr x, bool last) {
@@ -192,7 +211,8 @@ static cleave_status format(jctx *c, const jnode *at, jstr s, const jargs *a, jv
             continue;
         }
         size_t e = i + 1;
-        while (e < s.n && s.p[e] != '}') e++;
+        while (e < s.n && s.p[e] != '}')
+            e++;
         if (e >= s.n) {
             st = jctx_fail(c, at, "Single '{' encountered in format string");
             break;
@@ -211,10 +231,12 @@ static cleave_status format(jctx *c, const jnode *at, jstr s, const jargs *a, jv
             v = k < a->n_pos ? &a->pos[k] : NULL;
         } else {
             for (size_t k = 0; k < a->n_kw; k++)
-                if (a->kw_names[k].n == field.n && !memcmp(a->kw_names[k].p, field.p, field.n)) v = &a->kw[k];
+                if (a->kw_names[k].n == field.n && !memcmp(a->kw_names[k].p, field.p, field.n))
+                    v = &a->kw[k];
         }
         if (!v) {
-            st = jctx_fail(c, at, "str.format: replacement field {%.*s} has no argument", (int)field.n, field.p);
+            st = jctx_fail(c, at, "str.format: replacement field {%.*s} has no argument",
+                           (int)field.n, field.p);
             break;
         }
         st = jv_str_into(&b, v);
@@ -240,15 +262,17 @@ static cleave_status join(jctx *c, const jnode *at, const jlist *items, jstr sep
 
 /* ---- methods ---- */
 
-static const char *const STR_METHODS[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith",
-                                          "replace", "upper", "lower", "title", "capitalize", "find", "rfind",
-                                          "count", "format", "join", "splitlines", "isdigit", "isalpha", "isalnum",
-                                          "isspace", "isupper", "islower", "removeprefix", "removesuffix", "index",
-                                          NULL};
-static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", "copy", "pop", "popitem", "setdefault",
+static const char *const STR_METHODS[] = {
+    "strip",   "lstrip",  "rstrip",  "split",        "rsplit",       "startswith", "endswith",
+    "replace", "upper",   "lower",   "title",        "capitalize",   "find",       "rfind",
+    "count",   "format",  "join",    "splitlines",   "isdigit",      "isalpha",    "isalnum",
+    "isspace", "isupper", "islower", "removeprefix", "removesuffix", "index",      NULL};
+static const char *const DICT_METHODS[] = {"items",  "keys",  "values",  "get",
+                                           "copy",   "pop",   "popitem", "setdefault",
                                            "update", "clear", NULL};
-static const char *const LIST_METHODS[] = {"index", "count", "copy", "append", "pop", "extend", "insert", "remove",
-                                           "reverse", "sort", "clear", NULL};
+static const char *const LIST_METHODS[] = {"index",   "count",  "copy",   "append",
+                                           "pop",     "extend", "insert", "remove",
+                                           "reverse", "sort",   "clear",  NULL};
 
 static bool listed(const char *const *names, jstr s) {
     for (; *names; names++)
@@ -264,17 +288,20 @@ bool jinja_has_method(const jvalue *self, jstr name) {
     return false;
 }
 
-static cleave_status str_method(jctx *c, const jnode *at, jstr s, jstr name, const jargs *a, jvalue *out) {
+static cleave_status str_method(jctx *c, const jnode *at, jstr s, jstr name, const jargs *a,
+                                jvalue *out) {
     const jvalue *a0 = arg(a, 0, NULL), *a1 = arg(a, 1, NULL);
     if (is(name, "strip") || is(name, "lstrip") || is(name, "rstrip")) {
-        if (a0 && a0->t != JV_STR && a0->t != JV_NONE) return jctx_fail(c, at, "strip arg must be None or str");
+        if (a0 && a0->t != JV_STR && a0->t != JV_NONE)
+            return jctx_fail(c, at, "strip arg must be None or str");
         *out = strip(s, a0, name.p[0] != 'r', name.p[0] != 'l');
         return CLEAVE_OK;
     }
     if (is(name, "split") || is(name, "rsplit")) {
         const jvalue *sep = arg(a, 0, "sep"), *mx = arg(a, 1, "maxsplit");
         int64_t maxsplit = mx && mx->t == JV_INT ? mx->u.i : -1;
-        if (is(name, "rsplit") && maxsplit >= 0) return jctx_fail(c, at, "rsplit with maxsplit is not supported");
+        if (is(name, "rsplit") && maxsplit >= 0)
+            return jctx_fail(c, at, "rsplit with maxsplit is not supported");
         return split(c, at, s, sep, maxsplit, out);
     }
     if (is(name, "startswith") || is(name, "endswith")) {
@@ -285,7 +312,8 @@ static cleave_status str_method(jctx *c, const jnode *at, jstr s, jstr name, con
     }
     if (is(name, "replace")) {
         const jvalue *cnt = arg(a, 2, "count");
-        if (!a0 || !a1 || a0->t != JV_STR || a1->t != JV_STR) return jctx_fail(c, at, "replace takes two strings");
+        if (!a0 || !a1 || a0->t != JV_STR || a1->t != JV_STR)
+            return jctx_fail(c, at, "replace takes two strings");
         return replace(c, s, a0->u.s, a1->u.s, cnt && cnt->t == JV_INT ? cnt->u.i : -1, out);
     }
     if (is(name, "upper")) return case_map(c, s, 1, out);
@@ -293,7 +321,8 @@ static cleave_status str_method(jctx *c, const jnode *at, jstr s, jstr name, con
     if (is(name, "capitalize")) return case_map(c, s, 2, out);
     if (is(name, "title")) return case_map(c, s, 4, out);
     if (is(name, "find") || is(name, "rfind") || is(name, "index")) {
-        if (!a0 || a0->t != JV_STR) return jctx_fail(c, at, "%.*s takes a string", (int)name.n, name.p);
+        if (!a0 || a0->t != JV_STR)
+            return jctx_fail(c, at, "%.*s takes a string", (int)name.n, name.p);
         int64_t i = find(s, a0->u.s, name.p[0] == 'r');
         if (i < 0 && is(name, "index")) return jctx_fail(c, at, "substring not found");
         *out = jv_int(i);
@@ -302,11 +331,14 @@ static cleave_status str_method(jctx *c, const jnode *at, jstr s, jstr name, con
     if (is(name, "count")) {
         if (!a0 || a0->t != JV_STR) return jctx_fail(c, at, "count takes a string");
         int64_t k = 0;
-        if (!a0->u.s.n) k = (int64_t)s.n + 1;
+        if (!a0->u.s.n)
+            k = (int64_t)s.n + 1;
         else
             for (size_t i = 0; i + a0->u.s.n <= s.n;)
-                if (!memcmp(s.p + i, a0->u.s.p, a0->u.s.n)) k++, i += a0->u.s.n;
-                else i++;
+                if (!memcmp(s.p + i, a0->u.s.p, a0->u.s.n))
+                    k++, i += a0->u.s.n;
+                else
+                    i++;
         *out = jv_int(k);
         return CLEAVE_OK;
     }
@@ -316,7 +348,8 @@ static cleave_status str_method(jctx *c, const jnode *at, jstr s, jstr name, con
         jlist *items;
         TRY(jctx_iterate(c, at, a0, &items));
         for (size_t i = 0; i < items->n; i++)
-            if (items->v[i].t != JV_STR) return jctx_fail(c, at, "sequence item %zu: expected str instance", i);
+            if (items->v[i].t != JV_STR)
+                return jctx_fail(c, at, "sequence item %zu: expected str instance", i);
         return join(c, at, items, s, out);
     }
     if (is(name, "splitlines")) {
@@ -335,22 +368,31 @@ static cleave_status str_method(jctx *c, const jnode *at, jstr s, jstr name, con
         return CLEAVE_OK;
     }
     if (is(name, "removeprefix") || is(name, "removesuffix")) {
-        if (!a0 || a0->t != JV_STR) return jctx_fail(c, at, "%.*s takes a string", (int)name.n, name.p);
+        if (!a0 || a0->t != JV_STR)
+            return jctx_fail(c, at, "%.*s takes a string", (int)name.n, name.p);
         bool end = name.p[6] == 's';
-        if (affix(s, a0->u.s, end)) *out = jv_str(end ? s.p : s.p + a0->u.s.n, s.n - a0->u.s.n);
-        else *out = jv_str(s.p, s.n);
+        if (affix(s, a0->u.s, end))
+            *out = jv_str(end ? s.p : s.p + a0->u.s.n, s.n - a0->u.s.n);
+        else
+            *out = jv_str(s.p, s.n);
         return CLEAVE_OK;
     }
     /* the is* predicates */
     bool r = s.n > 0, cased = false;
     for (size_t i = 0; i < s.n; i++) {
         unsigned char ch = (unsigned char)s.p[i];
-        if (is(name, "isdigit")) r &= isdigit(ch) != 0;
-        else if (is(name, "isalpha")) r &= isalpha(ch) != 0;
-        else if (is(name, "isalnum")) r &= isalnum(ch) != 0;
-        else if (is(name, "isspace")) r &= py_space((char)ch);
-        else if (is(name, "isupper")) r &= !islower(ch), cased |= isupper(ch) != 0;
-        else if (is(name, "islower")) r &= !isupper(ch), cased |= islower(ch) != 0;
+        if (is(name, "isdigit"))
+            r &= isdigit(ch) != 0;
+        else if (is(name, "isalpha"))
+            r &= isalpha(ch) != 0;
+        else if (is(name, "isalnum"))
+            r &= isalnum(ch) != 0;
+        else if (is(name, "isspace"))
+            r &= py_space((char)ch);
+        else if (is(name, "isupper"))
+            r &= !islower(ch), cased |= isupper(ch) != 0;
+        else if (is(name, "islower"))
+            r &= !isupper(ch), cased |= islower(ch) != 0;
     }
     if (is(name, "isupper") || is(name, "islower")) r = r && cased;
     *out = jv_bool(r);
@@ -370,7 +412,8 @@ static cleave_status items_of(jctx *c, const jdict *d, jvalue *out) {
     return CLEAVE_OK;
 }
 
-cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr name, const jargs *a, jvalue *out) {
+cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr name, const jargs *a,
+                           jvalue *out) {
     if (self->t == JV_STR) return str_method(c, at, self->u.s, name, a, out);
     if (self->t == JV_LOOP && is(name, "cycle")) {
         if (!a->n_pos) return jctx_fail(c, at, "no items for cycling given");
@@ -383,7 +426,8 @@ cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr na
         if (is(name, "keys") || is(name, "values")) {
             jlist *l = jlist_new(&c->arena, d->n);
             if (!l) return CLEAVE_ERR_OOM;
-            for (size_t i = 0; i < d->n; i++) l->v[l->n++] = name.p[0] == 'k' ? d->k[i] : d->v[i];
+            for (size_t i = 0; i < d->n; i++)
+                l->v[l->n++] = name.p[0] == 'k' ? d->k[i] : d->v[i];
             *out = (jvalue){.t = JV_LIST, .u.l = l};
             return CLEAVE_OK;
         }
@@ -397,7 +441,8 @@ cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr na
         if (is(name, "copy")) {
             jdict *n = jdict_new(&c->arena, d->n);
             if (!n) return CLEAVE_ERR_OOM;
-            for (size_t i = 0; i < d->n; i++) TRY(jdict_set(&c->arena, n, d->k[i], d->v[i]));
+            for (size_t i = 0; i < d->n; i++)
+                TRY(jdict_set(&c->arena, n, d->k[i], d->v[i]));
             *out = (jvalue){.t = JV_DICT, .u.d = n};
             return CLEAVE_OK;
         }
@@ -423,8 +468,9 @@ cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr na
             return CLEAVE_OK;
         }
     }
-    return jctx_fail(c, at, "access to attribute '%.*s' of '%s' object is unsafe (the sandbox is immutable)",
-                     (int)name.n, name.p, jv_type_name(self));
+    return jctx_fail(
+        c, at, "access to attribute '%.*s' of '%s' object is unsafe (the sandbox is immutable)",
+        (int)name.n, name.p, jv_type_name(self));
 }
 
 /* ---- global functions ---- */
@@ -433,13 +479,17 @@ cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jv
     switch (id) {
     case JB_RANGE: {
         int64_t v[3] = {0, 0, 1};
-        if (a->n_pos < 1 || a->n_pos > 3 || a->n_kw) return jctx_fail(c, at, "range expected 1 to 3 integer arguments");
+        if (a->n_pos < 1 || a->n_pos > 3 || a->n_kw)
+            return jctx_fail(c, at, "range expected 1 to 3 integer arguments");
         for (size_t i = 0; i < a->n_pos; i++) {
             if (a->pos[i].t != JV_INT && a->pos[i].t != JV_BOOL)
-                return jctx_fail(c, at, "'%s' object cannot be interpreted as an integer", jv_type_name(&a->pos[i]));
+                return jctx_fail(c, at, "'%s' object cannot be interpreted as an integer",
+                                 jv_type_name(&a->pos[i]));
             int64_t x = a->pos[i].t == JV_INT ? a->pos[i].u.i : a->pos[i].u.b;
-            if (a->n_pos == 1) v[1] = x;
-            else v[i] = x;
+            if (a->n_pos == 1)
+                v[1] = x;
+            else
+                v[i] = x;
         }
         if (!v[2]) return jctx_fail(c, at, "range() arg 3 must not be zero");
         double count = v[2] > 0 ? ceil(((double)v[1] - (double)v[0]) / (double)v[2])
@@ -450,7 +500,8 @@ cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jv
                              (unsigned long long)c->lim.max_steps);
         jlist *l = jlist_new(&c->arena, (size_t)count);
         if (!l) return CLEAVE_ERR_OOM;
-        for (size_t i = 0; i < (size_t)count; i++) l->v[l->n++] = jv_int(v[0] + (int64_t)i * v[2]);
+        for (size_t i = 0; i < (size_t)count; i++)
+            l->v[l->n++] = jv_int(v[0] + (int64_t)i * v[2]);
         *out = (jvalue){.t = JV_LIST, .u.l = l};
         return CLEAVE_OK;
     }
@@ -460,8 +511,10 @@ cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jv
         if (!d) return CLEAVE_ERR_OOM;
         for (size_t i = 0; i < a->n_pos; i++) {
             if (a->pos[i].t != JV_DICT && a->pos[i].t != JV_NAMESPACE)
-                return jctx_fail(c, at, "%s() takes a mapping and keyword arguments", id == JB_DICT ? "dict" : "namespace");
-            for (size_t k = 0; k < a->pos[i].u.d->n; k++) TRY(jdict_set(&c->arena, d, a->pos[i].u.d->k[k], a->pos[i].u.d->v[k]));
+                return jctx_fail(c, at, "%s() takes a mapping and keyword arguments",
+                                 id == JB_DICT ? "dict" : "namespace");
+            for (size_t k = 0; k < a->pos[i].u.d->n; k++)
+                TRY(jdict_set(&c->arena, d, a->pos[i].u.d->k[k], a->pos[i].u.d->v[k]));
         }
         for (size_t k = 0; k < a->n_kw; k++)
             TRY(jdict_set(&c->arena, d, jv_str(a->kw_names[k].p, a->kw_names[k].n), a->kw[k]));
@@ -472,17 +525,20 @@ cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jv
         jvalue msg = jv_str("", 0);
         if (a->n_pos) TRY(jctx_str(c, &a->pos[0], &msg));
         c->raised = true;
-        return err_set(CLEAVE_ERR_INVALID_ARG, "%.*s", (int)(msg.u.s.n > 2000 ? 2000 : msg.u.s.n), msg.u.s.p);
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%.*s", (int)(msg.u.s.n > 2000 ? 2000 : msg.u.s.n),
+                       msg.u.s.p);
     }
     case JB_STRFTIME: {
-        if (a->n_pos != 1 || a->pos[0].t != JV_STR) return jctx_fail(c, at, "strftime_now takes one format string");
+        if (a->n_pos != 1 || a->pos[0].t != JV_STR)
+            return jctx_fail(c, at, "strftime_now takes one format string");
         time_t now = c->args->fixed_time ? (time_t)c->args->time : time(NULL);
         struct tm tm;
         if (!(c->args->fixed_time ? gmtime_r(&now, &tm) : localtime_r(&now, &tm)))
             return jctx_fail(c, at, "strftime_now: the time cannot be read");
         char fmt[256], buf[512];
         jstr f = a->pos[0].u.s;
-        if (f.n >= sizeof fmt || memchr(f.p, 0, f.n)) return jctx_fail(c, at, "strftime_now: format too long");
+        if (f.n >= sizeof fmt || memchr(f.p, 0, f.n))
+            return jctx_fail(c, at, "strftime_now: format too long");
         memcpy(fmt, f.p, f.n);
         fmt[f.n] = 0;
         size_t n = f.n ? strftime(buf, sizeof buf, fmt, &tm) : 0;
@@ -495,53 +551,83 @@ cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jv
 
 /* ---- tests ---- */
 
-static cleave_status sort_values(jctx *c, const jnode *at, jvalue *v, size_t n, const jvalue *keys, bool rev);
+static cleave_status sort_values(jctx *c, const jnode *at, jvalue *v, size_t n, const jvalue *keys,
+                                 bool rev);
 
-cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a, bool *out) {
+cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a,
+                         bool *out) {
     const jvalue *x = arg(a, 0, NULL);
     jv_kind t = in->t;
-    if (is(name, "defined")) *out = t != JV_UNDEF;
-    else if (is(name, "undefined")) *out = t == JV_UNDEF;
-    else if (is(name, "none")) *out = t == JV_NONE;
-    else if (is(name, "string")) *out = t == JV_STR;
-    else if (is(name, "number")) *out = t == JV_INT || t == JV_FLOAT || t == JV_BOOL;
-    else if (is(name, "integer")) *out = t == JV_INT;
-    else if (is(name, "float")) *out = t == JV_FLOAT;
-    else if (is(name, "boolean")) *out = t == JV_BOOL;
-    else if (is(name, "true")) *out = t == JV_BOOL && in->u.b;
-    else if (is(name, "false")) *out = t == JV_BOOL && !in->u.b;
-    else if (is(name, "mapping")) *out = t == JV_DICT;
-    else if (is(name, "iterable")) *out = t == JV_STR || t == JV_LIST || t == JV_TUPLE || t == JV_DICT || t == JV_UNDEF;
-    else if (is(name, "sequence")) *out = t == JV_STR || t == JV_LIST || t == JV_TUPLE || t == JV_DICT;
-    else if (is(name, "callable")) *out = t == JV_MACRO || t == JV_BUILTIN || t == JV_METHOD;
-    else if (is(name, "escaped")) *out = false;
-    else if (is(name, "sameas")) *out = x && ((t == x->t && (t == JV_NONE || t == JV_UNDEF)) || (t == JV_BOOL && x->t == JV_BOOL && in->u.b == x->u.b));
+    if (is(name, "defined"))
+        *out = t != JV_UNDEF;
+    else if (is(name, "undefined"))
+        *out = t == JV_UNDEF;
+    else if (is(name, "none"))
+        *out = t == JV_NONE;
+    else if (is(name, "string"))
+        *out = t == JV_STR;
+    else if (is(name, "number"))
+        *out = t == JV_INT || t == JV_FLOAT || t == JV_BOOL;
+    else if (is(name, "integer"))
+        *out = t == JV_INT;
+    else if (is(name, "float"))
+        *out = t == JV_FLOAT;
+    else if (is(name, "boolean"))
+        *out = t == JV_BOOL;
+    else if (is(name, "true"))
+        *out = t == JV_BOOL && in->u.b;
+    else if (is(name, "false"))
+        *out = t == JV_BOOL && !in->u.b;
+    else if (is(name, "mapping"))
+        *out = t == JV_DICT;
+    else if (is(name, "iterable"))
+        *out = t == JV_STR || t == JV_LIST || t == JV_TUPLE || t == JV_DICT || t == JV_UNDEF;
+    else if (is(name, "sequence"))
+        *out = t == JV_STR || t == JV_LIST || t == JV_TUPLE || t == JV_DICT;
+    else if (is(name, "callable"))
+        *out = t == JV_MACRO || t == JV_BUILTIN || t == JV_METHOD;
+    else if (is(name, "escaped"))
+        *out = false;
+    else if (is(name, "sameas"))
+        *out = x && ((t == x->t && (t == JV_NONE || t == JV_UNDEF)) ||
+                     (t == JV_BOOL && x->t == JV_BOOL && in->u.b == x->u.b));
     else if (is(name, "lower") || is(name, "upper")) {
         jvalue s;
         TRY(jctx_str(c, in, &s));
         jargs none = {0};
         jvalue r;
-        TRY(str_method(c, at, s.u.s, is(name, "lower") ? (jstr){"islower", 7} : (jstr){"isupper", 7}, &none, &r));
+        TRY(str_method(c, at, s.u.s,
+                       is(name, "lower") ? (jstr){"islower", 7} : (jstr){"isupper", 7}, &none, &r));
         *out = r.u.b;
     } else if (is(name, "odd") || is(name, "even") || is(name, "divisibleby")) {
-        if (t != JV_INT && t != JV_BOOL) return jctx_fail(c, at, "the '%.*s' test needs an integer", (int)name.n, name.p);
+        if (t != JV_INT && t != JV_BOOL)
+            return jctx_fail(c, at, "the '%.*s' test needs an integer", (int)name.n, name.p);
         int64_t v = t == JV_INT ? in->u.i : in->u.b;
         if (is(name, "divisibleby")) {
-            if (!x || x->t != JV_INT || !x->u.i) return jctx_fail(c, at, "divisibleby needs a non-zero integer");
+            if (!x || x->t != JV_INT || !x->u.i)
+                return jctx_fail(c, at, "divisibleby needs a non-zero integer");
             *out = v % x->u.i == 0;
         } else {
             *out = (v % 2 != 0) == is(name, "odd");
         }
     } else {
         jop op;
-        if (is(name, "eq") || is(name, "equalto") || is(name, "==")) op = JOP_EQ;
-        else if (is(name, "ne") || is(name, "!=")) op = JOP_NE;
-        else if (is(name, "lt") || is(name, "lessthan")) op = JOP_LT;
-        else if (is(name, "le")) op = JOP_LE;
-        else if (is(name, "gt") || is(name, "greaterthan")) op = JOP_GT;
-        else if (is(name, "ge")) op = JOP_GE;
-        else if (is(name, "in")) op = JOP_IN;
-        else return jctx_fail(c, at, "no test named '%.*s'", (int)name.n, name.p);
+        if (is(name, "eq") || is(name, "equalto") || is(name, "=="))
+            op = JOP_EQ;
+        else if (is(name, "ne") || is(name, "!="))
+            op = JOP_NE;
+        else if (is(name, "lt") || is(name, "lessthan"))
+            op = JOP_LT;
+        else if (is(name, "le"))
+            op = JOP_LE;
+        else if (is(name, "gt") || is(name, "greaterthan"))
+            op = JOP_GT;
+        else if (is(name, "ge"))
+            op = JOP_GE;
+        else if (is(name, "in"))
+            op = JOP_IN;
+        else
+            return jctx_fail(c, at, "no test named '%.*s'", (int)name.n, name.p);
         if (!x) return jctx_fail(c, at, "the '%.*s' test needs an argument", (int)name.n, name.p);
         if (op == JOP_EQ || op == JOP_NE) {
             *out = jv_equal(in, x) == (op == JOP_EQ);
@@ -551,7 +637,8 @@ cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, 
             if (x->t == JV_STR && in->t == JV_STR) {
                 r = find(x->u.s, in->u.s, false) >= 0;
             } else if (x->t == JV_LIST || x->t == JV_TUPLE) {
-                for (size_t i = 0; i < x->u.l->n; i++) r |= jv_equal(&x->u.l->v[i], in);
+                for (size_t i = 0; i < x->u.l->n; i++)
+                    r |= jv_equal(&x->u.l->v[i], in);
             } else if (x->t == JV_DICT) {
                 r = jdict_get(x->u.d, in) != NULL;
             } else if (x->t != JV_UNDEF) {
@@ -560,7 +647,9 @@ cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, 
             *out = r;
         } else {
             int o;
-            if (!jv_compare(in, x, &o)) return jctx_fail(c, at, "cannot compare '%s' and '%s'", jv_type_name(in), jv_type_name(x));
+            if (!jv_compare(in, x, &o))
+                return jctx_fail(c, at, "cannot compare '%s' and '%s'", jv_type_name(in),
+                                 jv_type_name(x));
             *out = op == JOP_LT ? o < 0 : op == JOP_LE ? o <= 0 : op == JOP_GT ? o > 0 : o >= 0;
         }
     }
@@ -574,7 +663,8 @@ static cleave_status length(jctx *c, const jnode *at, const jvalue *v, int64_t *
     case JV_UNDEF: *n = 0; return CLEAVE_OK;
     case JV_STR: {
         int64_t k = 0;
-        for (size_t i = 0; i < v->u.s.n; i++) k += ((unsigned char)v->u.s.p[i] & 0xC0) != 0x80;
+        for (size_t i = 0; i < v->u.s.n; i++)
+            k += ((unsigned char)v->u.s.p[i] & 0xC0) != 0x80;
         *n = k;
         return CLEAVE_OK;
     }
@@ -587,15 +677,18 @@ static cleave_status length(jctx *c, const jnode *at, const jvalue *v, int64_t *
 }
 
 /* item.attribute for map/selectattr/sort's attribute= (dots walk deeper, digits index). */
-static cleave_status attribute_of(jctx *c, const jnode *at, const jvalue *item, jstr path, jvalue *out) {
+static cleave_status attribute_of(jctx *c, const jnode *at, const jvalue *item, jstr path,
+                                  jvalue *out) {
     *out = *item;
     size_t i = 0;
     while (i <= path.n) {
         size_t e = i;
-        while (e < path.n && path.p[e] != '.') e++;
+        while (e < path.n && path.p[e] != '.')
+            e++;
         jstr part = {path.p + i, e - i};
         bool digits = part.n > 0;
-        for (size_t k = 0; k < part.n; k++) digits &= isdigit((unsigned char)part.p[k]) != 0;
+        for (size_t k = 0; k < part.n; k++)
+            digits &= isdigit((unsigned char)part.p[k]) != 0;
         jvalue key = digits ? jv_int(strtoll(part.p, NULL, 10)) : jv_str(part.p, part.n);
         jvalue next;
         TRY(jctx_getitem(c, at, out, &key, &next));
@@ -611,7 +704,8 @@ static cleave_status sort_key(jctx *c, const jvalue *v, bool case_sensitive, jva
     return case_map(c, v->u.s, 0, out);
 }
 
-static cleave_status sort_values(jctx *c, const jnode *at, jvalue *v, size_t n, const jvalue *keys, bool rev) {
+static cleave_status sort_values(jctx *c, const jnode *at, jvalue *v, size_t n, const jvalue *keys,
+                                 bool rev) {
     /* stable insertion sort on keys (template lists are short); v follows */
     jvalue *k = jarena_alloc(&c->arena, (n ? n : 1) * sizeof *k);
     if (!k) return CLEAVE_ERR_OOM;
@@ -623,8 +717,8 @@ static cleave_status sort_values(jctx *c, const jnode *at, jvalue *v, size_t n, 
         while (j > 0) {
             int o;
             if (!jv_compare(&k[j - 1], &kx, &o))
-                return jctx_fail(c, at, "'<' not supported between instances of '%s' and '%s'", jv_type_name(&k[j - 1]),
-                                 jv_type_name(&kx));
+                return jctx_fail(c, at, "'<' not supported between instances of '%s' and '%s'",
+                                 jv_type_name(&k[j - 1]), jv_type_name(&kx));
             if (!(rev ? o < 0 : o > 0)) break;
             k[j] = k[j - 1], v[j] = v[j - 1], j--;
         }
@@ -635,8 +729,8 @@ static cleave_status sort_values(jctx *c, const jnode *at, jvalue *v, size_t n, 
 
 static bool bool_arg(const jvalue *v, bool def) { return v ? jv_truthy(v) : def; }
 
-static cleave_status select_items(jctx *c, const jnode *at, const jvalue *in, const jargs *a, bool by_attr, bool keep,
-                                  jvalue *out) {
+static cleave_status select_items(jctx *c, const jnode *at, const jvalue *in, const jargs *a,
+                                  bool by_attr, bool keep, jvalue *out) {
     jlist *items, *l;
     jvalue none = {.t = JV_UNDEF};
     if (!jv_truthy(in)) in = &none; /* jinja2 selects from a falsy value nothing, not an error */
@@ -645,18 +739,21 @@ static cleave_status select_items(jctx *c, const jnode *at, const jvalue *in, co
     if (!l) return CLEAVE_ERR_OOM;
     size_t first = by_attr ? 1 : 0;
     const jvalue *attr = by_attr ? arg(a, 0, NULL) : NULL;
-    if (by_attr && (!attr || attr->t != JV_STR)) return jctx_fail(c, at, "selectattr/rejectattr need an attribute name");
+    if (by_attr && (!attr || attr->t != JV_STR))
+        return jctx_fail(c, at, "selectattr/rejectattr need an attribute name");
     const jvalue *test = a->n_pos > first ? &a->pos[first] : NULL;
     if (test && test->t != JV_STR) return jctx_fail(c, at, "the test's name must be a string");
-    jargs targs = {a->n_pos > first + 1 ? a->pos + first + 1 : NULL, a->n_pos > first + 1 ? a->n_pos - first - 1 : 0,
-                   NULL, NULL, 0};
+    jargs targs = {a->n_pos > first + 1 ? a->pos + first + 1 : NULL,
+                   a->n_pos > first + 1 ? a->n_pos - first - 1 : 0, NULL, NULL, 0};
     for (size_t i = 0; i < items->n; i++) {
         TRY(jctx_step(c, at));
         jvalue v = items->v[i];
         if (by_attr) TRY(attribute_of(c, at, &items->v[i], attr->u.s, &v));
         bool r = false;
-        if (test) TRY(jinja_test(c, at, test->u.s, &v, &targs, &r));
-        else r = jv_truthy(&v);
+        if (test)
+            TRY(jinja_test(c, at, test->u.s, &v, &targs, &r));
+        else
+            r = jv_truthy(&v);
         if (r == keep) l->v[l->n++] = items->v[i];
     }
     *out = (jvalue){.t = JV_LIST, .u.l = l};
@@ -674,7 +771,8 @@ static cleave_status to_list(jctx *c, const jnode *at, const jvalue *in, jvalue 
     return CLEAVE_OK;
 }
 
-static cleave_status indent(jctx *c, const jnode *at, const jvalue *in, const jargs *a, jvalue *out) {
+static cleave_status indent(jctx *c, const jnode *at, const jvalue *in, const jargs *a,
+                            jvalue *out) {
     jvalue s, w;
     TRY(jctx_str(c, in, &s));
     const jvalue *width = arg(a, 0, "width");
@@ -697,7 +795,8 @@ static cleave_status indent(jctx *c, const jnode *at, const jvalue *in, const ja
     size_t i = 0, line = 0;
     while (i < s.u.s.n && !st) {
         size_t e = i;
-        while (e < s.u.s.n && s.u.s.p[e] != '\n' && s.u.s.p[e] != '\r') e++;
+        while (e < s.u.s.n && s.u.s.p[e] != '\n' && s.u.s.p[e] != '\r')
+            e++;
         bool empty = e == i;
         if (line) {
             st = jbuf_putc(&b, '\n');
@@ -733,7 +832,8 @@ static cleave_status to_int(jctx *c, const jvalue *in, const jargs *a, jvalue *o
             long long v = strtoll(tmp, &end, 10);
             if (!*end) return *out = jv_int(v), CLEAVE_OK;
             double f = strtod(tmp, &end);
-            if (!*end && isfinite(f) && fabs(f) < 9.2e18) return *out = jv_int((int64_t)f), CLEAVE_OK;
+            if (!*end && isfinite(f) && fabs(f) < 9.2e18)
+                return *out = jv_int((int64_t)f), CLEAVE_OK;
         }
     }
     *out = d;
@@ -759,7 +859,8 @@ static cleave_status to_float(jctx *c, const jvalue *in, const jargs *a, jvalue 
     return CLEAVE_OK;
 }
 
-cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a, jvalue *out) {
+cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a,
+                           jvalue *out) {
     const jvalue *a0 = arg(a, 0, NULL);
     if (is(name, "length") || is(name, "count")) {
         int64_t n = 0;
@@ -772,11 +873,14 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
     if (is(name, "default") || is(name, "d")) {
         const jvalue *def = arg(a, 0, "default_value");
         bool boolean = bool_arg(arg(a, 1, "boolean"), false);
-        if (in->t == JV_UNDEF || (boolean && !jv_truthy(in))) *out = def ? *def : jv_str("", 0);
-        else *out = *in;
+        if (in->t == JV_UNDEF || (boolean && !jv_truthy(in)))
+            *out = def ? *def : jv_str("", 0);
+        else
+            *out = *in;
         return CLEAVE_OK;
     }
-    if (is(name, "trim") || is(name, "upper") || is(name, "lower") || is(name, "title") || is(name, "capitalize")) {
+    if (is(name, "trim") || is(name, "upper") || is(name, "lower") || is(name, "title") ||
+        is(name, "capitalize")) {
         jvalue s;
         TRY(jctx_str(c, in, &s));
         if (is(name, "trim")) {
@@ -784,7 +888,12 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
             *out = strip(s.u.s, chars && chars->t == JV_STR ? chars : NULL, true, true);
             return CLEAVE_OK;
         }
-        return case_map(c, s.u.s, is(name, "lower") ? 0 : is(name, "upper") ? 1 : is(name, "capitalize") ? 2 : 3, out);
+        return case_map(c, s.u.s,
+                        is(name, "lower")        ? 0
+                        : is(name, "upper")      ? 1
+                        : is(name, "capitalize") ? 2
+                                                 : 3,
+                        out);
     }
     if (is(name, "replace")) {
         jvalue s;
@@ -804,7 +913,8 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
             if (attr->t != JV_STR) return jctx_fail(c, at, "join's attribute must be a string");
             jlist *l = jlist_new(&c->arena, items->n);
             if (!l) return CLEAVE_ERR_OOM;
-            for (size_t i = 0; i < items->n; i++) TRY(attribute_of(c, at, &items->v[i], attr->u.s, &l->v[l->n++]));
+            for (size_t i = 0; i < items->n; i++)
+                TRY(attribute_of(c, at, &items->v[i], attr->u.s, &l->v[l->n++]));
             items = l;
         }
         jvalue s = jv_str("", 0);
@@ -812,18 +922,24 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
         return join(c, at, items, s.u.s, out);
     }
     if (is(name, "first") || is(name, "last")) {
-        if (in->t == JV_UNDEF) return jctx_fail(c, at, "%s of an undefined value", name.p[0] == 'f' ? "first" : "last");
+        if (in->t == JV_UNDEF)
+            return jctx_fail(c, at, "%s of an undefined value",
+                             name.p[0] == 'f' ? "first" : "last");
         jlist *items;
         TRY(jctx_iterate(c, at, in, &items));
-        if (!items->n) *out = jv_undef("the first item of an empty sequence");
-        else *out = items->v[name.p[0] == 'f' ? 0 : items->n - 1];
+        if (!items->n)
+            *out = jv_undef("the first item of an empty sequence");
+        else
+            *out = items->v[name.p[0] == 'f' ? 0 : items->n - 1];
         return CLEAVE_OK;
     }
     if (is(name, "tojson")) {
         const jvalue *ind = arg(a, 0, "indent");
         int indent = -1;
-        if (ind && ind->t == JV_INT) indent = ind->u.i < 0 ? 0 : ind->u.i > 64 ? 64 : (int)ind->u.i;
-        else if (ind && ind->t != JV_NONE) return jctx_fail(c, at, "tojson's indent must be an integer");
+        if (ind && ind->t == JV_INT)
+            indent = ind->u.i < 0 ? 0 : ind->u.i > 64 ? 64 : (int)ind->u.i;
+        else if (ind && ind->t != JV_NONE)
+            return jctx_fail(c, at, "tojson's indent must be an integer");
         jbuf b = {.limit = c->lim.max_output};
         cleave_status st = jv_json_into(&b, in, indent, 0);
         if (!st) st = make_str(c, b.p ? b.p : "", b.n, out);
@@ -845,14 +961,16 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
     }
     if (is(name, "dictsort")) {
         if (in->t != JV_DICT) return jctx_fail(c, at, "dictsort: expected a mapping");
-        bool cs = bool_arg(arg(a, 0, "case_sensitive"), false), rev = bool_arg(arg(a, 2, "reverse"), false);
+        bool cs = bool_arg(arg(a, 0, "case_sensitive"), false),
+             rev = bool_arg(arg(a, 2, "reverse"), false);
         const jvalue *by = arg(a, 1, "by");
         bool by_value = by && by->t == JV_STR && is(by->u.s, "value");
         TRY(items_of(c, in->u.d, out));
         jlist *l = out->u.l;
         jvalue *keys = jarena_alloc(&c->arena, (l->n ? l->n : 1) * sizeof *keys);
         if (!keys) return CLEAVE_ERR_OOM;
-        for (size_t i = 0; i < l->n; i++) TRY(sort_key(c, &l->v[i].u.l->v[by_value ? 1 : 0], cs, &keys[i]));
+        for (size_t i = 0; i < l->n; i++)
+            TRY(sort_key(c, &l->v[i].u.l->v[by_value ? 1 : 0], cs, &keys[i]));
         return sort_values(c, at, l->v, l->n, keys, rev);
     }
     if (is(name, "sort") || is(name, "unique") || is(name, "min") || is(name, "max")) {
@@ -873,7 +991,8 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
             size_t m = 0;
             for (size_t i = 0; i < l->n; i++) {
                 bool seen = false;
-                for (size_t j = 0; j < i && !seen; j++) seen = jv_equal(&keys[j], &keys[i]);
+                for (size_t j = 0; j < i && !seen; j++)
+                    seen = jv_equal(&keys[j], &keys[i]);
                 if (!seen) l->v[m++] = l->v[i];
             }
             l->n = m;
@@ -884,7 +1003,8 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
         size_t best = 0;
         for (size_t i = 1; i < l->n; i++) {
             int o;
-            if (!jv_compare(&keys[i], &keys[best], &o)) return jctx_fail(c, at, "values cannot be compared");
+            if (!jv_compare(&keys[i], &keys[best], &o))
+                return jctx_fail(c, at, "values cannot be compared");
             if (is(name, "min") ? o < 0 : o > 0) best = i;
         }
         *out = l->v[best];
@@ -897,7 +1017,8 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
             char *p = jarena_alloc(&c->arena, in->u.s.n + 1);
             if (!p) return CLEAVE_ERR_OOM;
             size_t o = 0;
-            for (size_t i = chars->n; i-- > 0;) memcpy(p + o, chars->v[i].u.s.p, chars->v[i].u.s.n), o += chars->v[i].u.s.n;
+            for (size_t i = chars->n; i-- > 0;)
+                memcpy(p + o, chars->v[i].u.s.p, chars->v[i].u.s.n), o += chars->v[i].u.s.n;
             *out = jv_str(p, o);
             return CLEAVE_OK;
         }
@@ -916,12 +1037,15 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
     if (is(name, "map")) {
         jlist *items;
         jvalue none = {.t = JV_UNDEF};
-        TRY(jctx_iterate(c, at, jv_truthy(in) ? in : &none, &items)); /* falsy: nothing, as jinja2 */
+        TRY(jctx_iterate(c, at, jv_truthy(in) ? in : &none,
+                         &items)); /* falsy: nothing, as jinja2 */
         jlist *l = jlist_new(&c->arena, items->n);
         if (!l) return CLEAVE_ERR_OOM;
         const jvalue *attr = arg(a, SIZE_MAX, "attribute"), *def = arg(a, SIZE_MAX, "default");
-        if (!attr && (!a0 || a0->t != JV_STR)) return jctx_fail(c, at, "map needs a filter name or attribute=");
-        jargs rest = {a->n_pos > 1 ? a->pos + 1 : NULL, a->n_pos > 1 ? a->n_pos - 1 : 0, NULL, NULL, 0};
+        if (!attr && (!a0 || a0->t != JV_STR))
+            return jctx_fail(c, at, "map needs a filter name or attribute=");
+        jargs rest = {a->n_pos > 1 ? a->pos + 1 : NULL, a->n_pos > 1 ? a->n_pos - 1 : 0, NULL, NULL,
+                      0};
         for (size_t i = 0; i < items->n; i++) {
             TRY(jctx_step(c, at));
             jvalue v;
@@ -939,7 +1063,9 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
     }
     if (is(name, "indent")) return indent(c, at, in, a, out);
     if (is(name, "abs")) {
-        if (in->t == JV_INT) return *out = jv_int(in->u.i < 0 && in->u.i != INT64_MIN ? -in->u.i : in->u.i), CLEAVE_OK;
+        if (in->t == JV_INT)
+            return *out = jv_int(in->u.i < 0 && in->u.i != INT64_MIN ? -in->u.i : in->u.i),
+                   CLEAVE_OK;
         if (in->t == JV_FLOAT) return *out = jv_float(fabs(in->u.f)), CLEAVE_OK;
         if (in->t == JV_BOOL) return *out = jv_int(in->u.b), CLEAVE_OK;
         return jctx_fail(c, at, "bad operand type for abs(): '%s'", jv_type_name(in));
@@ -952,11 +1078,15 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
         for (size_t i = 0; i < items->n; i++) {
             jvalue v = items->v[i];
             if (attr && attr->t == JV_STR) TRY(attribute_of(c, at, &items->v[i], attr->u.s, &v));
-            if (!jv_is_number(&v) || !jv_is_number(&acc)) return jctx_fail(c, at, "sum of values that are not numbers");
-            if (v.t == JV_FLOAT || acc.t == JV_FLOAT) acc = jv_float(jv_as_double(&acc) + jv_as_double(&v));
-            else if (__builtin_add_overflow(acc.t == JV_BOOL ? acc.u.b : acc.u.i, v.t == JV_BOOL ? v.u.b : v.u.i, &acc.u.i))
+            if (!jv_is_number(&v) || !jv_is_number(&acc))
+                return jctx_fail(c, at, "sum of values that are not numbers");
+            if (v.t == JV_FLOAT || acc.t == JV_FLOAT)
+                acc = jv_float(jv_as_double(&acc) + jv_as_double(&v));
+            else if (__builtin_add_overflow(acc.t == JV_BOOL ? acc.u.b : acc.u.i,
+                                            v.t == JV_BOOL ? v.u.b : v.u.i, &acc.u.i))
                 return jctx_fail(c, at, "integer overflow");
-            else acc.t = JV_INT;
+            else
+                acc.t = JV_INT;
         }
         *out = acc;
         return CLEAVE_OK;

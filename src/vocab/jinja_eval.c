@@ -14,10 +14,10 @@
 #include "base/mem.h"
 #include "vocab/jinja_impl.h"
 
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        cleave_status st_ = (x);                                                                                       \
-        if (st_) return st_;                                                                                           \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        cleave_status st_ = (x);                                                                   \
+        if (st_) return st_;                                                                       \
     } while (0)
 
 cleave_status jctx_fail(jctx *c, const jnode *at, const char *fmt, ...) {
@@ -33,7 +33,8 @@ cleave_status jctx_fail(jctx *c, const jnode *at, const char *fmt, ...) {
 
 cleave_status jctx_step(jctx *c, const jnode *at) {
     if (++c->steps > c->lim.max_steps)
-        return jctx_fail(c, at, "the template ran more than %llu steps (a limit)", (unsigned long long)c->lim.max_steps);
+        return jctx_fail(c, at, "the template ran more than %llu steps (a limit)",
+                         (unsigned long long)c->lim.max_steps);
     return CLEAVE_OK;
 }
 
@@ -60,7 +61,8 @@ cleave_status jctx_iterate(jctx *c, const jnode *at, const jvalue *v, jlist **ou
     case JV_DICT: {
         jlist *l = jlist_new(&c->arena, v->u.d->n);
         if (!l) return CLEAVE_ERR_OOM;
-        for (size_t i = 0; i < v->u.d->n; i++) l->v[l->n++] = v->u.d->k[i];
+        for (size_t i = 0; i < v->u.d->n; i++)
+            l->v[l->n++] = v->u.d->k[i];
         *out = l;
         return CLEAVE_OK;
     }
@@ -70,9 +72,12 @@ cleave_status jctx_iterate(jctx *c, const jnode *at, const jvalue *v, jlist **ou
         for (size_t i = 0; i < v->u.s.n;) {
             size_t k = 1;
             unsigned char ch = (unsigned char)v->u.s.p[i];
-            if (ch >= 0xF0) k = 4;
-            else if (ch >= 0xE0) k = 3;
-            else if (ch >= 0xC0) k = 2;
+            if (ch >= 0xF0)
+                k = 4;
+            else if (ch >= 0xE0)
+                k = 3;
+            else if (ch >= 0xC0)
+                k = 2;
             if (i + k > v->u.s.n) k = v->u.s.n - i;
             l->v[l->n++] = jv_str(v->u.s.p + i, k);
             i += k;
@@ -97,24 +102,36 @@ static bool name_is(jstr s, const char *w) { return s.n == strlen(w) && !memcmp(
 static cleave_status undef_attr(jctx *c, const jvalue *obj, jstr name, jvalue *out) {
     char *msg = jarena_alloc(&c->arena, name.n + 64);
     if (!msg) return CLEAVE_ERR_OOM;
-    snprintf(msg, name.n + 64, "'%s object' has no attribute '%.*s', so it", jv_type_name(obj), (int)name.n, name.p);
+    snprintf(msg, name.n + 64, "'%s object' has no attribute '%.*s', so it", jv_type_name(obj),
+             (int)name.n, name.p);
     *out = jv_undef(msg);
     return CLEAVE_OK;
 }
 
 static cleave_status loop_attr(jctx *c, const jnode *at, const jloop *L, jstr name, jvalue *out) {
     int64_t n = (int64_t)L->items->n, i = (int64_t)L->index0;
-    if (name_is(name, "index")) *out = jv_int(i + 1);
-    else if (name_is(name, "index0")) *out = jv_int(i);
-    else if (name_is(name, "revindex")) *out = jv_int(n - i);
-    else if (name_is(name, "revindex0")) *out = jv_int(n - i - 1);
-    else if (name_is(name, "first")) *out = jv_bool(i == 0);
-    else if (name_is(name, "last")) *out = jv_bool(i == n - 1);
-    else if (name_is(name, "length")) *out = jv_int(n);
-    else if (name_is(name, "depth")) *out = jv_int(L->depth);
-    else if (name_is(name, "depth0")) *out = jv_int(L->depth - 1);
-    else if (name_is(name, "previtem")) *out = i > 0 ? L->items->v[i - 1] : jv_undef("there is no previous item: loop.previtem");
-    else if (name_is(name, "nextitem")) *out = i + 1 < n ? L->items->v[i + 1] : jv_undef("there is no next item: loop.nextitem");
+    if (name_is(name, "index"))
+        *out = jv_int(i + 1);
+    else if (name_is(name, "index0"))
+        *out = jv_int(i);
+    else if (name_is(name, "revindex"))
+        *out = jv_int(n - i);
+    else if (name_is(name, "revindex0"))
+        *out = jv_int(n - i - 1);
+    else if (name_is(name, "first"))
+        *out = jv_bool(i == 0);
+    else if (name_is(name, "last"))
+        *out = jv_bool(i == n - 1);
+    else if (name_is(name, "length"))
+        *out = jv_int(n);
+    else if (name_is(name, "depth"))
+        *out = jv_int(L->depth);
+    else if (name_is(name, "depth0"))
+        *out = jv_int(L->depth - 1);
+    else if (name_is(name, "previtem"))
+        *out = i > 0 ? L->items->v[i - 1] : jv_undef("there is no previous item: loop.previtem");
+    else if (name_is(name, "nextitem"))
+        *out = i + 1 < n ? L->items->v[i + 1] : jv_undef("there is no next item: loop.nextitem");
     else if (name_is(name, "cycle")) {
         jvalue self = {.t = JV_LOOP, .u.loop = (jloop *)L};
         return method_value(c, &self, name, out);
@@ -150,7 +167,8 @@ cleave_status jctx_getattr(jctx *c, const jnode *at, const jvalue *obj, jstr nam
     }
 }
 
-cleave_status jctx_getitem(jctx *c, const jnode *at, const jvalue *obj, const jvalue *key, jvalue *out) {
+cleave_status jctx_getitem(jctx *c, const jnode *at, const jvalue *obj, const jvalue *key,
+                           jvalue *out) {
     switch (obj->t) {
     case JV_UNDEF: return undefined_error(c, at, obj);
     case JV_DICT:
@@ -230,8 +248,10 @@ static cleave_status eval_args(jctx *c, const jnode *n, jframe *f, jargs *a) {
     jvalue *pos = n->n1 ? jarena_alloc(&c->arena, n->n1 * sizeof *pos) : NULL;
     jvalue *kw = n->n2 ? jarena_alloc(&c->arena, n->n2 * sizeof *kw) : NULL;
     if ((n->n1 && !pos) || (n->n2 && !kw)) return CLEAVE_ERR_OOM;
-    for (size_t i = 0; i < n->n1; i++) TRY(eval(c, n->l1[i], f, &pos[i]));
-    for (size_t i = 0; i < n->n2; i++) TRY(eval(c, n->l2[i], f, &kw[i]));
+    for (size_t i = 0; i < n->n1; i++)
+        TRY(eval(c, n->l1[i], f, &pos[i]));
+    for (size_t i = 0; i < n->n2; i++)
+        TRY(eval(c, n->l2[i], f, &kw[i]));
     *a = (jargs){pos, n->n1, n->names, kw, n->n2};
     return CLEAVE_OK;
 }
@@ -244,7 +264,8 @@ static bool overflowed(int64_t *r, int64_t x, int64_t y, jop op) {
     }
 }
 
-static cleave_status repeat(jctx *c, const jnode *at, const jvalue *seq, int64_t times, jvalue *out) {
+static cleave_status repeat(jctx *c, const jnode *at, const jvalue *seq, int64_t times,
+                            jvalue *out) {
     if (times < 0) times = 0;
     size_t unit = seq->t == JV_STR ? seq->u.s.n : seq->u.l->n;
     if (unit && (uint64_t)times > c->lim.max_output / unit)
@@ -252,19 +273,22 @@ static cleave_status repeat(jctx *c, const jnode *at, const jvalue *seq, int64_t
     if (seq->t == JV_STR) {
         char *p = jarena_alloc(&c->arena, unit * (size_t)times + 1);
         if (!p) return CLEAVE_ERR_OOM;
-        for (int64_t i = 0; i < times; i++) memcpy(p + unit * (size_t)i, seq->u.s.p, unit);
+        for (int64_t i = 0; i < times; i++)
+            memcpy(p + unit * (size_t)i, seq->u.s.p, unit);
         *out = jv_str(p, unit * (size_t)times);
         return CLEAVE_OK;
     }
     jlist *l = jlist_new(&c->arena, unit * (size_t)times);
     if (!l) return CLEAVE_ERR_OOM;
     for (int64_t i = 0; i < times; i++)
-        for (size_t k = 0; k < unit; k++) l->v[l->n++] = seq->u.l->v[k];
+        for (size_t k = 0; k < unit; k++)
+            l->v[l->n++] = seq->u.l->v[k];
     *out = (jvalue){.t = seq->t, .u.l = l};
     return CLEAVE_OK;
 }
 
-static cleave_status arith(jctx *c, const jnode *at, jop op, const jvalue *x, const jvalue *y, jvalue *out) {
+static cleave_status arith(jctx *c, const jnode *at, jop op, const jvalue *x, const jvalue *y,
+                           jvalue *out) {
     static const char *const sym[] = {"+", "-", "*", "/", "//", "%", "**"};
     if (x->t == JV_UNDEF) return undefined_error(c, at, x);
     if (y->t == JV_UNDEF) return undefined_error(c, at, y);
@@ -278,20 +302,24 @@ static cleave_status arith(jctx *c, const jnode *at, jop op, const jvalue *x, co
     if (op == JOP_ADD && (x->t == JV_LIST || x->t == JV_TUPLE) && x->t == y->t) {
         jlist *l = jlist_new(&c->arena, x->u.l->n + y->u.l->n);
         if (!l) return CLEAVE_ERR_OOM;
-        for (size_t i = 0; i < x->u.l->n; i++) l->v[l->n++] = x->u.l->v[i];
-        for (size_t i = 0; i < y->u.l->n; i++) l->v[l->n++] = y->u.l->v[i];
+        for (size_t i = 0; i < x->u.l->n; i++)
+            l->v[l->n++] = x->u.l->v[i];
+        for (size_t i = 0; i < y->u.l->n; i++)
+            l->v[l->n++] = y->u.l->v[i];
         *out = (jvalue){.t = x->t, .u.l = l};
         return CLEAVE_OK;
     }
     if (op == JOP_MUL) {
         bool xs = x->t == JV_STR || x->t == JV_LIST || x->t == JV_TUPLE;
         bool ys = y->t == JV_STR || y->t == JV_LIST || y->t == JV_TUPLE;
-        if (xs && (y->t == JV_INT || y->t == JV_BOOL)) return repeat(c, at, x, y->t == JV_INT ? y->u.i : y->u.b, out);
-        if (ys && (x->t == JV_INT || x->t == JV_BOOL)) return repeat(c, at, y, x->t == JV_INT ? x->u.i : x->u.b, out);
+        if (xs && (y->t == JV_INT || y->t == JV_BOOL))
+            return repeat(c, at, x, y->t == JV_INT ? y->u.i : y->u.b, out);
+        if (ys && (x->t == JV_INT || x->t == JV_BOOL))
+            return repeat(c, at, y, x->t == JV_INT ? x->u.i : x->u.b, out);
     }
     if (!jv_is_number(x) || !jv_is_number(y))
-        return jctx_fail(c, at, "unsupported operand type(s) for %s: '%s' and '%s'", sym[op], jv_type_name(x),
-                         jv_type_name(y));
+        return jctx_fail(c, at, "unsupported operand type(s) for %s: '%s' and '%s'", sym[op],
+                         jv_type_name(x), jv_type_name(y));
     bool ints = x->t != JV_FLOAT && y->t != JV_FLOAT;
     int64_t a = x->t == JV_BOOL ? x->u.b : x->u.i, b = y->t == JV_BOOL ? y->u.b : y->u.i;
     double fa = jv_as_double(x), fb = jv_as_double(y);
@@ -342,11 +370,14 @@ static cleave_status arith(jctx *c, const jnode *at, jop op, const jvalue *x, co
     }
 }
 
-static cleave_status contains(jctx *c, const jnode *at, const jvalue *item, const jvalue *in, bool *out) {
+static cleave_status contains(jctx *c, const jnode *at, const jvalue *item, const jvalue *in,
+                              bool *out) {
     switch (in->t) {
     case JV_UNDEF: *out = false; return CLEAVE_OK;
     case JV_STR:
-        if (item->t != JV_STR) return jctx_fail(c, at, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
+        if (item->t != JV_STR)
+            return jctx_fail(c, at, "'in <string>' requires string as left operand, not %s",
+                             jv_type_name(item));
         if (!item->u.s.n) return *out = true, CLEAVE_OK;
         *out = false;
         for (size_t i = 0; i + item->u.s.n <= in->u.s.n; i++)
@@ -364,7 +395,8 @@ static cleave_status contains(jctx *c, const jnode *at, const jvalue *item, cons
     }
 }
 
-static cleave_status compare(jctx *c, const jnode *at, jop op, const jvalue *x, const jvalue *y, bool *out) {
+static cleave_status compare(jctx *c, const jnode *at, jop op, const jvalue *x, const jvalue *y,
+                             bool *out) {
     if (op == JOP_EQ || op == JOP_NE) {
         *out = jv_equal(x, y) == (op == JOP_EQ);
         return CLEAVE_OK;
@@ -379,21 +411,27 @@ static cleave_status compare(jctx *c, const jnode *at, jop op, const jvalue *x, 
         if (x->t == JV_UNDEF) return undefined_error(c, at, x);
         if (y->t == JV_UNDEF) return undefined_error(c, at, y);
         return jctx_fail(c, at, "'%s' not supported between instances of '%s' and '%s'",
-                         op == JOP_LT ? "<" : op == JOP_LE ? "<=" : op == JOP_GT ? ">" : ">=", jv_type_name(x),
-                         jv_type_name(y));
+                         op == JOP_LT   ? "<"
+                         : op == JOP_LE ? "<="
+                         : op == JOP_GT ? ">"
+                                        : ">=",
+                         jv_type_name(x), jv_type_name(y));
     }
     *out = op == JOP_LT ? o < 0 : op == JOP_LE ? o <= 0 : op == JOP_GT ? o > 0 : o >= 0;
     return CLEAVE_OK;
 }
 
 /* Python's slice of a list, tuple or string with None for absent bounds. */
-static cleave_status slice(jctx *c, const jnode *at, const jvalue *obj, const jvalue *lo, const jvalue *hi,
-                           const jvalue *step, jvalue *out) {
+static cleave_status slice(jctx *c, const jnode *at, const jvalue *obj, const jvalue *lo,
+                           const jvalue *hi, const jvalue *step, jvalue *out) {
     if (obj->t == JV_UNDEF) return undefined_error(c, at, obj);
     jlist *items;
-    if (obj->t == JV_STR) TRY(jctx_iterate(c, at, obj, &items));
-    else if (obj->t == JV_LIST || obj->t == JV_TUPLE) items = obj->u.l;
-    else return jctx_fail(c, at, "'%s' object is not subscriptable", jv_type_name(obj));
+    if (obj->t == JV_STR)
+        TRY(jctx_iterate(c, at, obj, &items));
+    else if (obj->t == JV_LIST || obj->t == JV_TUPLE)
+        items = obj->u.l;
+    else
+        return jctx_fail(c, at, "'%s' object is not subscriptable", jv_type_name(obj));
     int64_t n = (int64_t)items->n, st = 1;
     for (int k = 0; k < 3; k++) {
         const jvalue *v = k == 0 ? lo : k == 1 ? hi : step;
@@ -415,17 +453,20 @@ static cleave_status slice(jctx *c, const jnode *at, const jvalue *obj, const jv
     }
     jlist *l = jlist_new(&c->arena, (size_t)n);
     if (!l) return CLEAVE_ERR_OOM;
-    for (int64_t i = a; st > 0 ? i < b : i > b; i += st) l->v[l->n++] = items->v[i];
+    for (int64_t i = a; st > 0 ? i < b : i > b; i += st)
+        l->v[l->n++] = items->v[i];
     if (obj->t != JV_STR) {
         *out = (jvalue){.t = obj->t, .u.l = l};
         return CLEAVE_OK;
     }
     size_t total = 0;
-    for (size_t i = 0; i < l->n; i++) total += l->v[i].u.s.n;
+    for (size_t i = 0; i < l->n; i++)
+        total += l->v[i].u.s.n;
     char *p = jarena_alloc(&c->arena, total + 1);
     if (!p) return CLEAVE_ERR_OOM;
     size_t o = 0;
-    for (size_t i = 0; i < l->n; i++) memcpy(p + o, l->v[i].u.s.p, l->v[i].u.s.n), o += l->v[i].u.s.n;
+    for (size_t i = 0; i < l->n; i++)
+        memcpy(p + o, l->v[i].u.s.p, l->v[i].u.s.n), o += l->v[i].u.s.n;
     *out = jv_str(p, total);
     return CLEAVE_OK;
 }
@@ -447,7 +488,8 @@ static cleave_status eval_inner(jctx *c, const jnode *n, jframe *f, jvalue *out)
     case JN_TUPLE: {
         jlist *l = jlist_new(&c->arena, n->n1);
         if (!l) return CLEAVE_ERR_OOM;
-        for (size_t i = 0; i < n->n1; i++) TRY(eval(c, n->l1[i], f, &l->v[l->n++]));
+        for (size_t i = 0; i < n->n1; i++)
+            TRY(eval(c, n->l1[i], f, &l->v[l->n++]));
         *out = (jvalue){.t = n->kind == JN_LIST ? JV_LIST : JV_TUPLE, .u.l = l};
         return CLEAVE_OK;
     }
@@ -458,7 +500,8 @@ static cleave_status eval_inner(jctx *c, const jnode *n, jframe *f, jvalue *out)
             jvalue k, v;
             TRY(eval(c, n->l1[i], f, &k));
             TRY(eval(c, n->l2[i], f, &v));
-            if (k.t != JV_STR && k.t != JV_INT && k.t != JV_FLOAT && k.t != JV_BOOL && k.t != JV_NONE && k.t != JV_TUPLE)
+            if (k.t != JV_STR && k.t != JV_INT && k.t != JV_FLOAT && k.t != JV_BOOL &&
+                k.t != JV_NONE && k.t != JV_TUPLE)
                 return jctx_fail(c, n, "unhashable type: '%s'", jv_type_name(&k));
             TRY(jdict_set(&c->arena, d, k, v));
         }
@@ -501,11 +544,17 @@ static cleave_status eval_inner(jctx *c, const jnode *n, jframe *f, jvalue *out)
         jvalue x;
         TRY(eval(c, n->a, f, &x));
         if (x.t == JV_UNDEF) return undefined_error(c, n, &x);
-        if (!jv_is_number(&x)) return jctx_fail(c, n, "bad operand type for unary %s: '%s'", n->kind == JN_NEG ? "-" : "+", jv_type_name(&x));
-        if (n->kind == JN_POS) *out = x.t == JV_BOOL ? jv_int(x.u.b) : x;
-        else if (x.t == JV_FLOAT) *out = jv_float(-x.u.f);
-        else if (x.t == JV_INT && x.u.i == INT64_MIN) return jctx_fail(c, n, "integer overflow");
-        else *out = jv_int(x.t == JV_BOOL ? -(int64_t)x.u.b : -x.u.i);
+        if (!jv_is_number(&x))
+            return jctx_fail(c, n, "bad operand type for unary %s: '%s'",
+                             n->kind == JN_NEG ? "-" : "+", jv_type_name(&x));
+        if (n->kind == JN_POS)
+            *out = x.t == JV_BOOL ? jv_int(x.u.b) : x;
+        else if (x.t == JV_FLOAT)
+            *out = jv_float(-x.u.f);
+        else if (x.t == JV_INT && x.u.i == INT64_MIN)
+            return jctx_fail(c, n, "integer overflow");
+        else
+            *out = jv_int(x.t == JV_BOOL ? -(int64_t)x.u.b : -x.u.i);
         return CLEAVE_OK;
     }
     case JN_NOT: {
@@ -572,9 +621,11 @@ static cleave_status eval(jctx *c, const jnode *n, jframe *f, jvalue *out) {
 
 /* ---- macros and loops ---- */
 
-static cleave_status call_macro(jctx *c, const jnode *at, const jnode *m, const jargs *a, jvalue *out) {
+static cleave_status call_macro(jctx *c, const jnode *at, const jnode *m, const jargs *a,
+                                jvalue *out) {
     if (a->n_pos > m->n_names)
-        return jctx_fail(c, at, "macro '%.*s' takes not more than %zu argument(s)", (int)m->s.n, m->s.p, m->n_names);
+        return jctx_fail(c, at, "macro '%.*s' takes not more than %zu argument(s)", (int)m->s.n,
+                         m->s.p, m->n_names);
     if (c->depth >= c->lim.max_depth)
         return jctx_fail(c, at, "macros nested deeper than %d calls (a limit)", c->lim.max_depth);
     jframe *f;
@@ -582,11 +633,12 @@ static cleave_status call_macro(jctx *c, const jnode *at, const jnode *m, const 
     for (size_t k = 0; k < a->n_kw; k++) {
         bool known = false;
         for (size_t i = 0; i < m->n_names; i++)
-            if (m->names[i].n == a->kw_names[k].n && !memcmp(m->names[i].p, a->kw_names[k].p, m->names[i].n))
+            if (m->names[i].n == a->kw_names[k].n &&
+                !memcmp(m->names[i].p, a->kw_names[k].p, m->names[i].n))
                 known = i >= a->n_pos;
         if (!known)
-            return jctx_fail(c, at, "macro '%.*s' takes no keyword argument '%.*s'", (int)m->s.n, m->s.p,
-                             (int)a->kw_names[k].n, a->kw_names[k].p);
+            return jctx_fail(c, at, "macro '%.*s' takes no keyword argument '%.*s'", (int)m->s.n,
+                             m->s.p, (int)a->kw_names[k].n, a->kw_names[k].p);
     }
     c->depth++;
     cleave_status st = CLEAVE_OK;
@@ -595,7 +647,8 @@ static cleave_status call_macro(jctx *c, const jnode *at, const jnode *m, const 
         bool have = false;
         if (i < a->n_pos) v = a->pos[i], have = true;
         for (size_t k = 0; k < a->n_kw && !have; k++)
-            if (a->kw_names[k].n == m->names[i].n && !memcmp(a->kw_names[k].p, m->names[i].p, m->names[i].n))
+            if (a->kw_names[k].n == m->names[i].n &&
+                !memcmp(a->kw_names[k].p, m->names[i].p, m->names[i].n))
                 v = a->kw[k], have = true;
         if (!have && m->l2[i]) st = eval(c, m->l2[i], f, &v);
         if (!st) st = assign(c, f, m->names[i], v);
@@ -607,20 +660,26 @@ static cleave_status call_macro(jctx *c, const jnode *at, const jnode *m, const 
     return st;
 }
 
-static cleave_status bind_targets(jctx *c, const jnode *at, jframe *f, const jstr *names, size_t n, const jvalue *v) {
+static cleave_status bind_targets(jctx *c, const jnode *at, jframe *f, const jstr *names, size_t n,
+                                  const jvalue *v) {
     if (n == 1) return assign(c, f, names[0], *v);
     jlist *items;
-    if (v->t == JV_LIST || v->t == JV_TUPLE) items = v->u.l;
-    else if (v->t == JV_STR || v->t == JV_DICT) TRY(jctx_iterate(c, at, v, &items));
-    else return jctx_fail(c, at, "cannot unpack non-iterable %s object", jv_type_name(v));
+    if (v->t == JV_LIST || v->t == JV_TUPLE)
+        items = v->u.l;
+    else if (v->t == JV_STR || v->t == JV_DICT)
+        TRY(jctx_iterate(c, at, v, &items));
+    else
+        return jctx_fail(c, at, "cannot unpack non-iterable %s object", jv_type_name(v));
     if (items->n != n)
-        return jctx_fail(c, at, "%s values to unpack (expected %zu, got %zu)", items->n > n ? "too many" : "not enough",
-                         n, items->n);
-    for (size_t i = 0; i < n; i++) TRY(assign(c, f, names[i], items->v[i]));
+        return jctx_fail(c, at, "%s values to unpack (expected %zu, got %zu)",
+                         items->n > n ? "too many" : "not enough", n, items->n);
+    for (size_t i = 0; i < n; i++)
+        TRY(assign(c, f, names[i], items->v[i]));
     return CLEAVE_OK;
 }
 
-static cleave_status run_for(jctx *c, const jnode *n, const jvalue *iterable, jframe *parent, int depth) {
+static cleave_status run_for(jctx *c, const jnode *n, const jvalue *iterable, jframe *parent,
+                             int depth) {
     jlist *items;
     TRY(jctx_iterate(c, n, iterable, &items));
     jframe *f;
@@ -655,16 +714,20 @@ static cleave_status run_for(jctx *c, const jnode *n, const jvalue *iterable, jf
     return CLEAVE_OK;
 }
 
-cleave_status jctx_call(jctx *c, const jnode *at, const jvalue *callee, const jargs *a, jvalue *out) {
+cleave_status jctx_call(jctx *c, const jnode *at, const jvalue *callee, const jargs *a,
+                        jvalue *out) {
     switch (callee->t) {
     case JV_MACRO: return call_macro(c, at, callee->u.macro, a, out);
     case JV_BUILTIN: return jinja_builtin(c, at, callee->u.builtin, a, out);
     case JV_METHOD: return jinja_method(c, at, &callee->u.m->self, callee->u.m->name, a, out);
     case JV_LOOP: {
         const jloop *L = callee->u.loop;
-        if (!L->node->flag) return jctx_fail(c, at, "the loop is not recursive ('recursive' missing) so it cannot be called");
+        if (!L->node->flag)
+            return jctx_fail(
+                c, at, "the loop is not recursive ('recursive' missing) so it cannot be called");
         if (a->n_pos != 1 || a->n_kw) return jctx_fail(c, at, "loop() takes one iterable");
-        if (c->depth >= c->lim.max_depth) return jctx_fail(c, at, "recursive loops deeper than %d (a limit)", c->lim.max_depth);
+        if (c->depth >= c->lim.max_depth)
+            return jctx_fail(c, at, "recursive loops deeper than %d (a limit)", c->lim.max_depth);
         jbuf b = {.limit = c->lim.max_output}, *saved = c->out;
         c->out = &b;
         c->depth++;
@@ -699,8 +762,8 @@ static cleave_status exec_set(jctx *c, const jnode *n, jframe *f) {
     if (n->flag) {
         jvalue *ns = lookup(f, n->names[0]);
         if (!ns || ns->t != JV_NAMESPACE)
-            return jctx_fail(c, n, "cannot assign attribute on non-namespace object '%.*s'", (int)n->names[0].n,
-                             n->names[0].p);
+            return jctx_fail(c, n, "cannot assign attribute on non-namespace object '%.*s'",
+                             (int)n->names[0].n, n->names[0].p);
         return jdict_set(&c->arena, ns->u.d, jv_str(n->names[1].p, n->names[1].n), v);
     }
     return bind_targets(c, n, f, n->names, n->n_names, &v);
@@ -747,14 +810,16 @@ static cleave_status exec_node(jctx *c, const jnode *n, jframe *f) {
 }
 
 static cleave_status exec_body(jctx *c, jnode *const *body, size_t n, jframe *f) {
-    for (size_t i = 0; i < n && !c->jump; i++) TRY(exec_node(c, body[i], f));
+    for (size_t i = 0; i < n && !c->jump; i++)
+        TRY(exec_node(c, body[i], f));
     return CLEAVE_OK;
 }
 
 /* ---- the render ---- */
 
 jinja_limits jinja_default_limits(void) {
-    return (jinja_limits){.max_output = 8u << 20, .max_steps = 10000000, .max_depth = 64, .max_memory = 256u << 20};
+    return (jinja_limits){
+        .max_output = 8u << 20, .max_steps = 10000000, .max_depth = 64, .max_memory = 256u << 20};
 }
 
 static cleave_status set_global(jctx *c, const char *name, jvalue v) {
@@ -772,12 +837,14 @@ static cleave_status make_globals(jctx *c, const jinja_render_args *args) {
         if (!d) return CLEAVE_ERR_OOM;
         const cleave_chat_message *m = &args->msgs[i];
         if (!m->role || !m->content)
-            return err_set(CLEAVE_ERR_INVALID_ARG, "chat template: message %zu has no role or content", i);
+            return err_set(CLEAVE_ERR_INVALID_ARG,
+                           "chat template: message %zu has no role or content", i);
         TRY(jdict_set(&c->arena, d, jv_str("role", 4), jv_str(m->role, strlen(m->role))));
         TRY(jdict_set(&c->arena, d, jv_str("content", 7), jv_str(m->content, strlen(m->content))));
         msgs->v[msgs->n++] = (jvalue){.t = JV_DICT, .u.d = d};
     }
-    const char *bos = args->bos_token ? args->bos_token : "", *eos = args->eos_token ? args->eos_token : "";
+    const char *bos = args->bos_token ? args->bos_token : "",
+               *eos = args->eos_token ? args->eos_token : "";
     TRY(set_global(c, "messages", (jvalue){.t = JV_LIST, .u.l = msgs}));
     TRY(set_global(c, "add_generation_prompt", jv_bool(args->add_generation_prompt)));
     TRY(set_global(c, "bos_token", jv_str(bos, strlen(bos))));
@@ -790,7 +857,8 @@ static cleave_status make_globals(jctx *c, const jinja_render_args *args) {
     return CLEAVE_OK;
 }
 
-cleave_status jinja_render(const jinja_template *t, const jinja_render_args *args, char **out, size_t *n_out) {
+cleave_status jinja_render(const jinja_template *t, const jinja_render_args *args, char **out,
+                           size_t *n_out) {
     if (!t || !args || !out || !n_out || (!args->msgs && args->n_msgs))
         return err_set(CLEAVE_ERR_INVALID_ARG, "jinja_render: arguments required");
     *out = NULL, *n_out = 0;
@@ -804,8 +872,10 @@ cleave_status jinja_render(const jinja_template *t, const jinja_render_args *arg
     if (!st) st = exec_body(&c, t->root->l1, t->root->n1, c.root);
     if (!st && !b.p) {
         b.p = mem_alloc(1, "jinja output");
-        if (!b.p) st = CLEAVE_ERR_OOM;
-        else b.p[0] = 0;
+        if (!b.p)
+            st = CLEAVE_ERR_OOM;
+        else
+            b.p[0] = 0;
     }
     if (st && c.arena.over) st = CLEAVE_ERR_INVALID_ARG; /* a limit, not the machine's memory */
     jarena_free(&c.arena);

@@ -59,16 +59,57 @@ cleave_status jinja_lex(jarena *a, const char *src, size_t n, jtok **toks, size_
 /* ---- the tree ---- */
 typedef enum {
     /* statements */
-    JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_CALL_BLOCK, JN_FILTER_BLOCK,
-    JN_BREAK, JN_CONTINUE, JN_BODY,
+    JN_TEXT,
+    JN_OUTPUT,
+    JN_IF,
+    JN_FOR,
+    JN_SET,
+    JN_SET_BLOCK,
+    JN_MACRO,
+    JN_CALL_BLOCK,
+    JN_FILTER_BLOCK,
+    JN_BREAK,
+    JN_CONTINUE,
+    JN_BODY,
     /* expressions */
-    JN_CONST, JN_NAME, JN_LIST, JN_TUPLE, JN_DICT, JN_ATTR, JN_ITEM, JN_SLICE, JN_BINOP, JN_NEG, JN_POS,
-    JN_NOT, JN_AND, JN_OR, JN_COND, JN_CMP, JN_FILTER, JN_TEST, JN_CALL
+    JN_CONST,
+    JN_NAME,
+    JN_LIST,
+    JN_TUPLE,
+    JN_DICT,
+    JN_ATTR,
+    JN_ITEM,
+    JN_SLICE,
+    JN_BINOP,
+    JN_NEG,
+    JN_POS,
+    JN_NOT,
+    JN_AND,
+    JN_OR,
+    JN_COND,
+    JN_CMP,
+    JN_FILTER,
+    JN_TEST,
+    JN_CALL
 } jnode_kind;
 
 typedef enum {
-    JOP_ADD, JOP_SUB, JOP_MUL, JOP_DIV, JOP_FLOORDIV, JOP_MOD, JOP_POW, JOP_CONCAT,
-    JOP_EQ, JOP_NE, JOP_LT, JOP_LE, JOP_GT, JOP_GE, JOP_IN, JOP_NOTIN
+    JOP_ADD,
+    JOP_SUB,
+    JOP_MUL,
+    JOP_DIV,
+    JOP_FLOORDIV,
+    JOP_MOD,
+    JOP_POW,
+    JOP_CONCAT,
+    JOP_EQ,
+    JOP_NE,
+    JOP_LT,
+    JOP_LE,
+    JOP_GT,
+    JOP_GE,
+    JOP_IN,
+    JOP_NOTIN
 } jop;
 
 typedef struct jvalue jvalue;
@@ -77,8 +118,20 @@ typedef struct jnode jnode;
 /* A value. Strings point into the template or an arena; containers and
  * callables live in the render's arena. */
 typedef enum {
-    JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_TUPLE, JV_DICT, JV_NAMESPACE,
-    JV_MACRO, JV_BUILTIN, JV_METHOD, JV_LOOP
+    JV_UNDEF,
+    JV_NONE,
+    JV_BOOL,
+    JV_INT,
+    JV_FLOAT,
+    JV_STR,
+    JV_LIST,
+    JV_TUPLE,
+    JV_DICT,
+    JV_NAMESPACE,
+    JV_MACRO,
+    JV_BUILTIN,
+    JV_METHOD,
+    JV_LOOP
 } jv_kind;
 
 typedef struct jlist jlist;
@@ -93,8 +146,8 @@ struct jvalue {
         int64_t i;
         double f;
         jstr s;
-        jlist *l;   /* JV_LIST, JV_TUPLE */
-        jdict *d;   /* JV_DICT, JV_NAMESPACE */
+        jlist *l; /* JV_LIST, JV_TUPLE */
+        jdict *d; /* JV_DICT, JV_NAMESPACE */
         const jnode *macro;
         int builtin; /* a global function's id */
         jmethod *m;
@@ -120,8 +173,8 @@ struct jnode {
     jnode_kind kind;
     int line, col;
     jop op;
-    bool flag; /* JN_TEST: negated; JN_FOR: recursive; JN_SET: target is a namespace attribute */
-    jstr s;    /* names: variable, attribute, filter, test, macro */
+    bool flag;  /* JN_TEST: negated; JN_FOR: recursive; JN_SET: target is a namespace attribute */
+    jstr s;     /* names: variable, attribute, filter, test, macro */
     jvalue val; /* JN_CONST */
     jnode *a, *b, *c, *d;
     jnode **l1; /* items, arguments, body */
@@ -149,14 +202,14 @@ typedef struct jbuf {
 cleave_status jbuf_put(jbuf *b, const char *s, size_t n);
 cleave_status jbuf_putc(jbuf *b, char c);
 
-static inline jvalue jv_undef(const char *name) {
-    return (jvalue){.t = JV_UNDEF, .u.undef = name};
-}
+static inline jvalue jv_undef(const char *name) { return (jvalue){.t = JV_UNDEF, .u.undef = name}; }
 static inline jvalue jv_none(void) { return (jvalue){.t = JV_NONE}; }
 static inline jvalue jv_bool(bool b) { return (jvalue){.t = JV_BOOL, .u.b = b}; }
 static inline jvalue jv_int(int64_t i) { return (jvalue){.t = JV_INT, .u.i = i}; }
 static inline jvalue jv_float(double f) { return (jvalue){.t = JV_FLOAT, .u.f = f}; }
-static inline jvalue jv_str(const char *p, size_t n) { return (jvalue){.t = JV_STR, .u.s = {p, n}}; }
+static inline jvalue jv_str(const char *p, size_t n) {
+    return (jvalue){.t = JV_STR, .u.s = {p, n}};
+}
 
 bool jv_truthy(const jvalue *v);
 bool jv_equal(const jvalue *a, const jvalue *b);
@@ -192,7 +245,7 @@ struct jframe {
 struct jloop {
     jlist *items;
     size_t index0;
-    int depth; /* 1 for the outer loop; recursive calls add one */
+    int depth;         /* 1 for the outer loop; recursive calls add one */
     const jnode *node; /* the for statement (recursive loops call it again) */
     jframe *frame;     /* where the loop runs */
 };
@@ -204,10 +257,10 @@ typedef struct jctx {
     jinja_limits lim;
     uint64_t steps;
     int depth;
-    jframe *root;     /* the template's top level: globals plus its own sets */
-    int jump;         /* 1: break, 2: continue, pending */
-    jvalue hole;      /* a filter block's or block set's captured text */
-    bool raised;      /* the error is the template's own raise_exception */
+    jframe *root; /* the template's top level: globals plus its own sets */
+    int jump;     /* 1: break, 2: continue, pending */
+    jvalue hole;  /* a filter block's or block set's captured text */
+    bool raised;  /* the error is the template's own raise_exception */
 } jctx;
 
 /* Global functions. */
@@ -230,14 +283,20 @@ cleave_status jctx_str(jctx *c, const jvalue *v, jvalue *out);
 cleave_status jctx_iterate(jctx *c, const jnode *at, const jvalue *v, jlist **out);
 /* obj.name as jinja2 resolves it (methods first, then items); obj[key] (items first). */
 cleave_status jctx_getattr(jctx *c, const jnode *at, const jvalue *obj, jstr name, jvalue *out);
-cleave_status jctx_getitem(jctx *c, const jnode *at, const jvalue *obj, const jvalue *key, jvalue *out);
-cleave_status jctx_call(jctx *c, const jnode *at, const jvalue *callee, const jargs *a, jvalue *out);
+cleave_status jctx_getitem(jctx *c, const jnode *at, const jvalue *obj, const jvalue *key,
+                           jvalue *out);
+cleave_status jctx_call(jctx *c, const jnode *at, const jvalue *callee, const jargs *a,
+                        jvalue *out);
 
-cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a, jvalue *out);
-cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a, bool *out);
-cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr name, const jargs *a, jvalue *out);
+cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a,
+                           jvalue *out);
+cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, const jargs *a,
+                         bool *out);
+cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr name, const jargs *a,
+                           jvalue *out);
 cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jvalue *out);
-/* Whether self (str, list, dict) has a method of that name, as Python's attribute lookup finds it. */
+/* Whether self (str, list, dict) has a method of that name, as Python's attribute lookup finds it.
+ */
 bool jinja_has_method(const jvalue *self, jstr name);
 
 #endif

@@ -22,17 +22,23 @@ typedef struct {
     int pos_line, pos_col;
 } lexer;
 
-static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+static bool is_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-static bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static bool is_name_start(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 static bool is_name(char c) { return is_name_start(c) || is_digit(c); }
 
 /* Line and column (1-based) of an offset; offsets are asked in order. */
 static void where(lexer *L, size_t off, int *line, int *col) {
     if (off < L->pos_off) L->pos_off = 0, L->pos_line = 1, L->pos_col = 1;
     for (; L->pos_off < off && L->pos_off < L->n; L->pos_off++) {
-        if (L->src[L->pos_off] == '\n') L->pos_line++, L->pos_col = 1;
-        else L->pos_col++;
+        if (L->src[L->pos_off] == '\n')
+            L->pos_line++, L->pos_col = 1;
+        else
+            L->pos_col++;
     }
     *line = L->pos_line, *col = L->pos_col;
 }
@@ -60,12 +66,15 @@ static jtok *push(lexer *L, jtok_kind kind, size_t off) {
 
 /* Template data before a tag: "-" strips its trailing whitespace;
  * lstrip (block and comment tags) its trailing spaces when they start a line. */
-static cleave_status emit_text(lexer *L, size_t from, size_t to, char sign, bool lstrip, bool line_starting) {
+static cleave_status emit_text(lexer *L, size_t from, size_t to, char sign, bool lstrip,
+                               bool line_starting) {
     if (sign == '-') {
-        while (to > from && is_space(L->src[to - 1])) to--;
+        while (to > from && is_space(L->src[to - 1]))
+            to--;
     } else if (sign != '+' && lstrip) {
         size_t nl = to;
-        while (nl > from && L->src[nl - 1] != '\n') nl--;
+        while (nl > from && L->src[nl - 1] != '\n')
+            nl--;
         bool all_space = nl < to;
         for (size_t i = nl; i < to; i++)
             if (!is_space(L->src[i])) all_space = false;
@@ -82,7 +91,8 @@ static cleave_status emit_text(lexer *L, size_t from, size_t to, char sign, bool
  * (blocks and comments, trim_blocks) one newline. */
 static size_t after_end(lexer *L, size_t p, char sign, bool trim) {
     if (sign == '-') {
-        while (p < L->n && is_space(L->src[p])) p++;
+        while (p < L->n && is_space(L->src[p]))
+            p++;
     } else if (sign != '+' && trim && p < L->n && L->src[p] == '\n') {
         p++;
     }
@@ -100,7 +110,8 @@ static size_t utf8_put(char *o, uint32_t cp) {
     if (cp < 0x80) return o[0] = (char)cp, 1;
     if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
     if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | ((cp >> 6) & 63)), o[2] = (char)(0x80 | (cp & 63));
+        o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | ((cp >> 6) & 63)),
+        o[2] = (char)(0x80 | (cp & 63));
         return 3;
     }
     o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | ((cp >> 12) & 63));
@@ -112,7 +123,8 @@ static size_t utf8_put(char *o, uint32_t cp) {
 static cleave_status lex_string(lexer *L, size_t *p, jtok *t) {
     char q = L->src[*p];
     size_t i = *p + 1, start = i;
-    while (i < L->n && L->src[i] != q) i += L->src[i] == '\\' ? 2 : 1;
+    while (i < L->n && L->src[i] != q)
+        i += L->src[i] == '\\' ? 2 : 1;
     if (i >= L->n) return fail_at(L, *p, "unterminated string");
     char *o = jarena_alloc(L->a, i - start + 1);
     if (!o) return CLEAVE_ERR_OOM;
@@ -140,7 +152,8 @@ static cleave_status lex_string(lexer *L, size_t *p, jtok *t) {
         if (e >= '0' && e <= '7') {
             uint32_t cp = 0;
             int d = 0;
-            while (d < 3 && j < i && L->src[j] >= '0' && L->src[j] <= '7') cp = cp * 8 + (uint32_t)(L->src[j++] - '0'), d++;
+            while (d < 3 && j < i && L->src[j] >= '0' && L->src[j] <= '7')
+                cp = cp * 8 + (uint32_t)(L->src[j++] - '0'), d++;
             j--;
             k += utf8_put(o + k, cp);
             continue;
@@ -165,24 +178,31 @@ static cleave_status lex_string(lexer *L, size_t *p, jtok *t) {
     return CLEAVE_OK;
 }
 
-static const char *const OPS[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[", "]", "(",
-                                  ")", "{", "}", ">", "<", "=", ".", ":", "|", ",", ";"};
+static const char *const OPS[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/",
+                                  "*",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                  ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
 
 /* The expression tokens of a {{ }} or {% %} tag, up to its end marker. */
 static cleave_status lex_tag(lexer *L, size_t *pp, bool block, bool *ended_nl) {
     size_t p = *pp, open = p;
     int depth = 0;
     for (;;) {
-        while (p < L->n && is_space(L->src[p])) p++;
-        if (p >= L->n) return fail_at(L, open, block ? "unterminated block tag: '%}' missing" : "unterminated '{{': '}}' missing");
+        while (p < L->n && is_space(L->src[p]))
+            p++;
+        if (p >= L->n)
+            return fail_at(L, open,
+                           block ? "unterminated block tag: '%}' missing"
+                                 : "unterminated '{{': '}}' missing");
         const char *s = L->src + p;
         size_t left = L->n - p;
         char end = block ? '%' : '}';
         if (!depth) {
             char sign = 0;
             size_t mk = 0;
-            if (left >= 3 && (s[0] == '-' || s[0] == '+') && s[1] == end && s[2] == '}') sign = s[0], mk = 3;
-            else if (left >= 2 && s[0] == end && s[1] == '}') mk = 2;
+            if (left >= 3 && (s[0] == '-' || s[0] == '+') && s[1] == end && s[2] == '}')
+                sign = s[0], mk = 3;
+            else if (left >= 2 && s[0] == end && s[1] == '}')
+                mk = 2;
             if (mk && !(sign == '+' && !block)) {
                 jtok *t = push(L, block ? JT_BLOCK_END : JT_VAR_END, p);
                 if (!t) return CLEAVE_ERR_OOM;
@@ -194,12 +214,14 @@ static cleave_status lex_tag(lexer *L, size_t *pp, bool block, bool *ended_nl) {
         }
         if (is_digit(s[0])) {
             size_t q = p;
-            while (q < L->n && (is_digit(L->src[q]) || L->src[q] == '_')) q++;
+            while (q < L->n && (is_digit(L->src[q]) || L->src[q] == '_'))
+                q++;
             bool is_float = false;
             if (q + 1 < L->n && L->src[q] == '.' && is_digit(L->src[q + 1])) {
                 is_float = true;
                 q++;
-                while (q < L->n && (is_digit(L->src[q]) || L->src[q] == '_')) q++;
+                while (q < L->n && (is_digit(L->src[q]) || L->src[q] == '_'))
+                    q++;
             }
             if (q < L->n && (L->src[q] == 'e' || L->src[q] == 'E')) {
                 size_t r = q + 1;
@@ -207,7 +229,8 @@ static cleave_status lex_tag(lexer *L, size_t *pp, bool block, bool *ended_nl) {
                 if (r < L->n && is_digit(L->src[r])) {
                     is_float = true;
                     q = r;
-                    while (q < L->n && is_digit(L->src[q])) q++;
+                    while (q < L->n && is_digit(L->src[q]))
+                        q++;
                 }
             }
             char num[64];
@@ -222,7 +245,8 @@ static cleave_status lex_tag(lexer *L, size_t *pp, bool block, bool *ended_nl) {
             } else {
                 uint64_t v = 0;
                 for (size_t i = 0; i < k; i++) {
-                    if (v > (UINT64_MAX - 9) / 10 || v * 10 + (uint64_t)(num[i] - '0') > (uint64_t)INT64_MAX)
+                    if (v > (UINT64_MAX - 9) / 10 ||
+                        v * 10 + (uint64_t)(num[i] - '0') > (uint64_t)INT64_MAX)
                         return fail_at(L, p, "integer literal too large");
                     v = v * 10 + (uint64_t)(num[i] - '0');
                 }
@@ -233,7 +257,8 @@ static cleave_status lex_tag(lexer *L, size_t *pp, bool block, bool *ended_nl) {
         }
         if (is_name_start(s[0])) {
             size_t q = p;
-            while (q < L->n && is_name(L->src[q])) q++;
+            while (q < L->n && is_name(L->src[q]))
+                q++;
             jtok *t = push(L, JT_NAME, p);
             if (!t) return CLEAVE_ERR_OOM;
             t->s = (jstr){s, q - p};
@@ -274,11 +299,14 @@ static size_t match_tag_word(lexer *L, size_t p, const char *word, char *sign) {
     p += 2;
     *sign = 0;
     if (p < L->n && (L->src[p] == '-' || L->src[p] == '+')) *sign = L->src[p++];
-    while (p < L->n && is_space(L->src[p])) p++;
+    while (p < L->n && is_space(L->src[p]))
+        p++;
     size_t m = strlen(word);
-    if (p + m > L->n || memcmp(L->src + p, word, m) || (p + m < L->n && is_name(L->src[p + m]))) return 0;
+    if (p + m > L->n || memcmp(L->src + p, word, m) || (p + m < L->n && is_name(L->src[p + m])))
+        return 0;
     p += m;
-    while (p < L->n && is_space(L->src[p])) p++;
+    while (p < L->n && is_space(L->src[p]))
+        p++;
     return p;
 }
 
@@ -308,7 +336,9 @@ cleave_status jinja_lex(jarena *a, const char *src, size_t n, jtok **toks, size_
     bool line_starting = true;
     while (p < n) {
         size_t q = p;
-        while (q + 1 < n && !(src[q] == '{' && (src[q + 1] == '{' || src[q + 1] == '%' || src[q + 1] == '#'))) q++;
+        while (q + 1 < n &&
+               !(src[q] == '{' && (src[q + 1] == '{' || src[q + 1] == '%' || src[q + 1] == '#')))
+            q++;
         if (q + 1 >= n) {
             cleave_status st = emit_text(&L, p, n, 0, false, line_starting);
             if (st) return st;
@@ -336,7 +366,8 @@ cleave_status jinja_lex(jarena *a, const char *src, size_t n, jtok **toks, size_
         size_t body = q + 2 + (sign ? 1 : 0);
         if (kind == '#') {
             size_t e = body;
-            while (e + 1 < n && !(src[e] == '#' && src[e + 1] == '}')) e++;
+            while (e + 1 < n && !(src[e] == '#' && src[e + 1] == '}'))
+                e++;
             if (e + 1 >= n) return fail_at(&L, q, "missing end of comment tag ('#}')");
             char esign = e > body && (src[e - 1] == '-' || src[e - 1] == '+') ? src[e - 1] : 0;
             p = after_end(&L, e + 2, esign, true);

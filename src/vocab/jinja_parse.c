@@ -26,7 +26,9 @@ typedef struct {
 #define MAX_PARSE_DEPTH 200
 
 static const jtok *cur(parser *P) { return &P->t[P->i]; }
-static const jtok *peek(parser *P, size_t k) { return &P->t[P->i + k < P->n ? P->i + k : P->n - 1]; }
+static const jtok *peek(parser *P, size_t k) {
+    return &P->t[P->i + k < P->n ? P->i + k : P->n - 1];
+}
 static void next(parser *P) {
     if (P->i + 1 < P->n) P->i++;
 }
@@ -59,10 +61,10 @@ static const char *tok_desc(const jtok *t) {
 static cleave_status fail(parser *P, const char *fmt, const char *what) {
     const jtok *t = cur(P);
     if (t->kind == JT_NAME || t->kind == JT_OP)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: %s%s (found '%.*s')", t->line, t->col, fmt,
-                       what ? what : "", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p);
-    return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: %s%s (found %s)", t->line, t->col, fmt,
-                   what ? what : "", tok_desc(t));
+        return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: %s%s (found '%.*s')", t->line,
+                       t->col, fmt, what ? what : "", (int)(t->s.n > 40 ? 40 : t->s.n), t->s.p);
+    return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: %s%s (found %s)", t->line, t->col,
+                   fmt, what ? what : "", tok_desc(t));
 }
 
 static cleave_status expect_op(parser *P, const char *s) {
@@ -98,13 +100,13 @@ static cleave_status push_name(parser *P, jstr **names, size_t *n, jstr s) {
     return CLEAVE_OK;
 }
 
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        cleave_status st_ = (x);                                                                                       \
-        if (st_) return st_;                                                                                           \
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        cleave_status st_ = (x);                                                                   \
+        if (st_) return st_;                                                                       \
     } while (0)
-#define NEW(var, kind, at)                                                                                             \
-    jnode *var = node(P, kind, at);                                                                                    \
+#define NEW(var, kind, at)                                                                         \
+    jnode *var = node(P, kind, at);                                                                \
     if (!var) return CLEAVE_ERR_OOM
 
 static cleave_status parse_expr(parser *P, bool condexpr, jnode **out);
@@ -119,7 +121,8 @@ static cleave_status parse_args(parser *P, jnode *call) {
     while (!is_op(P, ")")) {
         if (pos.n + kw.n) TRY(expect_op(P, ","));
         if (is_op(P, ")")) break;
-        if (is_op(P, "*") || is_op(P, "**")) return fail(P, "*args and **kwargs in calls are not supported", NULL);
+        if (is_op(P, "*") || is_op(P, "**"))
+            return fail(P, "*args and **kwargs in calls are not supported", NULL);
         if (cur(P)->kind == JT_NAME && tok_is(peek(P, 1), JT_OP, "=")) {
             TRY(push_name(P, &call->names, &call->n_names, cur(P)->s));
             next(P), next(P);
@@ -171,8 +174,8 @@ static cleave_status parse_test(parser *P, jnode **n) {
     const jtok *c = cur(P);
     if (is_op(P, "(")) {
         TRY(parse_args(P, t));
-    } else if ((c->kind == JT_NAME || c->kind == JT_STRING || c->kind == JT_INT || c->kind == JT_FLOAT ||
-                is_op(P, "[") || is_op(P, "{")) &&
+    } else if ((c->kind == JT_NAME || c->kind == JT_STRING || c->kind == JT_INT ||
+                c->kind == JT_FLOAT || is_op(P, "[") || is_op(P, "{")) &&
                !is_name(P, "else") && !is_name(P, "or") && !is_name(P, "and")) {
         if (is_name(P, "is")) return fail(P, "tests cannot be chained with 'is'", NULL);
         jnode *arg;
@@ -248,8 +251,10 @@ static cleave_status parse_postfix(parser *P, jnode **n) {
                 tup->l1 = items.v, tup->n1 = items.n;
                 g->b = tup;
             }
-            if (g->b->kind == JN_SLICE) g->b->a = *n, *n = g->b;
-            else *n = g;
+            if (g->b->kind == JN_SLICE)
+                g->b->a = *n, *n = g->b;
+            else
+                *n = g;
         } else if (is_op(P, "(")) {
             NEW(c, JN_CALL, at);
             c->a = *n;
@@ -267,10 +272,14 @@ static cleave_status parse_primary(parser *P, jnode **out) {
     cleave_status st = CLEAVE_OK;
     if (t->kind == JT_NAME) {
         NEW(n, JN_CONST, t);
-        if (tok_is(t, JT_NAME, "true") || tok_is(t, JT_NAME, "True")) n->val = jv_bool(true);
-        else if (tok_is(t, JT_NAME, "false") || tok_is(t, JT_NAME, "False")) n->val = jv_bool(false);
-        else if (tok_is(t, JT_NAME, "none") || tok_is(t, JT_NAME, "None")) n->val = jv_none();
-        else n->kind = JN_NAME, n->s = t->s;
+        if (tok_is(t, JT_NAME, "true") || tok_is(t, JT_NAME, "True"))
+            n->val = jv_bool(true);
+        else if (tok_is(t, JT_NAME, "false") || tok_is(t, JT_NAME, "False"))
+            n->val = jv_bool(false);
+        else if (tok_is(t, JT_NAME, "none") || tok_is(t, JT_NAME, "None"))
+            n->val = jv_none();
+        else
+            n->kind = JN_NAME, n->s = t->s;
         next(P);
         *out = n;
     } else if (t->kind == JT_STRING) {
@@ -279,12 +288,14 @@ static cleave_status parse_primary(parser *P, jnode **out) {
         next(P);
         if (cur(P)->kind == JT_STRING) { /* adjacent literals join, as in Python */
             size_t total = s.n;
-            for (size_t k = P->i; P->t[k].kind == JT_STRING; k++) total += P->t[k].s.n;
+            for (size_t k = P->i; P->t[k].kind == JT_STRING; k++)
+                total += P->t[k].s.n;
             char *buf = jarena_alloc(P->a, total + 1);
             if (!buf) return CLEAVE_ERR_OOM;
             memcpy(buf, s.p, s.n);
             size_t o = s.n;
-            while (cur(P)->kind == JT_STRING) memcpy(buf + o, cur(P)->s.p, cur(P)->s.n), o += cur(P)->s.n, next(P);
+            while (cur(P)->kind == JT_STRING)
+                memcpy(buf + o, cur(P)->s.p, cur(P)->s.n), o += cur(P)->s.n, next(P);
             s = (jstr){buf, total};
         }
         n->val = jv_str(s.p, s.n);
@@ -373,10 +384,14 @@ static cleave_status parse_unary(parser *P, bool with_filter, jnode **out) {
     TRY(parse_postfix(P, &n));
     if (with_filter) {
         for (;;) {
-            if (is_op(P, "|")) TRY(parse_filter(P, &n, false));
-            else if (is_name(P, "is")) TRY(parse_test(P, &n));
-            else if (is_op(P, "(")) TRY(parse_postfix(P, &n));
-            else break;
+            if (is_op(P, "|"))
+                TRY(parse_filter(P, &n, false));
+            else if (is_name(P, "is"))
+                TRY(parse_test(P, &n));
+            else if (is_op(P, "("))
+                TRY(parse_postfix(P, &n));
+            else
+                break;
         }
     }
     *out = n;
@@ -406,11 +421,16 @@ static cleave_status parse_math2(parser *P, jnode **out) {
     TRY(parse_pow(P, out));
     for (;;) {
         jop op;
-        if (is_op(P, "*")) op = JOP_MUL;
-        else if (is_op(P, "/")) op = JOP_DIV;
-        else if (is_op(P, "//")) op = JOP_FLOORDIV;
-        else if (is_op(P, "%")) op = JOP_MOD;
-        else return CLEAVE_OK;
+        if (is_op(P, "*"))
+            op = JOP_MUL;
+        else if (is_op(P, "/"))
+            op = JOP_DIV;
+        else if (is_op(P, "//"))
+            op = JOP_FLOORDIV;
+        else if (is_op(P, "%"))
+            op = JOP_MOD;
+        else
+            return CLEAVE_OK;
         const jtok *at = cur(P);
         next(P);
         jnode *r;
@@ -451,15 +471,24 @@ static cleave_status parse_compare(parser *P, jnode **out) {
     for (;;) {
         jop op;
         const jtok *at = cur(P);
-        if (is_op(P, "==")) op = JOP_EQ;
-        else if (is_op(P, "!=")) op = JOP_NE;
-        else if (is_op(P, "<")) op = JOP_LT;
-        else if (is_op(P, "<=")) op = JOP_LE;
-        else if (is_op(P, ">")) op = JOP_GT;
-        else if (is_op(P, ">=")) op = JOP_GE;
-        else if (is_name(P, "in")) op = JOP_IN;
-        else if (is_name(P, "not") && tok_is(peek(P, 1), JT_NAME, "in")) op = JOP_NOTIN, next(P);
-        else break;
+        if (is_op(P, "=="))
+            op = JOP_EQ;
+        else if (is_op(P, "!="))
+            op = JOP_NE;
+        else if (is_op(P, "<"))
+            op = JOP_LT;
+        else if (is_op(P, "<="))
+            op = JOP_LE;
+        else if (is_op(P, ">"))
+            op = JOP_GT;
+        else if (is_op(P, ">="))
+            op = JOP_GE;
+        else if (is_name(P, "in"))
+            op = JOP_IN;
+        else if (is_name(P, "not") && tok_is(peek(P, 1), JT_NAME, "in"))
+            op = JOP_NOTIN, next(P);
+        else
+            break;
         next(P);
         jnode *r;
         TRY(parse_math1(P, &r));
@@ -544,8 +573,8 @@ static cleave_status parse_tuple(parser *P, bool condexpr, jnode **out) {
             next(P);
             comma = true;
         }
-        if (cur(P)->kind == JT_BLOCK_END || cur(P)->kind == JT_VAR_END || is_op(P, ")") || is_op(P, "=") ||
-            is_name(P, "recursive") || (!condexpr && is_name(P, "if")))
+        if (cur(P)->kind == JT_BLOCK_END || cur(P)->kind == JT_VAR_END || is_op(P, ")") ||
+            is_op(P, "=") || is_name(P, "recursive") || (!condexpr && is_name(P, "if")))
             break;
         jnode *x;
         TRY(parse_expr(P, condexpr, &x));
@@ -770,12 +799,13 @@ static cleave_status parse_statement(parser *P, jnode **out) {
         return expect_block_end(P);
     }
     if (IS("include") || IS("import") || IS("from") || IS("extends") || IS("block"))
-        return err_set(CLEAVE_ERR_INVALID_ARG,
-                       "line %d, column %d: '%.*s' is not allowed: a chat template reads no other templates",
-                       at->line, at->col, (int)w.n, w.p);
+        return err_set(
+            CLEAVE_ERR_INVALID_ARG,
+            "line %d, column %d: '%.*s' is not allowed: a chat template reads no other templates",
+            at->line, at->col, (int)w.n, w.p);
 #undef IS
-    return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: unknown tag '%.*s'", at->line, at->col,
-                   (int)(w.n > 40 ? 40 : w.n), w.p);
+    return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: unknown tag '%.*s'", at->line,
+                   at->col, (int)(w.n > 40 ? 40 : w.n), w.p);
 }
 
 static cleave_status parse_body(parser *P, const char *const *ends, jnode **out, const jtok **end) {
@@ -786,9 +816,10 @@ static cleave_status parse_body(parser *P, const char *const *ends, jnode **out,
         const jtok *t = cur(P);
         if (t->kind == JT_EOF) {
             if (ends) {
-                return err_set(CLEAVE_ERR_INVALID_ARG,
-                               "line %d, column %d: unexpected end of template: '{%% %s %%}' missing", t->line,
-                               t->col, ends[0]);
+                return err_set(
+                    CLEAVE_ERR_INVALID_ARG,
+                    "line %d, column %d: unexpected end of template: '{%% %s %%}' missing", t->line,
+                    t->col, ends[0]);
             }
             break;
         }
@@ -815,10 +846,11 @@ static cleave_status parse_body(parser *P, const char *const *ends, jnode **out,
                 break;
             }
             if (w->kind == JT_NAME && w->s.n >= 3 &&
-                (!memcmp(w->s.p, "end", 3) || tok_is(w, JT_NAME, "elif") || tok_is(w, JT_NAME, "else")))
-                return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: unexpected '%.*s'%s%s", w->line, w->col,
-                               (int)(w->s.n > 40 ? 40 : w->s.n), w->s.p, ends ? ", expected " : "",
-                               ends ? ends[0] : "");
+                (!memcmp(w->s.p, "end", 3) || tok_is(w, JT_NAME, "elif") ||
+                 tok_is(w, JT_NAME, "else")))
+                return err_set(CLEAVE_ERR_INVALID_ARG, "line %d, column %d: unexpected '%.*s'%s%s",
+                               w->line, w->col, (int)(w->s.n > 40 ? 40 : w->s.n), w->s.p,
+                               ends ? ", expected " : "", ends ? ends[0] : "");
             jnode *n;
             TRY(parse_statement(P, &n));
             TRY(vpush(P, &items, n));

@@ -9,10 +9,12 @@
 #include "vocab/jinja_impl.h"
 
 cleave_status jinja_parse(const char *src, size_t n, jinja_template **out) {
-    if (!out || (!src && n)) return err_set(CLEAVE_ERR_INVALID_ARG, "jinja_parse: arguments required");
+    if (!out || (!src && n))
+        return err_set(CLEAVE_ERR_INVALID_ARG, "jinja_parse: arguments required");
     *out = NULL;
     if (n > JINJA_MAX_SOURCE)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "the template is %zu bytes, more than the %u allowed", n, JINJA_MAX_SOURCE);
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "the template is %zu bytes, more than the %u allowed", n, JINJA_MAX_SOURCE);
     jinja_template *t = mem_calloc(1, sizeof *t, "jinja template");
     if (!t) return CLEAVE_ERR_OOM;
     t->src = mem_alloc(n + 1, "jinja template text");

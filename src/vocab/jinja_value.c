@@ -26,8 +26,8 @@ void *jarena_alloc(jarena *a, size_t n) {
         size_t cap = n > CHUNK_MIN ? n : CHUNK_MIN;
         if (a->limit && a->used + cap > a->limit) {
             a->over = true;
-            err_set(CLEAVE_ERR_INVALID_ARG, "the template used more than %zu MiB of memory (a limit)",
-                    a->limit >> 20);
+            err_set(CLEAVE_ERR_INVALID_ARG,
+                    "the template used more than %zu MiB of memory (a limit)", a->limit >> 20);
             return NULL;
         }
         c = mem_alloc(sizeof *c + cap, "jinja values");
@@ -53,10 +53,12 @@ void jarena_free(jarena *a) {
 cleave_status jbuf_put(jbuf *b, const char *s, size_t n) {
     if (!n) return CLEAVE_OK;
     if (b->limit && b->n + n > b->limit)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "the template's output passed %zu bytes (a limit)", b->limit);
+        return err_set(CLEAVE_ERR_INVALID_ARG, "the template's output passed %zu bytes (a limit)",
+                       b->limit);
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
+        while (cap < b->n + n + 1)
+            cap *= 2;
         char *p = mem_realloc(b->p, cap, "jinja output");
         if (!p) return CLEAVE_ERR_OOM;
         b->p = p, b->cap = cap;
@@ -117,7 +119,8 @@ jvalue *jdict_get(const jdict *d, const jvalue *key) {
 
 jvalue *jdict_get_str(const jdict *d, const char *key, size_t n) {
     for (size_t i = 0; i < d->n; i++)
-        if (d->k[i].t == JV_STR && d->k[i].u.s.n == n && !memcmp(d->k[i].u.s.p, key, n)) return &d->v[i];
+        if (d->k[i].t == JV_STR && d->k[i].u.s.n == n && !memcmp(d->k[i].u.s.p, key, n))
+            return &d->v[i];
     return NULL;
 }
 
@@ -162,7 +165,10 @@ bool jv_truthy(const jvalue *v) {
 bool jv_is_number(const jvalue *v) { return v->t == JV_INT || v->t == JV_FLOAT || v->t == JV_BOOL; }
 
 double jv_as_double(const jvalue *v) {
-    return v->t == JV_FLOAT ? v->u.f : v->t == JV_INT ? (double)v->u.i : v->t == JV_BOOL ? (double)v->u.b : 0.0;
+    return v->t == JV_FLOAT  ? v->u.f
+           : v->t == JV_INT  ? (double)v->u.i
+           : v->t == JV_BOOL ? (double)v->u.b
+                             : 0.0;
 }
 
 static bool str_eq(jstr a, jstr b) { return a.n == b.n && (!a.n || !memcmp(a.p, b.p, a.n)); }
@@ -233,9 +239,10 @@ bool jv_compare(const jvalue *a, const jvalue *b, int *order) {
 }
 
 const char *jv_type_name(const jvalue *v) {
-    static const char *const names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list",
-                                        "tuple", "dict", "Namespace", "Macro", "builtin_function_or_method",
-                                        "method", "LoopContext"};
+    static const char *const names[] = {
+        "Undefined", "NoneType",   "bool", "int",       "float", "str",
+        "list",      "tuple",      "dict", "Namespace", "Macro", "builtin_function_or_method",
+        "method",    "LoopContext"};
     return names[v->t];
 }
 
@@ -265,19 +272,24 @@ void jv_float_repr(double f, char out[48]) {
     for (; *p && *p != 'e'; p++)
         if (*p != '.') digits[nd++] = *p;
     if (*p == 'e') exp10 = atoi(p + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
     char *o = out;
     if (neg) *o++ = '-';
     if (exp10 >= -4 && exp10 < 16) {
         if (exp10 < 0) {
             *o++ = '0', *o++ = '.';
-            for (int i = 0; i < -exp10 - 1; i++) *o++ = '0';
-            for (int i = 0; i < nd; i++) *o++ = digits[i];
+            for (int i = 0; i < -exp10 - 1; i++)
+                *o++ = '0';
+            for (int i = 0; i < nd; i++)
+                *o++ = digits[i];
         } else {
-            for (int i = 0; i <= exp10; i++) *o++ = i < nd ? digits[i] : '0';
+            for (int i = 0; i <= exp10; i++)
+                *o++ = i < nd ? digits[i] : '0';
             *o++ = '.';
             if (nd > exp10 + 1) {
-                for (int i = exp10 + 1; i < nd; i++) *o++ = digits[i];
+                for (int i = exp10 + 1; i < nd; i++)
+                    *o++ = digits[i];
             } else {
                 *o++ = '0';
             }
@@ -288,7 +300,8 @@ void jv_float_repr(double f, char out[48]) {
     *o++ = digits[0];
     if (nd > 1) {
         *o++ = '.';
-        for (int i = 1; i < nd; i++) *o++ = digits[i];
+        for (int i = 1; i < nd; i++)
+            *o++ = digits[i];
     }
     snprintf(o, 16, "e%c%02d", exp10 < 0 ? '-' : '+', (exp10 < 0 ? -exp10 : exp10) % 1000);
 }
@@ -315,12 +328,18 @@ static cleave_status repr_str(jbuf *b, jstr s) {
     for (size_t i = 0; i < s.n && !st; i++) {
         char c = s.p[i];
         char tmp[8];
-        if (c == q || c == '\\') tmp[0] = '\\', tmp[1] = c, st = jbuf_put(b, tmp, 2);
-        else if (c == '\n') st = jbuf_put(b, "\\n", 2);
-        else if (c == '\r') st = jbuf_put(b, "\\r", 2);
-        else if (c == '\t') st = jbuf_put(b, "\\t", 2);
-        else if ((unsigned char)c < 0x20 || c == 0x7f) snprintf(tmp, sizeof tmp, "\\x%02x", (unsigned char)c), st = jbuf_put(b, tmp, 4);
-        else st = jbuf_putc(b, c);
+        if (c == q || c == '\\')
+            tmp[0] = '\\', tmp[1] = c, st = jbuf_put(b, tmp, 2);
+        else if (c == '\n')
+            st = jbuf_put(b, "\\n", 2);
+        else if (c == '\r')
+            st = jbuf_put(b, "\\r", 2);
+        else if (c == '\t')
+            st = jbuf_put(b, "\\t", 2);
+        else if ((unsigned char)c < 0x20 || c == 0x7f)
+            snprintf(tmp, sizeof tmp, "\\x%02x", (unsigned char)c), st = jbuf_put(b, tmp, 4);
+        else
+            st = jbuf_putc(b, c);
     }
     return st ? st : jbuf_putc(b, q);
 }
@@ -401,7 +420,8 @@ static cleave_status json_str(jbuf *b, jstr s) {
         if (cp < 0x20 || cp >= 0x7f || cp == '<' || cp == '>' || cp == '&' || cp == '\'') {
             if (cp >= 0x10000) {
                 uint32_t c = cp - 0x10000;
-                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (c >> 10), 0xDC00 + (c & 0x3FF));
+                snprintf(tmp, sizeof tmp, "\\u%04x\\u%04x", 0xD800 + (c >> 10),
+                         0xDC00 + (c & 0x3FF));
                 st = jbuf_put(b, tmp, 12);
             } else {
                 snprintf(tmp, sizeof tmp, "\\u%04x", cp);
@@ -416,7 +436,8 @@ static cleave_status json_str(jbuf *b, jstr s) {
 
 static cleave_status json_newline(jbuf *b, int indent, int depth) {
     cleave_status st = jbuf_putc(b, '\n');
-    for (int i = 0; i < indent * depth && !st; i++) st = jbuf_putc(b, ' ');
+    for (int i = 0; i < indent * depth && !st; i++)
+        st = jbuf_putc(b, ' ');
     return st;
 }
 
@@ -429,7 +450,8 @@ static bool sorted_keys(const jdict *d, size_t *idx) {
     for (size_t i = 1; i < d->n; i++) { /* insertion sort: dicts here are small */
         size_t x = idx[i], j = i;
         int o;
-        while (j > 0 && jv_compare(&d->k[idx[j - 1]], &d->k[x], &o) && o > 0) idx[j] = idx[j - 1], j--;
+        while (j > 0 && jv_compare(&d->k[idx[j - 1]], &d->k[x], &o) && o > 0)
+            idx[j] = idx[j - 1], j--;
         idx[j] = x;
     }
     return true;
@@ -444,7 +466,8 @@ cleave_status jv_json_into(jbuf *b, const jvalue *v, int indent, int depth) {
     case JV_INT: return put_int(b, v->u.i);
     case JV_FLOAT:
         if (isnan(v->u.f)) return jbuf_put(b, "NaN", 3);
-        if (isinf(v->u.f)) return v->u.f < 0 ? jbuf_put(b, "-Infinity", 9) : jbuf_put(b, "Infinity", 8);
+        if (isinf(v->u.f))
+            return v->u.f < 0 ? jbuf_put(b, "-Infinity", 9) : jbuf_put(b, "Infinity", 8);
         jv_float_repr(v->u.f, tmp);
         return jbuf_put(b, tmp, strlen(tmp));
     case JV_STR: return json_str(b, v->u.s);
@@ -466,7 +489,8 @@ cleave_status jv_json_into(jbuf *b, const jvalue *v, int indent, int depth) {
         size_t *idx = mem_alloc(d->n * sizeof *idx, "tojson keys");
         if (!idx) return CLEAVE_ERR_OOM;
         cleave_status st = CLEAVE_OK;
-        if (!sorted_keys(d, idx)) st = err_set(CLEAVE_ERR_INVALID_ARG, "tojson: a dict's keys are not all strings");
+        if (!sorted_keys(d, idx))
+            st = err_set(CLEAVE_ERR_INVALID_ARG, "tojson: a dict's keys are not all strings");
         if (!st) st = jbuf_putc(b, '{');
         for (size_t i = 0; i < d->n && !st; i++) {
             if (i) st = indent >= 0 ? jbuf_putc(b, ',') : jbuf_put(b, ", ", 2);
