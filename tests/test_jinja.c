@@ -124,6 +124,38 @@ static const struct {
     {"{{ [1, 2] | reverse | list }} {{ 'abc' | reverse }} {{ messages | map(attribute='nope', "
      "default='z') | list }}",
      "[2, 1] cba ['z', 'z', 'z']"},
+    {"{% set x = 0 %}{% for i in [1,2,3] %}{% set x = x + i %}{{ x }}{% endfor %}|{{ x }}",
+     "123|0"},
+    {"{% for i in [1] %}{% macro m() %}{{ i }}{% endmacro %}{{ m() }}{% endfor %}{% macro n() %}{{ "
+     "i }}{% endmacro %}{% for i in [2] %}[{{ n() }}]{% endfor %}",
+     "1[]"},
+    {"{% macro m() %}{{ late }}{% endmacro %}{% set late = 'L' %}{{ m() }}", "L"},
+    {"{% for m in messages %}{% if m.role == 'user' %}{% set found = true %}{% endif %}{% endfor "
+     "%}{{ found }}",
+     ""},
+    {"{{ ['\302\240', '\343\200\200', '\303\251', '\001', \"it's\"] }} {{ {'a': 1}.items() }} {{ "
+     "{'a': 1}.keys() }} {{ {'a': 1}.values() }}",
+     "['\\xa0', '\\u3000', '\303\251', '\\x01', \"it's\"] dict_items([('a', 1)]) dict_keys(['a']) "
+     "dict_values([1])"},
+    {"{{ 10 / 4 }} {{ 1e3 }} {{ 0.1 + 0.2 }} {{ 1/3 }} {{ 2.5e-7 }} {{ 123456789012345678.0 }} {{ "
+     "-0.0 }} {{ 7.0 // 2 }} {{ -7.5 % 2 }} {{ 5 % -3 }}",
+     "2.5 1000.0 0.30000000000000004 0.3333333333333333 2.5e-07 1.2345678901234568e+17 -0.0 3.0 "
+     "0.5 -1"},
+    {"[{{ '\343\200\200 a\302\240b \342\200\203'.strip() }}][{{ '\343\200\200x\343\200\200' | trim "
+     "}}][{{ 'a\302\240b\343\200\200c'.split() }}]",
+     "[a\302\240b][x][['a', 'b', 'c']]"},
+    {"{{ 'a\\nb\\n' | indent }}|{{ 'a\\n\\nb' | indent(2, true, true) }}|{{ '' | "
+     "indent(first=true) }}|",
+     "a\n    b\n|  a\n  \n  b|    |"},
+    {"{{ '%s-%d-%05.2f-%x-%r' | format('a', 3.9, 2.5, 255, 'q') }} {{ '%s and %s' % ('x', 1) }} {{ "
+     "'%(a)s' % {'a': 'named'} }} {{ '100%%' % () }}",
+     "a-3-02.50-ff-'q' x and 1 named 100%"},
+    {"[{{ 'x' | center(6) }}][{{ 'ab' | center(5) }}] {{ 'Hello big World' | wordcount }} {{ "
+     "messages | first | attr('role') }}|{{ messages | first | attr('items') is defined }}",
+     "[  x   ][  ab ] 3 |True"},
+    {"{{ x | first }}|{{ x | last }}|{{ x is sequence }}|{{ none | selectattr('a') | list }}|{{ "
+     "none | map('upper') | list }}",
+     "||True|[]|[]"},
     {"{{ '  a b  '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ 'xxaxx'.rstrip('x') }}|{{ "
      "'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}",
      "a b|axx|xxa|['a', 'b', '', 'c']|['a', 'b']|['a', 'b,c']"},
@@ -161,6 +193,9 @@ static const struct {
     {"{{ none | list }}", "not iterable"},
     {"{% set x = 1 %}{% set x.y = 2 %}", "non-namespace"},
     {"{# open comment", "comment"},
+    {"{{ '%d' % 'x' }}", "real number is required"},
+    {"{{ '%s %s' % ('x',) }}", "not enough arguments"},
+    {"{{ messages[0].items() | tojson }}", "not JSON serializable"},
 };
 
 static cleave_status render(const char *tpl, jinja_limits lim, char **out, size_t *n) {

@@ -44,19 +44,39 @@ static cleave_status make_str(jctx *c, const char *p, size_t n, jvalue *out) {
 
 /* ---- strings ---- */
 
-static bool in_chars(char ch, const jvalue *chars) {
-    if (!chars || chars->t != JV_STR) return py_space(ch);
-    return memchr(chars->u.s.p, ch, chars->u.s.n) != NULL;
+/* Whether a Python whitespace character starts at s[i] (its byte length in *len). */
+static bool space_at(jstr s, size_t i, size_t *len) {
+    return jv_py_space(jv_utf8_next(s.p + i, s.n - i, len));
+}
+
+/* Start of the code point that ends at s[b - 1]. */
+static size_t char_start(jstr s, size_t a, size_t b) {
+    size_t k = b - 1;
+    while (k > a && ((unsigned char)s.p[k] & 0xC0) == 0x80)
+        k--;
+    return k;
 }
 
 static jvalue strip(jstr s, const jvalue *chars, bool left, bool right) {
-    size_t a = 0, b = s.n;
+    size_t a = 0, b = s.n, len;
+    if (chars && chars->t == JV_STR) {
+        if (left)
+            while (a < b && memchr(chars->u.s.p, s.p[a], chars->u.s.n))
+                a++;
+        if (right)
+            while (b > a && memchr(chars->u.s.p, s.p[b - 1], chars->u.s.n))
+                b--;
+        return jv_str(s.p + a, b - a);
+    }
     if (left)
-        while (a < b && in_chars(s.p[a], chars))
-            a++;
+        while (a < b && space_at(s, a, &len))
+            a += len;
     if (right)
-        while (b > a && in_chars(s.p[b - 1], chars))
-            b--;
+        while (b > a) {
+            size_t k = char_start(s, a, b);
+            if (!space_at((jstr){s.p, b}, k, &len)) break;
+            b = k;
+        }
     return jv_str(s.p + a, b - a);
 }
 
@@ -117,22 +137,19 @@ static cleave_status split(jctx *c, const jnode *at, jstr s, const jvalue *sep, 
     jlist *l = jlist_new(&c->arena, 4);
     if (!l) return CLEAVE_ERR_OOM;
     if (!sep || sep->t == JV_NONE) {
-        size_t i = 0;
+        size_t i = 0, len;
         int64_t done = 0;
         for (;;) {
-            while (i < s.n && py_space(s.p[i]))
-                i++;
+            while (i < s.n && space_at(s, i, &len))
+                i += len;
             if (i >= s.n) break;
             size_t j = i;
             if (maxsplit >= 0 && done >= maxsplit) {
-                size_t e = s.n;
-                while (e > i && py_space(s.p[e - 1]))
-                    e--;
-                TRY(jlist_push(&c->arena, l, jv_str(s.p + i, e - i)));
+                TRY(jlist_push(&c->arena, l, strip((jstr){s.p + i, s.n - i}, NULL, false, true)));
                 break;
             }
-            while (j < s.n && !py_space(s.p[j]))
-                j++;
+            while (j < s.n && !space_at(s, j, &len))
+                j += len;
             TRY(jlist_push(&c->arena, l, jv_str(s.p + i, j - i)));
             done++;
             i = j;
@@ -255,6 +272,125 @@ static cleave_status join(jctx *c, const jnode *at, const jlist *items, jstr sep
         if (!st) st = jv_str_into(&b, &items->v[i]);
     }
     (void)at;
+    if (!st) st = make_str(c, b.p ? b.p : "", b.n, out);
+    free(b.p);
+    return st;
+}
+
+/* ---- printf-style formatting ---- */
+
+cleave_status jinja_percent_format(jctx *c, const jnode *at, jstr f, const jvalue *args,
+                                   jvalue *out) {
+    jbuf b = {.limit = c->lim.max_output};
+    cleave_status st = CLEAVE_OK;
+    bool tuple = args->t == JV_TUPLE;
+    size_t next = 0, n_args = tuple ? args->u.l->n : 1;
+    bool used_dict = false;
+    for (size_t i = 0; i < f.n && !st;) {
+        if (f.p[i] != '%') {
+            st = jbuf_putc(&b, f.p[i++]);
+            continue;
+        }
+        i++;
+        const jvalue *v = NULL;
+        if (i < f.n && f.p[i] == '(') {
+            size_t e = i + 1;
+            while (e < f.n && f.p[e] != ')')
+                e++;
+            if (e >= f.n || args->t != JV_DICT) {
+                st = jctx_fail(c, at, "format requires a mapping");
+                break;
+            }
+            v = jdict_get_str(args->u.d, f.p + i + 1, e - i - 1);
+            if (!v) {
+                st = jctx_fail(c, at, "format key '%.*s' missing", (int)(e - i - 1), f.p + i + 1);
+                break;
+            }
+            used_dict = true;
+            i = e + 1;
+        }
+        char spec[32] = "%";
+        size_t k = 1;
+        while (i < f.n && strchr("-+ 0#", f.p[i]) && k < 8)
+            spec[k++] = f.p[i++];
+        while (i < f.n && isdigit((unsigned char)f.p[i]) && k < 16)
+            spec[k++] = f.p[i++];
+        int prec = -1;
+        if (i < f.n && f.p[i] == '.') {
+            spec[k++] = f.p[i++];
+            prec = 0;
+            while (i < f.n && isdigit((unsigned char)f.p[i]) && k < 24)
+                prec = prec * 10 + (f.p[i] - '0'), spec[k++] = f.p[i++];
+        }
+        if (i >= f.n) {
+            st = jctx_fail(c, at, "incomplete format");
+            break;
+        }
+        char conv = f.p[i++];
+        if (conv == '%') {
+            st = jbuf_putc(&b, '%');
+            continue;
+        }
+        if (!v) {
+            if (next >= n_args) {
+                st = jctx_fail(c, at, "not enough arguments for format string");
+                break;
+            }
+            v = tuple ? &args->u.l->v[next] : args;
+            next++;
+        }
+        char tmp[512];
+        int len = -1;
+        if (strchr("sra", conv)) {
+            jbuf t = {.limit = c->lim.max_output};
+            st = conv == 's' ? jv_str_into(&t, v) : jv_repr_into(&t, v);
+            const char *tp = t.p ? t.p : "";
+            size_t tn = t.n;
+            if (!st && prec >= 0 && (size_t)prec < tn)
+                tn = (size_t)prec; /* (bytes; fine for ASCII) */
+            spec[k] = 0;
+            /* width: pad the text, Python style */
+            int width = atoi(spec + 1 + strspn(spec + 1, "-+ 0#"));
+            bool left = strchr(spec, '-') != NULL;
+            for (int pad = width - (int)tn; !st && !left && pad > 0; pad--)
+                st = jbuf_putc(&b, ' ');
+            if (!st) st = jbuf_put(&b, tp, tn);
+            for (int pad = width - (int)tn; !st && left && pad > 0; pad--)
+                st = jbuf_putc(&b, ' ');
+            free(t.p);
+            continue;
+        }
+        if (!jv_is_number(v)) {
+            st = jctx_fail(c, at, "%%%c format: a real number is required, not %s", conv,
+                           jv_type_name(v));
+            break;
+        }
+        if (strchr("diuxXoc", conv)) {
+            int64_t x = v->t == JV_FLOAT ? (int64_t)v->u.f : v->t == JV_BOOL ? v->u.b : v->u.i;
+            if (conv == 'c') {
+                tmp[0] = (char)x, len = 1;
+            } else {
+                spec[k++] = 'l', spec[k++] = 'l',
+                spec[k++] = conv == 'i' || conv == 'u' ? 'd' : conv, spec[k] = 0;
+                len = snprintf(tmp, sizeof tmp, spec, (long long)x);
+            }
+        } else if (strchr("fFeEgG", conv)) {
+            spec[k++] = conv, spec[k] = 0;
+            len = snprintf(tmp, sizeof tmp, spec, jv_as_double(v));
+        } else {
+            st = jctx_fail(c, at, "unsupported format character '%c'", conv);
+            break;
+        }
+        if (len < 0 || len >= (int)sizeof tmp) {
+            st = jctx_fail(c, at, "a formatted number too wide");
+            break;
+        }
+        st = jbuf_put(&b, tmp, (size_t)len);
+    }
+    if (!st && !used_dict && tuple && next < n_args)
+        st = jctx_fail(c, at, "not all arguments converted during string formatting");
+    if (!st && !used_dict && !tuple && next == 0 && args->t != JV_DICT)
+        st = jctx_fail(c, at, "not all arguments converted during string formatting");
     if (!st) st = make_str(c, b.p ? b.p : "", b.n, out);
     free(b.p);
     return st;
@@ -422,12 +558,17 @@ cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr na
     }
     if (self->t == JV_DICT) {
         const jdict *d = self->u.d;
-        if (is(name, "items")) return items_of(c, d, out);
+        if (is(name, "items")) {
+            TRY(items_of(c, d, out));
+            out->u.l->view = 1;
+            return CLEAVE_OK;
+        }
         if (is(name, "keys") || is(name, "values")) {
             jlist *l = jlist_new(&c->arena, d->n);
             if (!l) return CLEAVE_ERR_OOM;
             for (size_t i = 0; i < d->n; i++)
                 l->v[l->n++] = name.p[0] == 'k' ? d->k[i] : d->v[i];
+            l->view = name.p[0] == 'k' ? 2 : 3;
             *out = (jvalue){.t = JV_LIST, .u.l = l};
             return CLEAVE_OK;
         }
@@ -582,8 +723,8 @@ cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, 
         *out = t == JV_DICT;
     else if (is(name, "iterable"))
         *out = t == JV_STR || t == JV_LIST || t == JV_TUPLE || t == JV_DICT || t == JV_UNDEF;
-    else if (is(name, "sequence"))
-        *out = t == JV_STR || t == JV_LIST || t == JV_TUPLE || t == JV_DICT;
+    else if (is(name, "sequence")) /* jinja2's Undefined has a length: it passes */
+        *out = t == JV_STR || t == JV_LIST || t == JV_TUPLE || t == JV_DICT || t == JV_UNDEF;
     else if (is(name, "callable"))
         *out = t == JV_MACRO || t == JV_BUILTIN || t == JV_METHOD;
     else if (is(name, "escaped"))
@@ -791,21 +932,23 @@ static cleave_status indent(jctx *c, const jnode *at, const jvalue *in, const ja
     }
     jbuf b = {.limit = c->lim.max_output};
     cleave_status st = first ? jbuf_put(&b, w.u.s.p, w.u.s.n) : CLEAVE_OK;
-    /* lines as str.splitlines sees the text plus a newline */
-    size_t i = 0, line = 0;
-    while (i < s.u.s.n && !st) {
+    /* jinja2 splits text + "\n" with str.splitlines: every segment of the text, the empty one
+     * after a final newline included; empty lines get no indent unless blank */
+    size_t i = 0, line = 0, n = s.u.s.n;
+    const char *p = s.u.s.p;
+    while (!st) {
         size_t e = i;
-        while (e < s.u.s.n && s.u.s.p[e] != '\n' && s.u.s.p[e] != '\r')
+        while (e < n && p[e] != '\n' && p[e] != '\r')
             e++;
-        bool empty = e == i;
         if (line) {
             st = jbuf_putc(&b, '\n');
-            if (!st && (blank || !empty)) st = jbuf_put(&b, w.u.s.p, w.u.s.n);
+            if (!st && (blank || e > i)) st = jbuf_put(&b, w.u.s.p, w.u.s.n);
         }
-        if (!st) st = jbuf_put(&b, s.u.s.p + i, e - i);
-        if (e < s.u.s.n && s.u.s.p[e] == '\r' && e + 1 < s.u.s.n && s.u.s.p[e + 1] == '\n') e++;
-        i = e + 1, line++;
-        if (e >= s.u.s.n) break;
+        if (!st) st = jbuf_put(&b, p + i, e - i);
+        line++;
+        if (e >= n) break;
+        if (p[e] == '\r' && e + 1 < n && p[e + 1] == '\n') e++;
+        i = e + 1;
     }
     if (!st) st = make_str(c, b.p ? b.p : "", b.n, out);
     free(b.p);
@@ -922,10 +1065,7 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
         return join(c, at, items, s.u.s, out);
     }
     if (is(name, "first") || is(name, "last")) {
-        if (in->t == JV_UNDEF)
-            return jctx_fail(c, at, "%s of an undefined value",
-                             name.p[0] == 'f' ? "first" : "last");
-        jlist *items;
+        jlist *items; /* an undefined value has no items: the result is undefined, as in jinja2 */
         TRY(jctx_iterate(c, at, in, &items));
         if (!items->n)
             *out = jv_undef("the first item of an empty sequence");
@@ -1093,9 +1233,45 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
     }
     if (is(name, "attr")) {
         if (!a0 || a0->t != JV_STR) return jctx_fail(c, at, "attr needs a name");
-        jvalue v;
-        TRY(jctx_getattr(c, at, in, a0->u.s, &v));
-        *out = v;
+        /* Python's getattr only: a dict's keys are no attributes */
+        if (in->t == JV_DICT && !jinja_has_method(in, a0->u.s)) {
+            *out = jv_undef("the attribute");
+            return CLEAVE_OK;
+        }
+        return jctx_getattr(c, at, in, a0->u.s, out);
+    }
+    if (is(name, "format")) {
+        jvalue s;
+        TRY(jctx_str(c, in, &s));
+        jlist args = {(jvalue *)a->pos, a->n_pos, a->n_pos, 0};
+        jvalue tuple = {.t = JV_TUPLE, .u.l = &args};
+        return jinja_percent_format(c, at, s.u.s, &tuple, out);
+    }
+    if (is(name, "center")) {
+        jvalue s;
+        TRY(jctx_str(c, in, &s));
+        const jvalue *w = arg(a, 0, "width");
+        int64_t width = w && w->t == JV_INT ? w->u.i : 80, len = 0;
+        TRY(length(c, at, &s, &len));
+        if (width > (int64_t)c->lim.max_output)
+            return jctx_fail(c, at, "center wider than the output limit");
+        if (width <= len) return *out = s, CLEAVE_OK;
+        /* Python's str.center: the odd space goes left when the width's and length's parities
+         * differ */
+        int64_t pad = width - len, left = pad / 2 + (pad & width & 1);
+        char *p = jarena_alloc(&c->arena, s.u.s.n + (size_t)pad + 1);
+        if (!p) return CLEAVE_ERR_OOM;
+        memset(p, ' ', (size_t)left);
+        memcpy(p + left, s.u.s.p, s.u.s.n);
+        memset(p + left + s.u.s.n, ' ', (size_t)(pad - left));
+        *out = jv_str(p, s.u.s.n + (size_t)pad);
+        return CLEAVE_OK;
+    }
+    if (is(name, "wordcount")) {
+        jvalue s, words;
+        TRY(jctx_str(c, in, &s));
+        TRY(split(c, at, s.u.s, NULL, -1, &words));
+        *out = jv_int((int64_t)words.u.l->n);
         return CLEAVE_OK;
     }
     return jctx_fail(c, at, "no filter named '%.*s'", (int)name.n, name.p);

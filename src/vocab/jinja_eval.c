@@ -309,6 +309,7 @@ static cleave_status arith(jctx *c, const jnode *at, jop op, const jvalue *x, co
         *out = (jvalue){.t = x->t, .u.l = l};
         return CLEAVE_OK;
     }
+    if (op == JOP_MOD && x->t == JV_STR) return jinja_percent_format(c, at, x->u.s, y, out);
     if (op == JOP_MUL) {
         bool xs = x->t == JV_STR || x->t == JV_LIST || x->t == JV_TUPLE;
         bool ys = y->t == JV_STR || y->t == JV_LIST || y->t == JV_TUPLE;
@@ -621,15 +622,16 @@ static cleave_status eval(jctx *c, const jnode *n, jframe *f, jvalue *out) {
 
 /* ---- macros and loops ---- */
 
-static cleave_status call_macro(jctx *c, const jnode *at, const jnode *m, const jargs *a,
+static cleave_status call_macro(jctx *c, const jnode *at, const struct jmacro *mac, const jargs *a,
                                 jvalue *out) {
+    const jnode *m = mac->node;
     if (a->n_pos > m->n_names)
         return jctx_fail(c, at, "macro '%.*s' takes not more than %zu argument(s)", (int)m->s.n,
                          m->s.p, m->n_names);
     if (c->depth >= c->lim.max_depth)
         return jctx_fail(c, at, "macros nested deeper than %d calls (a limit)", c->lim.max_depth);
     jframe *f;
-    TRY(new_frame(c, c->root, &f));
+    TRY(new_frame(c, mac->frame, &f));
     for (size_t k = 0; k < a->n_kw; k++) {
         bool known = false;
         for (size_t i = 0; i < m->n_names; i++)
@@ -698,10 +700,13 @@ static cleave_status run_for(jctx *c, const jnode *n, const jvalue *iterable, jf
     jloop *L = jarena_alloc(&c->arena, sizeof *L);
     if (!L) return CLEAVE_ERR_OOM;
     L->items = items, L->depth = depth, L->node = n, L->frame = parent;
-    TRY(assign(c, f, (jstr){"loop", 4}, (jvalue){.t = JV_LOOP, .u.loop = L}));
     for (size_t i = 0; i < items->n; i++) {
         TRY(jctx_step(c, n));
         L->index0 = i;
+        /* each iteration starts from the enclosing scope: what the last one set is gone, as in
+         * jinja2 */
+        f->vars->n = 0;
+        TRY(assign(c, f, (jstr){"loop", 4}, (jvalue){.t = JV_LOOP, .u.loop = L}));
         TRY(bind_targets(c, n, f, n->names, n->n_names, &items->v[i]));
         TRY(exec_body(c, n->l1, n->n1, f));
         if (c->jump == 1) {
@@ -791,7 +796,13 @@ static cleave_status exec_node(jctx *c, const jnode *n, jframe *f) {
     }
     case JN_SET:
     case JN_SET_BLOCK: return exec_set(c, n, f);
-    case JN_MACRO: return assign(c, f, n->s, (jvalue){.t = JV_MACRO, .u.macro = n});
+    case JN_MACRO: {
+        /* a macro sees the scope it is defined in (a loop's variables too), as in jinja2 */
+        struct jmacro *mac = jarena_alloc(&c->arena, sizeof *mac);
+        if (!mac) return CLEAVE_ERR_OOM;
+        mac->node = n, mac->frame = f;
+        return assign(c, f, n->s, (jvalue){.t = JV_MACRO, .u.macro = mac});
+    }
     case JN_FILTER_BLOCK: {
         jvalue body, v, saved = c->hole;
         TRY(capture(c, n->l1, n->n1, f, &body));

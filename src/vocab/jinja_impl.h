@@ -137,6 +137,7 @@ typedef enum {
 typedef struct jlist jlist;
 typedef struct jdict jdict;
 typedef struct jmethod jmethod;
+struct jframe;
 typedef struct jloop jloop;
 
 struct jvalue {
@@ -146,10 +147,10 @@ struct jvalue {
         int64_t i;
         double f;
         jstr s;
-        jlist *l; /* JV_LIST, JV_TUPLE */
-        jdict *d; /* JV_DICT, JV_NAMESPACE */
-        const jnode *macro;
-        int builtin; /* a global function's id */
+        jlist *l;             /* JV_LIST, JV_TUPLE */
+        jdict *d;             /* JV_DICT, JV_NAMESPACE */
+        struct jmacro *macro; /* its definition and the scope it was defined in */
+        int builtin;          /* a global function's id */
         jmethod *m;
         jloop *loop;
         const char *undef; /* JV_UNDEF: what is undefined, for the error message */
@@ -159,10 +160,15 @@ struct jvalue {
 struct jlist {
     jvalue *v;
     size_t n, cap;
+    int view; /* a dict's items(), keys() or values() (1, 2, 3): Python prints them so */
 };
 struct jdict {
     jvalue *k, *v;
     size_t n, cap;
+};
+struct jmacro {
+    const jnode *node;
+    struct jframe *frame;
 };
 struct jmethod {
     jvalue self;
@@ -213,7 +219,12 @@ static inline jvalue jv_str(const char *p, size_t n) {
 
 bool jv_truthy(const jvalue *v);
 bool jv_equal(const jvalue *a, const jvalue *b);
-bool jv_is_number(const jvalue *v); /* int, float or bool as Python counts them */
+bool jv_is_number(const jvalue *v);
+/* The code point at s (UTF-8; a bad byte reads as itself), its length in *len. */
+uint32_t jv_utf8_next(const char *s, size_t n, size_t *len);
+/* Python's str.isspace and str.isprintable for one code point (the common planes). */
+bool jv_py_space(uint32_t cp);
+bool jv_py_printable(uint32_t cp); /* int, float or bool as Python counts them */
 double jv_as_double(const jvalue *v);
 const char *jv_type_name(const jvalue *v);
 /* str(v) as Python prints it (repr for the items inside containers). */
@@ -295,6 +306,9 @@ cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, 
 cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr name, const jargs *a,
                            jvalue *out);
 cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jvalue *out);
+/* Python's printf-style fmt % args (args a tuple, a dict for %(name)s, or one value). */
+cleave_status jinja_percent_format(jctx *c, const jnode *at, jstr fmt, const jvalue *args,
+                                   jvalue *out);
 /* Whether self (str, list, dict) has a method of that name, as Python's attribute lookup finds it.
  */
 bool jinja_has_method(const jvalue *self, jstr name);

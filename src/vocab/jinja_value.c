@@ -307,7 +307,7 @@ void jv_float_repr(double f, char out[48]) {
 }
 
 /* The code point at s (UTF-8; a bad byte reads as itself). */
-static uint32_t utf8_next(const char *s, size_t n, size_t *len) {
+uint32_t jv_utf8_next(const char *s, size_t n, size_t *len) {
     unsigned char c = (unsigned char)s[0];
     int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
     if (!k || (size_t)k > n) return *len = 1, c;
@@ -319,6 +319,23 @@ static uint32_t utf8_next(const char *s, size_t n, size_t *len) {
     }
     *len = (size_t)k;
     return cp;
+}
+
+bool jv_py_space(uint32_t cp) {
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+           cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+bool jv_py_printable(uint32_t cp) {
+    if (cp == ' ') return true;
+    if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD || jv_py_space(cp)) return false;
+    if ((cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+        (cp >= 0x2060 && cp <= 0x206F) || cp == 0xFEFF || cp == 0x061C || cp == 0x180E)
+        return false; /* format characters */
+    if ((cp >= 0xD800 && cp <= 0xF8FF) || cp == 0xFFFE || cp == 0xFFFF || cp >= 0xF0000)
+        return false; /* surrogates, private use, noncharacters */
+    return (cp & 0xFFFF) < 0xFFFE && !(cp >= 0xFFF0 && cp <= 0xFFF8);
 }
 
 static cleave_status repr_str(jbuf *b, jstr s) {
@@ -338,8 +355,24 @@ static cleave_status repr_str(jbuf *b, jstr s) {
             st = jbuf_put(b, "\\t", 2);
         else if ((unsigned char)c < 0x20 || c == 0x7f)
             snprintf(tmp, sizeof tmp, "\\x%02x", (unsigned char)c), st = jbuf_put(b, tmp, 4);
-        else
+        else if ((unsigned char)c < 0x80)
             st = jbuf_putc(b, c);
+        else { /* Python escapes what it does not print: \xa0, \u3000, ... */
+            size_t len;
+            uint32_t cp = jv_utf8_next(s.p + i, s.n - i, &len);
+            char esc[16];
+            if (jv_py_printable(cp) && len > 1) {
+                st = jbuf_put(b, s.p + i, len);
+            } else {
+                int k = snprintf(esc, sizeof esc,
+                                 cp < 0x100     ? "\\x%02x"
+                                 : cp < 0x10000 ? "\\u%04x"
+                                                : "\\U%08x",
+                                 cp);
+                st = jbuf_put(b, esc, (size_t)k);
+            }
+            i += len - 1;
+        }
     }
     return st ? st : jbuf_putc(b, q);
 }
@@ -359,14 +392,18 @@ static cleave_status put_float(jbuf *b, double f) {
 static cleave_status repr_any(jbuf *b, const jvalue *v, bool top);
 
 static cleave_status repr_seq(jbuf *b, const jvalue *v) {
+    static const char *const views[] = {"", "dict_items(", "dict_keys(", "dict_values("};
     bool tuple = v->t == JV_TUPLE;
-    cleave_status st = jbuf_putc(b, tuple ? '(' : '[');
+    int view = v->u.l->view >= 0 && v->u.l->view <= 3 ? v->u.l->view : 0;
+    cleave_status st = jbuf_put(b, views[view], strlen(views[view]));
+    if (!st) st = jbuf_putc(b, tuple ? '(' : '[');
     for (size_t i = 0; i < v->u.l->n && !st; i++) {
         if (i) st = jbuf_put(b, ", ", 2);
         if (!st) st = repr_any(b, &v->u.l->v[i], false);
     }
     if (!st && tuple && v->u.l->n == 1) st = jbuf_putc(b, ',');
-    return st ? st : jbuf_putc(b, tuple ? ')' : ']');
+    if (!st) st = jbuf_putc(b, tuple ? ')' : ']');
+    return st || !view ? st : jbuf_putc(b, ')');
 }
 
 static cleave_status repr_any(jbuf *b, const jvalue *v, bool top) {
@@ -403,7 +440,7 @@ static cleave_status json_str(jbuf *b, jstr s) {
     cleave_status st = jbuf_putc(b, '"');
     for (size_t i = 0; i < s.n && !st;) {
         size_t len;
-        uint32_t cp = utf8_next(s.p + i, s.n - i, &len);
+        uint32_t cp = jv_utf8_next(s.p + i, s.n - i, &len);
         i += len;
         char tmp[16];
         switch (cp) {
@@ -473,6 +510,12 @@ cleave_status jv_json_into(jbuf *b, const jvalue *v, int indent, int depth) {
     case JV_STR: return json_str(b, v->u.s);
     case JV_LIST:
     case JV_TUPLE: {
+        if (v->u.l->view)
+            return err_set(CLEAVE_ERR_INVALID_ARG,
+                           "tojson: Object of type %s is not JSON serializable",
+                           v->u.l->view == 1   ? "dict_items"
+                           : v->u.l->view == 2 ? "dict_keys"
+                                               : "dict_values");
         if (!v->u.l->n) return jbuf_put(b, "[]", 2);
         cleave_status st = jbuf_putc(b, '[');
         for (size_t i = 0; i < v->u.l->n && !st; i++) {
