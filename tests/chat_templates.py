@@ -59,7 +59,8 @@ def raise_exception(message):
 
 
 def strftime_now(fmt):
-    return datetime.datetime.fromtimestamp(FIXED_TIME, datetime.timezone.utc).strftime(fmt)
+    # naive, as transformers' datetime.now() is (%Z and %z print nothing)
+    return datetime.datetime.fromtimestamp(FIXED_TIME, datetime.timezone.utc).replace(tzinfo=None).strftime(fmt)
 
 
 def reference(env, source, messages, add_generation_prompt):

@@ -156,6 +156,12 @@ static const struct {
     {"{{ x | first }}|{{ x | last }}|{{ x is sequence }}|{{ none | selectattr('a') | list }}|{{ "
      "none | map('upper') | list }}",
      "||True|[]|[]"},
+    {"{{ 0.1 | round }} {{ 2.5 | round }} {{ 2.675 | round(2) }} {{ 3 | round }} {{ 2.1 | round(0, "
+     "'ceil') }} {{ 'a<b&\"' | e }} {{ [1, 2, 3] | batch(2) | list }}",
+     "0.0 2.0 2.67 3 3.0 a&lt;b&amp;&#34; [[1, 2], [3]]"},
+    {"{{ true is sameas true }} {{ none is sameas none }} {{ 1 is sameas 1 }} {{ lipsum is defined "
+     "}} {{ tools is defined }} [{{ strftime_now('%Z%z') }}]",
+     "True True True True False []"},
     {"{{ '  a b  '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ 'xxaxx'.rstrip('x') }}|{{ "
      "'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}",
      "a b|axx|xxa|['a', 'b', '', 'c']|['a', 'b']|['a', 'b,c']"},
@@ -193,6 +199,7 @@ static const struct {
     {"{{ none | list }}", "not iterable"},
     {"{% set x = 1 %}{% set x.y = 2 %}", "non-namespace"},
     {"{# open comment", "comment"},
+    {"{{ cycler() }}", "not supported"},
     {"{{ '%d' % 'x' }}", "real number is required"},
     {"{{ '%s %s' % ('x',) }}", "not enough arguments"},
     {"{{ messages[0].items() | tojson }}", "not JSON serializable"},

@@ -680,12 +680,21 @@ cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jv
         jstr f = a->pos[0].u.s;
         if (f.n >= sizeof fmt || memchr(f.p, 0, f.n))
             return jctx_fail(c, at, "strftime_now: format too long");
-        memcpy(fmt, f.p, f.n);
-        fmt[f.n] = 0;
-        size_t n = f.n ? strftime(buf, sizeof buf, fmt, &tm) : 0;
-        if (f.n && !n && fmt[0]) buf[0] = 0;
+        /* transformers formats a naive datetime.now(): %Z and %z print nothing */
+        size_t k = 0;
+        for (size_t i = 0; i < f.n; i++) {
+            if (f.p[i] == '%' && i + 1 < f.n && (f.p[i + 1] == 'Z' || f.p[i + 1] == 'z')) {
+                i++;
+                continue;
+            }
+            fmt[k++] = f.p[i];
+            if (f.p[i] == '%' && i + 1 < f.n) fmt[k++] = f.p[++i];
+        }
+        fmt[k] = 0;
+        size_t n = k ? strftime(buf, sizeof buf, fmt, &tm) : 0;
         return make_str(c, buf, n, out);
     }
+    case JB_UNSUPPORTED: return jctx_fail(c, at, "lipsum, cycler and joiner are not supported");
     default: return jctx_fail(c, at, "unknown function");
     }
 }
@@ -729,9 +738,12 @@ cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, 
         *out = t == JV_MACRO || t == JV_BUILTIN || t == JV_METHOD;
     else if (is(name, "escaped"))
         *out = false;
-    else if (is(name, "sameas"))
-        *out = x && ((t == x->t && (t == JV_NONE || t == JV_UNDEF)) ||
-                     (t == JV_BOOL && x->t == JV_BOOL && in->u.b == x->u.b));
+    else if (is(name, "sameas")) /* Python's "is": singletons and small cached ints */
+        *out = x && t == x->t &&
+               (t == JV_NONE || t == JV_UNDEF || (t == JV_BOOL && in->u.b == x->u.b) ||
+                (t == JV_INT && in->u.i == x->u.i && in->u.i >= -5 && in->u.i <= 256) ||
+                ((t == JV_LIST || t == JV_TUPLE) && in->u.l == x->u.l) ||
+                ((t == JV_DICT || t == JV_NAMESPACE) && in->u.d == x->u.d));
     else if (is(name, "lower") || is(name, "upper")) {
         jvalue s;
         TRY(jctx_str(c, in, &s));
@@ -1272,6 +1284,73 @@ cleave_status jinja_filter(jctx *c, const jnode *at, jstr name, const jvalue *in
         TRY(jctx_str(c, in, &s));
         TRY(split(c, at, s.u.s, NULL, -1, &words));
         *out = jv_int((int64_t)words.u.l->n);
+        return CLEAVE_OK;
+    }
+    if (is(name, "round")) {
+        const jvalue *pr = arg(a, 0, "precision"), *method = arg(a, 1, "method");
+        int64_t p = pr && pr->t == JV_INT ? pr->u.i : 0;
+        if (p < -20 || p > 20) return jctx_fail(c, at, "round: precision out of range");
+        if (!jv_is_number(in)) return jctx_fail(c, at, "round: a number is required");
+        if (in->t != JV_FLOAT && (!method || (method->t == JV_STR && is(method->u.s, "common"))) &&
+            p >= 0)
+            return *out = in->t == JV_BOOL ? jv_int(in->u.b) : *in, CLEAVE_OK;
+        double x = jv_as_double(in), r;
+        if (!method || (method->t == JV_STR && is(method->u.s, "common"))) {
+            /* Python's round: correctly rounded, ties to even, as printf rounds the exact value */
+            char tmp[400];
+            if (p >= 0) {
+                snprintf(tmp, sizeof tmp, "%.*f", (int)p, x);
+                r = strtod(tmp, NULL);
+            } else {
+                double m = pow(10, (double)-p);
+                r = nearbyint(x / m) * m;
+            }
+        } else if (method->t == JV_STR && (is(method->u.s, "floor") || is(method->u.s, "ceil"))) {
+            double m = pow(10, (double)p);
+            r = is(method->u.s, "floor") ? floor(x * m) / m : ceil(x * m) / m;
+        } else {
+            return jctx_fail(c, at, "method must be common, ceil or floor");
+        }
+        *out = jv_float(r);
+        return CLEAVE_OK;
+    }
+    if (is(name, "escape") || is(name, "e")) {
+        jvalue s;
+        TRY(jctx_str(c, in, &s));
+        jbuf b = {.limit = c->lim.max_output};
+        cleave_status st = CLEAVE_OK;
+        for (size_t i = 0; i < s.u.s.n && !st; i++) {
+            char ch = s.u.s.p[i];
+            const char *rep = ch == '&'    ? "&amp;"
+                              : ch == '<'  ? "&lt;"
+                              : ch == '>'  ? "&gt;"
+                              : ch == '"'  ? "&#34;"
+                              : ch == '\'' ? "&#39;"
+                                           : NULL;
+            st = rep ? jbuf_put(&b, rep, strlen(rep)) : jbuf_putc(&b, ch);
+        }
+        if (!st) st = make_str(c, b.p ? b.p : "", b.n, out);
+        free(b.p);
+        return st;
+    }
+    if (is(name, "batch")) {
+        const jvalue *sz = arg(a, 0, "linecount"), *fill = arg(a, 1, "fill_with");
+        if (!sz || sz->t != JV_INT || sz->u.i <= 0)
+            return jctx_fail(c, at, "batch needs a positive size");
+        jlist *items, *l = jlist_new(&c->arena, 4), *cur = NULL;
+        if (!l) return CLEAVE_ERR_OOM;
+        TRY(jctx_iterate(c, at, in, &items));
+        for (size_t i = 0; i < items->n; i++) {
+            if (!cur || (int64_t)cur->n == sz->u.i) {
+                cur = jlist_new(&c->arena, 4);
+                if (!cur) return CLEAVE_ERR_OOM;
+                TRY(jlist_push(&c->arena, l, (jvalue){.t = JV_LIST, .u.l = cur}));
+            }
+            TRY(jlist_push(&c->arena, cur, items->v[i]));
+        }
+        while (fill && cur && (int64_t)cur->n < sz->u.i)
+            TRY(jlist_push(&c->arena, cur, *fill));
+        *out = (jvalue){.t = JV_LIST, .u.l = l};
         return CLEAVE_OK;
     }
     return jctx_fail(c, at, "no filter named '%.*s'", (int)name.n, name.p);

@@ -865,6 +865,9 @@ static cleave_status make_globals(jctx *c, const jinja_render_args *args) {
     TRY(set_global(c, "dict", (jvalue){.t = JV_BUILTIN, .u.builtin = JB_DICT}));
     TRY(set_global(c, "raise_exception", (jvalue){.t = JV_BUILTIN, .u.builtin = JB_RAISE}));
     TRY(set_global(c, "strftime_now", (jvalue){.t = JV_BUILTIN, .u.builtin = JB_STRFTIME}));
+    TRY(set_global(c, "lipsum", (jvalue){.t = JV_BUILTIN, .u.builtin = JB_UNSUPPORTED}));
+    TRY(set_global(c, "cycler", (jvalue){.t = JV_BUILTIN, .u.builtin = JB_UNSUPPORTED}));
+    TRY(set_global(c, "joiner", (jvalue){.t = JV_BUILTIN, .u.builtin = JB_UNSUPPORTED}));
     return CLEAVE_OK;
 }
 

@@ -275,7 +275,8 @@ typedef struct jctx {
 } jctx;
 
 /* Global functions. */
-enum { JB_RANGE = 1, JB_NAMESPACE, JB_DICT, JB_RAISE, JB_STRFTIME, JB_CYCLE };
+/* JB_UNSUPPORTED: jinja2's lipsum, cycler and joiner: defined (a template may test that), refused when called */
+enum { JB_RANGE = 1, JB_NAMESPACE, JB_DICT, JB_RAISE, JB_STRFTIME, JB_UNSUPPORTED };
 
 typedef struct jargs {
     const jvalue *pos;

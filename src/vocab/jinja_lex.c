@@ -158,6 +158,7 @@ static cleave_status lex_string(lexer *L, size_t *p, jtok *t) {
             k += utf8_put(o + k, cp);
             continue;
         }
+        if (e == 'N') return fail_at(L, j, "\\N{name} escapes in strings are not supported");
         switch (e) {
         case '\n': break;
         case '\\': o[k++] = '\\'; break;
