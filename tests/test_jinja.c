@@ -7,6 +7,7 @@
  * cleave_chat_template_* API with and without a model. The expected texts
  * are what Python's jinja2 3.1 renders (ImmutableSandboxedEnvironment,
  * trim_blocks, lstrip_blocks, loopcontrols) for the same conversation. */
+#include <pthread.h>
 #include <string.h>
 
 #include "model/gguf.h"
@@ -464,10 +465,48 @@ static void public_api(void) {
     jinja_free(NULL);
 }
 
+/* One template rendering on several threads at once gives each the same text. */
+static const cleave_chat_template *shared_template;
+static char reference[1024];
+static size_t reference_n;
+
+static void *render_many(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 200; i++) {
+        char buf[1024];
+        size_t n = 0;
+        if (cleave_chat_template_apply(shared_template, conv, 3, true, buf, sizeof buf, &n) ||
+            n != reference_n || memcmp(buf, reference, n))
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void threads(void) {
+    cleave_chat_template *t = NULL;
+    CHECK_OK(cleave_chat_template_load(
+        NULL, NULL,
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+        "{{ loop.index }}:{{ m.role | upper }}={{ m.content | tojson }};{% endfor %}{{ ns.n }}"
+        "{% macro f(k) %}{% if k %}{{ k }}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(5) }}",
+        &t));
+    if (!t) return;
+    CHECK_OK(cleave_chat_template_apply(t, conv, 3, true, reference, sizeof reference, &reference_n));
+    shared_template = t;
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, render_many, NULL) == 0);
+    for (int i = 0; i < 4; i++) {
+        void *r = NULL;
+        CHECK(pthread_join(th[i], &r) == 0 && r == NULL);
+    }
+    cleave_chat_template_free(t);
+}
+
 int main(void) {
     language_cases();
     error_cases();
     limits();
     public_api();
+    threads();
     return tu_finish("test_jinja");
 }
