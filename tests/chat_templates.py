@@ -36,6 +36,9 @@ CONVERSATIONS = {
                        ("user", "And 3+3?"), ("assistant", "  6  ")],
     "unicode": [("user", "  Grüße 👋\tc:\\path {{ not jinja }} {% raw %}\n\n")],
     "system_only": [("system", "Only a system prompt.")],
+    # a tool's answer between turns, and an empty message
+    "tool_turn": [("user", "Weather in Paris?"), ("assistant", "Let me check."),
+                  ("tool", "{\"temperature\": 21}"), ("user", "")],
 }
 
 # Templates whose rendering may differ, each with the reason (an empty list

@@ -302,6 +302,15 @@ static void limits(void) {
     snprintf(tpl, sizeof tpl, "{{ %.*s1 }}", 5000, deep);
     jinja_template *t = NULL;
     CHECK(jinja_parse(tpl, strlen(tpl), &t) == CLEAVE_ERR_INVALID_ARG && !t);
+    /* a template larger than JINJA_MAX_SOURCE is refused before it is read */
+    size_t big_n = JINJA_MAX_SOURCE + 1;
+    char *big = malloc(big_n);
+    if (big) {
+        memset(big, 'x', big_n);
+        CHECK(jinja_parse(big, big_n, &t) == CLEAVE_ERR_INVALID_ARG && !t);
+        CHECK(strstr(cleave_last_error(), "bytes"));
+        free(big);
+    }
 }
 
 /* A vocabulary-only GGUF (<s>, </s>, the chatml markers and the bytes) with a template or none. */
