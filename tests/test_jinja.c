@@ -163,6 +163,12 @@ static const struct {
     {"{{ true is sameas true }} {{ none is sameas none }} {{ 1 is sameas 1 }} {{ lipsum is defined "
      "}} {{ tools is defined }} [{{ strftime_now('%Z%z') }}]",
      "True True True True False []"},
+    {"{% macro box(title) %}[{{ title }}:{{ caller() }}]{% endmacro %}{% call box('t') %}inside {{ "
+     "messages | length }}{% endcall %}",
+     "[t:inside 3]"},
+    {"{% macro each(xs) %}{% for x in xs %}{{ caller(x, loop.index) }}{% endfor %}{% endmacro %}{% "
+     "call(item, i) each(['a', 'b']) %}{{ i }}={{ item }};{% endcall %}",
+     "1=a;2=b;"},
     {"{{ '  a b  '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ 'xxaxx'.rstrip('x') }}|{{ "
      "'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a,b,c'.split(',', 1) }}",
      "a b|axx|xxa|['a', 'b', '', 'c']|['a', 'b']|['a', 'b,c']"},
@@ -500,10 +506,12 @@ static void threads(void) {
         "{% macro f(k) %}{% if k %}{{ k }}{{ f(k - 1) }}{% endif %}{% endmacro %}{{ f(5) }}",
         &t));
     if (!t) return;
-    CHECK_OK(cleave_chat_template_apply(t, conv, 3, true, reference, sizeof reference, &reference_n));
+    CHECK_OK(
+        cleave_chat_template_apply(t, conv, 3, true, reference, sizeof reference, &reference_n));
     shared_template = t;
     pthread_t th[4];
-    for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, render_many, NULL) == 0);
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_create(&th[i], NULL, render_many, NULL) == 0);
     for (int i = 0; i < 4; i++) {
         void *r = NULL;
         CHECK(pthread_join(th[i], &r) == 0 && r == NULL);

@@ -638,7 +638,7 @@ static cleave_status call_macro(jctx *c, const jnode *at, const struct jmacro *m
             if (m->names[i].n == a->kw_names[k].n &&
                 !memcmp(m->names[i].p, a->kw_names[k].p, m->names[i].n))
                 known = i >= a->n_pos;
-        if (!known)
+        if (!known && !(a->kw_names[k].n == 6 && !memcmp(a->kw_names[k].p, "caller", 6)))
             return jctx_fail(c, at, "macro '%.*s' takes no keyword argument '%.*s'", (int)m->s.n,
                              m->s.p, (int)a->kw_names[k].n, a->kw_names[k].p);
     }
@@ -655,6 +655,9 @@ static cleave_status call_macro(jctx *c, const jnode *at, const struct jmacro *m
         if (!have && m->l2[i]) st = eval(c, m->l2[i], f, &v);
         if (!st) st = assign(c, f, m->names[i], v);
     }
+    for (size_t k = 0; k < a->n_kw && !st; k++) /* a call block's body, as caller() */
+        if (a->kw_names[k].n == 6 && !memcmp(a->kw_names[k].p, "caller", 6))
+            st = assign(c, f, a->kw_names[k], a->kw[k]);
     int jump = c->jump;
     if (!st) st = capture(c, m->l1, m->n1, f, out);
     c->jump = jump;
@@ -815,7 +818,26 @@ static cleave_status exec_node(jctx *c, const jnode *n, jframe *f) {
     case JN_BODY: return exec_body(c, n->l1, n->n1, f);
     case JN_BREAK: c->jump = 1; return CLEAVE_OK;
     case JN_CONTINUE: c->jump = 2; return CLEAVE_OK;
-    case JN_CALL_BLOCK: return jctx_fail(c, n, "call blocks are not supported");
+    case JN_CALL_BLOCK: {
+        struct jmacro *mac = jarena_alloc(&c->arena, sizeof *mac);
+        if (!mac) return CLEAVE_ERR_OOM;
+        mac->node = n->b, mac->frame = f;
+        jvalue callee, v;
+        jargs a;
+        TRY(eval(c, n->a->a, f, &callee));
+        TRY(eval_args(c, n->a, f, &a));
+        jstr *names = jarena_alloc(&c->arena, (a.n_kw + 1) * sizeof *names);
+        jvalue *kw = jarena_alloc(&c->arena, (a.n_kw + 1) * sizeof *kw);
+        if (!names || !kw) return CLEAVE_ERR_OOM;
+        if (a.n_kw)
+            memcpy(names, a.kw_names, a.n_kw * sizeof *names),
+                memcpy(kw, a.kw, a.n_kw * sizeof *kw);
+        names[a.n_kw] = (jstr){"caller", 6};
+        kw[a.n_kw] = (jvalue){.t = JV_MACRO, .u.macro = mac};
+        a.kw_names = names, a.kw = kw, a.n_kw++;
+        TRY(jctx_call(c, n, &callee, &a, &v));
+        return jv_str_into(c->out, &v);
+    }
     default: return jctx_fail(c, n, "an expression where a statement belongs");
     }
 }

@@ -692,10 +692,8 @@ static cleave_status parse_set(parser *P, jnode *n) {
     return expect_block_end(P);
 }
 
-static cleave_status parse_macro(parser *P, jnode *n) {
-    if (cur(P)->kind != JT_NAME) return fail(P, "expected the macro's name", NULL);
-    n->s = cur(P)->s;
-    next(P);
+/* (a, b=default, ...): names in n->names, defaults (NULL where none) in n->l2. */
+static cleave_status parse_signature(parser *P, jnode *n) {
     TRY(expect_op(P, "("));
     nvec defaults = {0};
     while (!is_op(P, ")")) {
@@ -715,6 +713,14 @@ static cleave_status parse_macro(parser *P, jnode *n) {
     }
     next(P);
     n->l2 = defaults.v, n->n2 = defaults.n;
+    return CLEAVE_OK;
+}
+
+static cleave_status parse_macro(parser *P, jnode *n) {
+    if (cur(P)->kind != JT_NAME) return fail(P, "expected the macro's name", NULL);
+    n->s = cur(P)->s;
+    next(P);
+    TRY(parse_signature(P, n));
     TRY(expect_block_end(P));
     static const char *const ends[] = {"endmacro", NULL};
     const jtok *end;
@@ -781,9 +787,12 @@ static cleave_status parse_statement(parser *P, jnode **out) {
         return expect_block_end(P);
     }
     if (IS("call")) {
+        /* {% call(params) m(args) %}body{% endcall %}: m gets the body as caller(params) */
         NEW(n, JN_CALL_BLOCK, at);
-        n->n_names = 0;
-        if (is_op(P, "(")) return fail(P, "call blocks with parameters are not supported", NULL);
+        NEW(caller, JN_MACRO, at);
+        caller->s = (jstr){"caller", 6};
+        if (is_op(P, "(")) TRY(parse_signature(P, caller));
+        n->b = caller;
         jnode *callee;
         TRY(parse_expr(P, true, &callee));
         if (callee->kind != JN_CALL) return fail(P, "expected a macro call after 'call'", NULL);
@@ -793,7 +802,7 @@ static cleave_status parse_statement(parser *P, jnode **out) {
         const jtok *end;
         jnode *body;
         TRY(parse_body(P, ends, &body, &end));
-        n->l1 = body->l1, n->n1 = body->n1;
+        caller->l1 = body->l1, caller->n1 = body->n1;
         next(P);
         *out = n;
         return expect_block_end(P);
