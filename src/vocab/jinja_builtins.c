@@ -313,14 +313,20 @@ cleave_status jinja_percent_format(jctx *c, const jnode *at, jstr f, const jvalu
         size_t k = 1;
         while (i < f.n && strchr("-+ 0#", f.p[i]) && k < 8)
             spec[k++] = f.p[i++];
-        while (i < f.n && isdigit((unsigned char)f.p[i]) && k < 16)
-            spec[k++] = f.p[i++];
+        /* width and precision: at most 4 digits each (wider is refused below) */
+        size_t w0 = k;
+        while (i < f.n && isdigit((unsigned char)f.p[i]) && k < w0 + 5) spec[k++] = f.p[i++];
         int prec = -1;
         if (i < f.n && f.p[i] == '.') {
             spec[k++] = f.p[i++];
             prec = 0;
-            while (i < f.n && isdigit((unsigned char)f.p[i]) && k < 24)
+            size_t p0 = k;
+            while (i < f.n && isdigit((unsigned char)f.p[i]) && k < p0 + 5)
                 prec = prec * 10 + (f.p[i] - '0'), spec[k++] = f.p[i++];
+        }
+        if (k - w0 > 10 || (i < f.n && isdigit((unsigned char)f.p[i]))) {
+            st = jctx_fail(c, at, "a format width or precision above 9999");
+            break;
         }
         if (i >= f.n) {
             st = jctx_fail(c, at, "incomplete format");
