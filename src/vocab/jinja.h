@@ -3,12 +3,15 @@
  * Python's jinja2 (ImmutableSandboxedEnvironment, trim_blocks and
  * lstrip_blocks on, as Hugging Face transformers sets it up) renders.
  *
- * Pieces: jinja_lex.c cuts the text into tokens (whitespace control
- * applied there), jinja_parse.c builds the tree, jinja_value.c holds the
- * values and their Python semantics (str(), ==, truth, JSON),
- * jinja_eval.c runs the tree, jinja_builtins.c has the filters, tests
- * and methods. A parsed template is read-only, so one template renders
- * on several threads at once; each render owns an arena of its values.
+ * Pieces: jinja_template.c reads the text as jinja2 does, jinja_lex.c
+ * cuts it into tokens (whitespace control applied there), jinja_parse.c
+ * builds the tree, jinja_value.c holds the values and their Python
+ * semantics (str(), ==, truth, JSON), jinja_eval.c runs the tree;
+ * jinja_filters.c, jinja_builtins.c (global functions and tests) and
+ * jinja_methods.c (str, dict, list methods, on jinja_strings.c's Python
+ * string operations) are what templates call. jinja_impl.h is what they
+ * share. A parsed template is read-only, so one template renders on
+ * several threads at once; each render owns an arena of its values.
  *
  * Sandboxed and bounded: no file access (include, import, extends are
  * refused), and every render has limits on output, steps, recursion and

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "cleave.h"
 #include "vocab/jinja.h"
@@ -275,7 +276,8 @@ typedef struct jctx {
 } jctx;
 
 /* Global functions. */
-/* JB_UNSUPPORTED: jinja2's lipsum, cycler and joiner: defined (a template may test that), refused when called */
+/* JB_UNSUPPORTED: jinja2's lipsum, cycler and joiner: defined (a template may test that), refused
+ * when called */
 enum { JB_RANGE = 1, JB_NAMESPACE, JB_DICT, JB_RAISE, JB_STRFTIME, JB_UNSUPPORTED };
 
 typedef struct jargs {
@@ -307,6 +309,46 @@ cleave_status jinja_test(jctx *c, const jnode *at, jstr name, const jvalue *in, 
 cleave_status jinja_method(jctx *c, const jnode *at, const jvalue *self, jstr name, const jargs *a,
                            jvalue *out);
 cleave_status jinja_builtin(jctx *c, const jnode *at, int id, const jargs *a, jvalue *out);
+/* ---- what the builtins share ---- */
+static inline bool jname_is(jstr s, const char *w) {
+    size_t n = strlen(w);
+    return s.n == n && !memcmp(s.p, w, n);
+}
+/* Argument idx by position, or by keyword name; NULL when absent. */
+static inline const jvalue *jarg(const jargs *a, size_t idx, const char *name) {
+    if (idx < a->n_pos) return &a->pos[idx];
+    for (size_t k = 0; name && k < a->n_kw; k++)
+        if (jname_is(a->kw_names[k], name)) return &a->kw[k];
+    return NULL;
+}
+static inline bool jarg_bool(const jvalue *v, bool def) { return v ? jv_truthy(v) : def; }
+static inline bool py_ascii_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+/* Python's str operations (jinja_strings.c). */
+cleave_status py_need_str(jctx *c, const jnode *at, const jvalue *v, const char *what);
+cleave_status py_new_str(jctx *c, const char *p, size_t n, jvalue *out);
+/* Whether Python whitespace starts at s.p[i] (its length in *len). */
+bool py_space_at(jstr s, size_t i, size_t *len);
+/* str.strip/lstrip/rstrip: chars a string, or NULL for whitespace. */
+jvalue py_strip(jstr s, const jvalue *chars, bool left, bool right);
+/* mode: 0 lower, 1 upper, 2 capitalize, 3 jinja2's title filter, 4 str.title (ASCII letters). */
+cleave_status py_case(jctx *c, jstr s, int mode, jvalue *out);
+cleave_status py_replace(jctx *c, jstr s, jstr old, jstr new_, int64_t count, jvalue *out);
+/* str.split(sep, maxsplit): sep NULL or None splits on whitespace runs. */
+cleave_status py_split(jctx *c, const jnode *at, jstr s, const jvalue *sep, int64_t maxsplit,
+                       jvalue *out);
+bool py_affix(jstr s, jstr x, bool end);
+/* startswith/endswith with a string or a tuple of strings. */
+cleave_status py_affix_test(jctx *c, const jnode *at, jstr s, const jvalue *x, bool end, bool *r);
+int64_t py_find(jstr s, jstr x, bool last);
+/* str.format with {} {0} {name} fields. */
+cleave_status py_str_format(jctx *c, const jnode *at, jstr s, const jargs *a, jvalue *out);
+/* str(item) of each, joined by sep. */
+cleave_status py_join(jctx *c, const jnode *at, const jlist *items, jstr sep, jvalue *out);
+/* A dict's (key, value) tuples (jinja_methods.c). */
+cleave_status jinja_items(jctx *c, const jdict *d, jvalue *out);
 /* Python's printf-style fmt % args (args a tuple, a dict for %(name)s, or one value). */
 cleave_status jinja_percent_format(jctx *c, const jnode *at, jstr fmt, const jvalue *args,
                                    jvalue *out);
