@@ -62,31 +62,90 @@ jvalue py_strip(jstr s, const jvalue *chars, bool left, bool right) {
     return jv_str(s.p + a, b - a);
 }
 
+/* Simple case pairs of the scripts chat text mostly uses (Latin-1,
+ * Latin Extended-A, Greek, Cyrillic, fullwidth Latin), as Python maps
+ * them; 0 where a code point has no such partner. */
+static uint32_t case_pair(uint32_t cp, bool upper) {
+    if (cp < 0x80) {
+        if (upper && cp >= 'a' && cp <= 'z') return cp - 32;
+        if (!upper && cp >= 'A' && cp <= 'Z') return cp + 32;
+        return 0;
+    }
+    if (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7) return upper ? 0 : cp + 0x20;
+    if (cp >= 0xE0 && cp <= 0xFE && cp != 0xF7) return upper ? cp - 0x20 : 0;
+    if (cp == 0xFF) return upper ? 0x178 : 0;
+    if (cp == 0x178) return upper ? 0 : 0xFF;
+    if (cp == 0xB5) return upper ? 0x39C : 0;
+    if (cp == 0x131) return upper ? 'I' : 0;
+    if (cp == 0x17F) return upper ? 'S' : 0;
+    if ((cp >= 0x100 && cp <= 0x12F) || (cp >= 0x132 && cp <= 0x137) ||
+        (cp >= 0x14A && cp <= 0x177) || (cp >= 0x460 && cp <= 0x481) ||
+        (cp >= 0x48A && cp <= 0x4BF)) /* even upper, odd lower */
+        return (cp & 1) ? (upper ? cp - 1 : 0) : (upper ? 0 : cp + 1);
+    if ((cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E)) /* odd upper, even lower */
+        return (cp & 1) ? (upper ? 0 : cp + 1) : (upper ? cp - 1 : 0);
+    if ((cp >= 0x391 && cp <= 0x3A1) || (cp >= 0x3A3 && cp <= 0x3AB) ||
+        (cp >= 0x410 && cp <= 0x42F) || (cp >= 0xFF21 && cp <= 0xFF3A))
+        return upper ? 0 : cp + 0x20;
+    if ((cp >= 0x3B1 && cp <= 0x3C1) || (cp >= 0x3C3 && cp <= 0x3CB) ||
+        (cp >= 0x430 && cp <= 0x44F) || (cp >= 0xFF41 && cp <= 0xFF5A))
+        return upper ? cp - 0x20 : 0;
+    if (cp == 0x3C2) return upper ? 0x3A3 : 0;
+    if (cp >= 0x400 && cp <= 0x40F) return upper ? 0 : cp + 0x50;
+    if (cp >= 0x450 && cp <= 0x45F) return upper ? cp - 0x50 : 0;
+    if (cp == 0x386) return upper ? 0 : 0x3AC;
+    if (cp == 0x3AC) return upper ? 0x386 : 0;
+    if (cp >= 0x388 && cp <= 0x38A) return upper ? 0 : cp + 0x25;
+    if (cp >= 0x3AD && cp <= 0x3AF) return upper ? cp - 0x25 : 0;
+    if (cp == 0x38C) return upper ? 0 : 0x3CC;
+    if (cp == 0x3CC) return upper ? 0x38C : 0;
+    if (cp == 0x38E || cp == 0x38F) return upper ? 0 : cp + 0x3F;
+    if (cp == 0x3CD || cp == 0x3CE) return upper ? cp - 0x3F : 0;
+    return 0;
+}
+
+static size_t put_utf8(char *o, uint32_t cp) {
+    if (cp < 0x80) return o[0] = (char)cp, 1;
+    if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
+    o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | ((cp >> 6) & 63)),
+    o[2] = (char)(0x80 | (cp & 63));
+    return 3;
+}
+
 cleave_status py_case(jctx *c, jstr s, int mode, jvalue *out) {
     /* mode 0 lower, 1 upper, 2 capitalize, 3 jinja2's title, 4 Python's str.title */
-    char *p = jarena_alloc(&c->arena, s.n + 1);
-    if (!p) return CLEAVE_ERR_OOM;
+    jbuf b = {.limit = c->lim.max_output};
+    cleave_status st = CLEAVE_OK;
     bool start = true;
-    for (size_t i = 0; i < s.n; i++) {
-        unsigned char ch = (unsigned char)s.p[i];
-        bool up;
-        if (mode == 0)
-            up = false;
-        else if (mode == 1)
-            up = true;
-        else if (mode == 2)
-            up = i == 0;
-        else
-            up = start;
-        p[i] = (char)(ch >= 0x80 ? ch : up ? toupper(ch) : tolower(ch));
+    for (size_t i = 0; i < s.n && !st;) {
+        size_t len;
+        uint32_t cp = jv_utf8_next(s.p + i, s.n - i, &len);
+        bool up = mode == 1 || (mode == 2 && i == 0) || (mode >= 3 && start);
+        uint32_t to = case_pair(cp, up);
+        bool cased = to || case_pair(cp, !up);
+        if (up && cp == 0xDF) { /* ß has no capital of its own: SS (Ss in titles) */
+            st =
+                jbuf_put(&b, mode == 1 || mode == 3 ? "SS" : "Ss", 2); /* jinja2's title: upper() */
+        } else if (up && cp == 0x149) {                                /* ŉ */
+            st = jbuf_put(&b, "\xca\xbcN", 3);
+        } else if (!up && cp == 0x130) { /* İ: i and a combining dot */
+            st = jbuf_put(&b, "i\xcc\x87", 3);
+        } else if (to) {
+            char tmp[4];
+            st = jbuf_put(&b, tmp, put_utf8(tmp, to));
+        } else {
+            st = jbuf_put(&b, s.p + i, len);
+        }
         if (mode == 3)
-            start = ch == '-' || py_ascii_space((char)ch) || ch == '(' || ch == '{' || ch == '[' ||
-                    ch == '<';
+            start =
+                cp == '-' || jv_py_space(cp) || cp == '(' || cp == '{' || cp == '[' || cp == '<';
         else if (mode == 4)
-            start = !isalpha(ch) && ch < 0x80;
+            start = !cased;
+        i += len;
     }
-    *out = jv_str(p, s.n);
-    return CLEAVE_OK;
+    if (!st) st = py_new_str(c, b.p ? b.p : "", b.n, out);
+    free(b.p);
+    return st;
 }
 
 cleave_status py_replace(jctx *c, jstr s, jstr old, jstr new_, int64_t count, jvalue *out) {
