@@ -368,6 +368,37 @@ cleave_status cleave_chat_template_of(const cleave_model *model, const char **na
 cleave_status cleave_chat_apply(const char *name, const cleave_chat_message *msgs, size_t n_msgs,
                                 bool add_assistant, char *buf, size_t cap, size_t *n_out);
 
+/* A chat template ready to render: the model's own Jinja, a Jinja text of
+ * the caller's, or a built-in family. name NULL: the model's
+ * tokenizer.chat_template (Jinja), parsed once; when the model has none,
+ * the built-in "chatml" (as llama.cpp falls back); when its Jinja fails
+ * to parse, the built-in family its markers name, if any, else the parse
+ * error (line and column). name a family ("llama3", "chatml", ...): that
+ * built-in. jinja_text non-NULL (e.g. a --chat-template-file): that Jinja
+ * instead (name must then be NULL). model may be NULL with jinja_text or
+ * name (bos_token and eos_token then ""). The Jinja runs sandboxed (no
+ * files) and bounded (8 MiB of output, 10 million steps, nesting 64). */
+typedef struct cleave_chat_template cleave_chat_template;
+cleave_status cleave_chat_template_load(const cleave_model *model, const char *name, const char *jinja_text,
+                                        cleave_chat_template **out);
+void cleave_chat_template_free(cleave_chat_template *t);
+/* A line for logs and /props, e.g. "the model's template (Jinja, 1234
+ * bytes)", "chatml (built in; the model has none)", "mistral (built in;
+ * the model's template did not parse: line 3, column 5: ...)". */
+const char *cleave_chat_template_describe(const cleave_chat_template *t);
+/* The Jinja source, or NULL for a built-in family. */
+const char *cleave_chat_template_source(const cleave_chat_template *t);
+/* Renders a conversation with the variables Hugging Face transformers
+ * gives a template (messages, add_generation_prompt, bos_token,
+ * eos_token, raise_exception, strftime_now); add_generation_prompt opens
+ * the assistant's turn. Same buffer contract as cleave_chat_apply (too
+ * small: INVALID_ARG with *n_out the bytes needed). The template's
+ * raise_exception, or a limit hit, is INVALID_ARG with its message.
+ * Reentrant: one template may render on several threads at once. */
+cleave_status cleave_chat_template_apply(const cleave_chat_template *t, const cleave_chat_message *msgs,
+                                         size_t n_msgs, bool add_generation_prompt, char *buf, size_t cap,
+                                         size_t *n_out);
+
 /* ---- sequence state ------------------------------------------------------ */
 
 /* A sequence's cached tokens as a blob that does not depend on where they

@@ -70,3 +70,16 @@ if ! python3 -c 'import openai' >/dev/null 2>&1; then
          "the server's client test will fail" >&2
   fi
 fi
+# Python's jinja2: the chat-template test renders every shared template with
+# it and with cleave's interpreter and compares the bytes (without it that
+# test fails and says so).
+if ! python3 -c 'import jinja2' >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get "${apt_wait[@]}" update -qq &&
+      apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends python3 python3-jinja2; } ||
+      echo "cleave: could not install python3-jinja2; the chat-template test will fail" >&2
+  else
+    echo "cleave: python3 with jinja2 missing (apt-get install python3-jinja2); the chat-template test will fail" >&2
+  fi
+fi

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of every parser with libFuzzer (tests/fuzz): the
 # GGUF reader and model loader, the llama2.c and Hugging Face importers,
-# the sequence-state reader, the SentencePiece and BPE tokenizers and the
-# server's request parser. Builds them with clang (AddressSanitizer +
-# UndefinedBehaviorSanitizer), seeds each from files cleave makes and the
-# shared models, replays the inputs that once crashed
+# the sequence-state reader, the SentencePiece and BPE tokenizers, the
+# chat templates' Jinja interpreter and the server's request parser.
+# Builds them with clang (AddressSanitizer + UndefinedBehaviorSanitizer),
+# seeds each from files cleave makes, the shared models and templates, replays the inputs that once crashed
 # (tests/fuzz/regressions/HARNESS/), then fuzzes each for SECONDS (default
 # 30) and prints executions per second. A crash, sanitizer report, leak or
 # hang fails the script; its input lands in build-fuzz/crashes/ (add it to
@@ -25,7 +25,7 @@ CC=clang cmake -S . -B "$b" -DCLEAVE_FUZZ=ON -DCLEAVE_CUDA=OFF -DCMAKE_BUILD_TYP
 cmake --build "$b" -j "$(nproc)" --target fuzzers cleave-cli >/dev/null || exit 1
 fz=$b/tests/fuzz cli=$b/cleave seeds=$b/fuzz-seeds shared=${CLEAVE_SHARED_DIR:-../shared}
 rm -rf "$seeds"
-mkdir -p "$seeds"/{gguf,llama2c,hf,state,tokenizer,tokenizer_bpe,serve_parse} "$b/crashes"
+mkdir -p "$seeds"/{gguf,llama2c,hf,state,tokenizer,tokenizer_bpe,jinja,serve_parse} "$b/crashes"
 
 # seeds: files cleave makes, the shared models and vocabularies, request bodies
 "$cli" gen --preset tiny --type f32 -o "$seeds/gguf/tiny-f32.gguf" >/dev/null 2>&1
@@ -66,13 +66,18 @@ for v in llama-spm:tokenizer gpt-2:tokenizer_bpe; do
   f=$shared/vocab/ggml-vocab-${v%%:*}.gguf.inp
   [ -f "$f" ] && { printf '\x02'; head -c 4096 "$f"; } >"$seeds/${v##*:}/inp"
 done
+# chat templates: the shared models' own, and a few small ones of every construct
+[ -d "$shared/templates" ] && cp "$shared"/templates/*.jinja "$seeds/jinja/" 2>/dev/null
+printf '%s' "{% set ns = namespace(n=0) %}{% for m in messages if m.role != 'system' %}{% set ns.n = ns.n + 1 %}{{ loop.index }}{{ m.content | trim | tojson }}{% endfor %}{{ ns.n }}" >"$seeds/jinja/loop"
+printf '%s' "{% macro f(x, y='d') %}{{ x ~ y }}{% endmacro %}{{ f(1) }}{{ 'a,b'.split(',') | join('-') }}{{ [3,1] | sort }}{{ 'abc'[::-1] }}" >"$seeds/jinja/macro"
+printf '%s' "  {%- if add_generation_prompt -%}{{ bos_token }}{% else %}{{ raise_exception('no') }}{% endif %}{# c #}{% raw %}{{ x }}{% endraw %}" >"$seeds/jinja/ws"
 printf '\x00{"prompt":"Once upon a time","max_tokens":8,"stop":["\\n","end"],"temperature":0.5}' >"$seeds/serve_parse/c"
 printf '\x01{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"hi"}]}],"stream":true}' >"$seeds/serve_parse/chat"
 printf '\x00{"prompt":[1,2,3],"seed":7,"stream_options":{"include_usage":true}}' >"$seeds/serve_parse/ids"
 
 fail=0
 printf '%-20s %12s %10s %8s\n' harness executions "exec/s" corpus
-for h in gguf llama2c hf state tokenizer tokenizer_bpe serve_parse; do
+for h in gguf llama2c hf state tokenizer tokenizer_bpe jinja serve_parse; do
   exe=$fz/fuzz_$h
   if [ ! -x "$exe" ]; then echo "fuzz_$h: not built here (an optional part missing): skipped"; continue; fi
   if [[ $h == tokenizer* ]] && [ ! -s "$seeds/$h/inp" ]; then

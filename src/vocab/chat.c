@@ -1,7 +1,15 @@
 /* Chat templates: a conversation as the prompt text a model was trained
- * on. cleave does not run the Jinja in tokenizer.chat_template; it
- * recognises the common families by their markers and writes their
- * format itself, as llama.cpp's llama_chat_apply_template does. */
+ * on. This file holds the built-in families: it recognises the common
+ * ones by the markers in tokenizer.chat_template and writes their format
+ * itself, as llama.cpp's llama_chat_apply_template does.
+ *
+ * How the pieces fit: cleave_chat_template_* (chat_template.c) is the
+ * API callers use. It runs the model's own Jinja (tokenizer.chat_template,
+ * or a text the caller gives) with the interpreter in jinja_*.c (jinja.h:
+ * lexer, parser, values, evaluator, builtins), and falls back to a family
+ * here when the model has no template (chatml) or its Jinja does not
+ * parse (the family its markers name). cleave_chat_template_of and
+ * cleave_chat_apply remain the families' direct entry points. */
 #include <stdio.h>
 #include <string.h>
 

@@ -35,6 +35,8 @@ int32_t tokenizer_bos(const tokenizer *t); /* -1 if none */
 int32_t tokenizer_eos(const tokenizer *t); /* -1 if none */
 bool tokenizer_add_bos(const tokenizer *t); /* the vocab's own default */
 bool tokenizer_is_eog(const tokenizer *t, int32_t token);
+/* A token's text as the vocabulary stores it (control tokens too); false if out of range. */
+bool tokenizer_token_text(const tokenizer *t, int32_t token, const char **text, size_t *len);
 
 /* Same contract as cleave_tokenize (cap overflow -> CLEAVE_ERR_INVALID_ARG
  * with *n_out = needed). Control-token text in the input is plain text. */
