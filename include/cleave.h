@@ -398,6 +398,12 @@ const char *cleave_chat_template_source(const cleave_chat_template *t);
 cleave_status cleave_chat_template_apply(const cleave_chat_template *t, const cleave_chat_message *msgs,
                                          size_t n_msgs, bool add_generation_prompt, char *buf, size_t cap,
                                          size_t *n_out);
+/* A rendered chat's tokens: control tokens parsed, BOS as `bos` says, but
+ * not a second one in front of the BOS a template writes itself ({{
+ * bos_token }}, as many do), unless `bos` is ALWAYS. Same contract as
+ * cleave_tokenize. */
+cleave_status cleave_tokenize_chat(const cleave_model *model, const char *text, size_t len, cleave_bos bos,
+                                   int32_t *tokens, size_t cap, size_t *n_out);
 
 /* ---- sequence state ------------------------------------------------------ */
 

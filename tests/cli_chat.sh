@@ -79,9 +79,20 @@ a=$(printf 'Hello\nMore\n' | chat --temp 1 -s 9 2>/dev/null)
 b=$(printf 'Hello\nMore\n' | chat --temp 1 -s 9 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: -s 9 twice differs"; fail=1; }
 
-# a model without a chat template, and none asked: says which to ask for
-printf 'Hello\n' | "$cli" chat -m "$m" >/dev/null 2>"$tmp/err"
-[ $? -eq 1 ] && grep -q -- "--chat-template chatml" "$tmp/err" || { echo "FAIL: no template"; cat "$tmp/err"; fail=1; }
+# a model without a chat template, and none asked: chatml, as llama.cpp falls back, saying so
+printf 'Hello\n' | "$cli" chat -m "$m" -n 4 >/dev/null 2>"$tmp/err"
+[ $? -eq 0 ] && grep -q "chat template: chatml (built in; the model has none)" "$tmp/err" ||
+  { echo "FAIL: no template: not the chatml fallback"; cat "$tmp/err"; fail=1; }
+# a Jinja template from a file renders the conversation (here chatml's own Jinja)
+printf '%s' "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}" >"$tmp/chatml.jinja"
+j=$(printf 'Hello\n' | "$cli" chat -m "$m" -n 8 --temp 0 --chat-template-file "$tmp/chatml.jinja" 2>"$tmp/err")
+c=$(printf 'Hello\n' | "$cli" chat -m "$m" -n 8 --temp 0 --chat-template chatml 2>/dev/null)
+[ -n "$j" ] && [ "$j" = "$c" ] && grep -q "chat template: the given template (Jinja" "$tmp/err" ||
+  { echo "FAIL: --chat-template-file: '$j' against chatml's '$c'"; cat "$tmp/err"; fail=1; }
+# a template that raises: its message, exit 1
+printf '%s' "{{ raise_exception('only one message, please') }}" >"$tmp/raise.jinja"
+printf 'Hello\n' | "$cli" chat -m "$m" -n 4 --chat-template-file "$tmp/raise.jinja" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && grep -q "only one message, please" "$tmp/err" || { echo "FAIL: raise_exception"; cat "$tmp/err"; fail=1; }
 # a conversation that outgrows the context stops with a message
 printf 'Hello\nTell me a story\nAnd another\n' | chat -c 64 -n 24 >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "use a larger -c" "$tmp/err" || { echo "FAIL: a full context"; cat "$tmp/err"; fail=1; }

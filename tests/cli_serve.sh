@@ -100,9 +100,16 @@ if [ $rc -ne 0 ] || ! grep -q "interrupted: stopping" "$tmp/serve.err"; then
   echo "FAIL: the server's exit: $rc"; cat "$tmp/serve.err"; fail=1
 fi
 # vLLM's --served-model-name takes several names at once; -m as llama-server has it
+# and --chat-template-file: a Jinja template of its own renders the chats
 rm -f "$tmp/port"
+cat >"$tmp/tmpl.jinja" <<'JINJA'
+{%- if messages[0]['role'] != 'user' %}{{ raise_exception("the first message must be the user's") }}{% endif %}
+{%- for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] | trim }}
+{% endfor %}
+{%- if add_generation_prompt %}[ASSISTANT] {% endif %}
+JINJA
 "$cli" serve -m "$m" --served-model-name alpha beta --port 0 --port-file "$tmp/port" -t 1 -c 256 --quiet \
-  2>"$tmp/serve2.err" &
+  --chat-template-file "$tmp/tmpl.jinja" 2>"$tmp/serve2.err" &
 pid=$!
 for _ in $(seq 1 1200); do [ -s "$tmp/port" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 if [ ! -s "$tmp/port" ]; then
@@ -114,9 +121,27 @@ c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=120)
 c.request("GET", "/v1/models")
 r = c.getresponse()
 ids = [m["id"] for m in json.loads(r.read())["data"]]
+bad = []
 if ids != ["alpha", "beta"]:
-    print("FAIL: --served-model-name alpha beta: %s" % ids)
-    sys.exit(1)
+    bad.append("--served-model-name alpha beta: %s" % ids)
+def post(path, body):
+    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    return r.status, json.loads(r.read())
+s, b = post("/apply-template", {"messages": [{"role": "user", "content": "  hi  "}]})
+if s != 200 or b.get("prompt") != "[USER] hi\n[ASSISTANT] ":
+    bad.append("--chat-template-file's rendering: %d %r" % (s, b))
+s, b = post("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}], "max_tokens": 2})
+if s != 400 or "the first message must be the user's" not in b["error"]["message"]:
+    bad.append("the template's raise_exception: %d %r" % (s, b))
+s, b = post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+if s != 200: bad.append("a chat through the file's template: %d %r" % (s, b))
+c.request("GET", "/props")
+p = json.loads(c.getresponse().read())
+if "raise_exception" not in p.get("chat_template", "") or "given" not in p.get("chat_template_source", ""):
+    bad.append("/props' chat template: %r" % {k: p.get(k) for k in ("chat_template", "chat_template_source")})
+for x in bad: print("FAIL:", x)
+sys.exit(1 if bad else 0)
 PY
 fi
 kill -INT $pid 2>/dev/null

@@ -1,5 +1,7 @@
 /* Public token API: thin wrappers that validate arguments and hand over
  * to the tokenizer of the model. */
+#include <string.h>
+
 #include "cleave.h"
 #include "base/error.h"
 #include "model/model.h"
@@ -40,6 +42,19 @@ cleave_status cleave_tokenize_prompt(const cleave_model *m, const char *text, si
     if (bos == CLEAVE_BOS_AUTO || (bos == CLEAVE_BOS_ALWAYS && tokenizer_add_bos(m->tok)))
         return tokenizer_encode_ex(m->tok, text, len, true, parse_special, tokens, cap, n_out);
     return tokenizer_encode_parse(m->tok, text, len, bos == CLEAVE_BOS_ALWAYS, parse_special, tokens, cap, n_out);
+}
+
+cleave_status cleave_tokenize_chat(const cleave_model *m, const char *text, size_t len, cleave_bos bos,
+                                   int32_t *tokens, size_t cap, size_t *n_out) {
+    cleave_status st = cleave_tokenize_prompt(m, text, len, bos, true, tokens, cap, n_out);
+    int32_t b = m && m->tok ? cleave_token_bos(m) : -1;
+    /* a template that writes {{ bos_token }} and a BOS added in front of it:
+     * the model was trained on one (llama.cpp sends both, with a warning) */
+    if (!st && b >= 0 && *n_out >= 2 && tokens[0] == b && tokens[1] == b && bos != CLEAVE_BOS_ALWAYS) {
+        memmove(tokens, tokens + 1, (*n_out - 1) * sizeof *tokens);
+        (*n_out)--;
+    }
+    return st;
 }
 
 cleave_status cleave_tokenize_ex(const cleave_model *m, const char *text, size_t len, bool add_special,

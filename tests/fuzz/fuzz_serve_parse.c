@@ -4,12 +4,19 @@
 #include "fuzz_common.h"
 #include "serve/serve.h"
 
+/* The built-in chatml template chats render through (made once). */
+static const cleave_chat_template *chatml(void) {
+    static cleave_chat_template *t;
+    if (!t && cleave_chat_template_load(NULL, "chatml", NULL, &t)) t = NULL;
+    return t;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!size) return 0;
     const bool chat = data[0] & 1;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
-    serve_defaults d = {16, -1, "chatml", 512};
+    serve_defaults d = {16, -1, chatml(), 512};
     serve_params p;
     char err[256], field[32];
     const char *param;

@@ -38,6 +38,13 @@
 
 static int port;
 
+/* The built-in chatml template the tests' chats render through. */
+static const cleave_chat_template *chatml(void) {
+    static cleave_chat_template *t;
+    if (!t && cleave_chat_template_load(NULL, "chatml", NULL, &t)) t = NULL;
+    return t;
+}
+
 /* ---- a small HTTP/1.0 client: the server closes when it is done --------- */
 
 static int connect_to(void) {
@@ -409,7 +416,7 @@ static void check_parse_oom(void) {
          "[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}]}",
          true},
     };
-    serve_defaults d = {16, -1, "chatml", 512};
+    serve_defaults d = {16, -1, chatml(), 512};
     for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
         int failures = 0;
         for (long k = 1; k < 10000; k++) {
@@ -441,7 +448,7 @@ static void fuzz_parse(void) {
         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}],\"top_p\":0.9}",
         "{\"prompt\":[1,2,3],\"logit_bias\":{},\"n\":1,\"stream_options\":{\"include_usage\":true}}",
     };
-    serve_defaults d = {16, -1, "chatml", 512};
+    serve_defaults d = {16, -1, chatml(), 512};
     uint64_t x = 42;
     for (int it = 0; it < 3000; it++) {
         char buf[512];
@@ -497,7 +504,7 @@ static bool closed_by_server(int fd) {
  * per-client limit a connection is closed unanswered. */
 static void check_slow_clients(cleave_context *ctx) {
     serve_opts so = {.host = "127.0.0.1", .port = 0, .alias = "stories", .max_body = 4096, .read_timeout = 2,
-                     .defaults = {16, -1, "chatml", (uint32_t)n_vocab},
+                     .defaults = {16, -1, chatml(), (uint32_t)n_vocab},
                      .sched = {.n_parallel = 1, .queue_max = 4, .n_batch = 16, .quiet = true}};
     serve *srv = NULL;
     if (serve_start(model, ctx, &so, &srv)) {
@@ -757,7 +764,7 @@ static void check_choices(void) {
 /* The allow-list on its own: fields cleave does not implement refused by
  * name, those it does or that change nothing pass (null counts as absent). */
 static void check_fields(void) {
-    serve_defaults d = {16, -1, "chatml", 512};
+    serve_defaults d = {16, -1, chatml(), 512};
     static const char *const refused[] = {
         "\"grammar\":\"root ::= x\"",
         "\"json_schema\":{}",
@@ -1081,7 +1088,7 @@ static void check_surface(const char *model_path, const char *chat_text) {
         status == 200 && num_at(o, "total_slots", NULL) == SLOTS &&
             num_at(o, "default_generation_settings", "n_ctx") == SLOT_CELLS &&
             str_at(o, "chat_template", NULL) &&
-            !strcmp(str_at(o, "chat_template", NULL), "chatml") && str_at(o, "model_alias", NULL) &&
+            !strncmp(str_at(o, "chat_template", NULL), "chatml", 6) && str_at(o, "model_alias", NULL) &&
             !strcmp(str_at(o, "model_alias", NULL), "stories") && str_at(o, "model_path", NULL) &&
             !strcmp(str_at(o, "model_path", NULL), model_path) && str_at(o, "build_info", NULL) &&
             !strncmp(str_at(o, "build_info", NULL), "cleave", 6) &&
@@ -1195,7 +1202,7 @@ int main(void) {
                     .slots = true,
                     .max_body = 4096,
                     .max_connections = 64,
-                    .defaults = {16, -1, "chatml", (uint32_t)n_vocab},
+                    .defaults = {16, -1, chatml(), (uint32_t)n_vocab},
                     .sched = {.n_parallel = SLOTS, .queue_max = 64, .n_batch = 16, .quiet = true}};
     serve *srv = NULL;
     if (!ctx || serve_start(model, ctx, &o, &srv)) {

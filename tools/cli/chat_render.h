@@ -1,6 +1,5 @@
-/* A conversation as the prompt text of the model's chat template: the one
- * place the command line renders chats, so a template engine can replace
- * the families of cleave_chat_apply here alone. */
+/* A conversation as the prompt text of the model's chat template: the
+ * command line's one place for chats (run --chat, run -cnv / chat). */
 #ifndef CLEAVE_TOOLS_CHAT_RENDER_H
 #define CLEAVE_TOOLS_CHAT_RENDER_H
 
@@ -9,13 +8,16 @@
 
 #include "cleave.h"
 
-/* The template asked for (asked, when not NULL) or the model's; NULL when
- * the model has none cleave knows (cleave_last_error says which). */
-const char *chat_template_name(const cleave_model *m, const char *asked);
-/* msgs rendered in that template, with the assistant's turn opened when
- * add_assistant: a NUL-terminated text (free it) of *len bytes, or NULL
- * (cleave_last_error says why). */
-char *chat_render(const cleave_model *m, const char *asked, const cleave_chat_message *msgs,
-                  size_t n_msgs, bool add_assistant, size_t *len);
+/* The template a command runs: --chat-template-file's Jinja (file), else
+ * --chat-template's family (name), else the model's own Jinja (chatml when
+ * it has none). NULL after a message on stderr naming cmd; else it was
+ * described on stderr. Free with cleave_chat_template_free. */
+cleave_chat_template *chat_template_open(const char *cmd, const cleave_model *m, const char *name,
+                                         const char *file);
+/* msgs rendered in t, with the assistant's turn opened when add_assistant:
+ * a NUL-terminated text (free it) of *len bytes, or NULL (cleave_last_error
+ * says why: the template's raise_exception, a limit, memory). */
+char *chat_render(const cleave_chat_template *t, const cleave_chat_message *msgs, size_t n_msgs,
+                  bool add_assistant, size_t *len);
 
 #endif

@@ -55,9 +55,10 @@ static void run_usage(FILE *out, const char *cmd) {
             "  --np-stagger K          the sequences' prompts arrive K steps apart (default 0: together)\n"
             "  --np-dwell K            with -psm and -np: a mode is kept at least K steps (default 8)\n"
             "  --chat                  the prompt is a user's message, in the model's chat template\n"
-            "                          (llama3, chatml, mistral, llama2, qwen3, qwen3-nothink\n"
-            "                          or gpt-oss, known by its markers)\n"
-            "  --chat-template NAME    that template instead (implies --chat)\n"
+            "                          (its own Jinja, tokenizer.chat_template; chatml when it has none)\n"
+            "  --chat-template NAME    a built-in family instead (implies --chat): llama3, chatml,\n"
+            "                          mistral, llama2, qwen3, qwen3-nothink or gpt-oss\n"
+            "  --chat-template-file F  a Jinja chat template from F instead (implies --chat)\n"
             "  -sys, --system-prompt T with --chat or -cnv: a system message first (also --system)\n"
             "  -cnv, --conversation    a conversation in the chat template: user lines from stdin\n"
             "                          (\"> \" on a terminal), each answer streamed and kept in the\n"
@@ -152,6 +153,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--np-dwell", NULL)) { if (!cli_int(a, v, 0, 1 << 20, &o->np_dwell)) return false; i++; }
         else if (IS("--chat", NULL)) o->chat = true;
         else if (IS("--chat-template", NULL) && v) o->chat_template = v, o->chat = true, i++;
+        else if (IS("--chat-template-file", NULL) && v) o->chat_template_file = v, o->chat = true, i++;
         else if ((IS("-sys", "--system-prompt") || IS("--system", NULL)) && v) o->system = v, i++;
         else if (IS("--prompt-cache", NULL) && v) o->prompt_cache = v, i++;
         else if (IS("--prompt-cache-ro", NULL)) o->prompt_cache_ro = true;
@@ -345,6 +347,7 @@ static int run_command(int argc, char **argv, const char *cmd, bool conversation
     }
     o.sp.seed = cli_resolve_seed(o.seed);
     char *file_text = NULL, *chat_text = NULL;
+    cleave_chat_template *tmpl = NULL;
     size_t plen = 0;
     const char *ptext = o.prompt ? o.prompt : "";
     if (o.prompt_file) {
@@ -381,19 +384,13 @@ static int run_command(int argc, char **argv, const char *cmd, bool conversation
     cleave_model_desc d;
     cleave_model_describe(m, &d);
     if (o.chat || o.conversation) {
-        const char *name = chat_template_name(m, o.chat_template);
-        if (!name) {
-            fprintf(stderr, "cleave %s: %s: %s: --chat-template chatml\n", cmd,
-                    o.conversation ? "-cnv" : "--chat", cleave_last_error());
-            goto out;
-        }
-        fprintf(stderr, "cleave: chat template %s%s\n", name,
-                o.chat_template ? " (asked)" : " (the model's)");
+        if (!(tmpl = chat_template_open(cmd, m, o.chat_template, o.chat_template_file))) goto out;
+        o.tmpl = tmpl;
     }
     if (o.chat && !o.conversation) { /* the prompt as the user's turn of a conversation */
         cleave_chat_message msgs[2] = {{"system", o.system}, {"user", ptext}};
         size_t first = o.system ? 0 : 1;
-        if (!(chat_text = chat_render(m, o.chat_template, msgs + first, 2 - first, true, &plen))) {
+        if (!(chat_text = chat_render(tmpl, msgs + first, 2 - first, true, &plen))) {
             fprintf(stderr, "cleave %s: --chat: %s\n", cmd, cleave_last_error());
             goto out;
         }
@@ -407,7 +404,9 @@ static int run_command(int argc, char **argv, const char *cmd, bool conversation
             goto out;
         }
         /* a chat's markers are control tokens: parsed; a plain prompt's text stays text */
-        if ((st = cleave_tokenize_prompt(m, ptext, plen, o.bos, o.chat, toks, cap, &n))) {
+        st = o.chat ? cleave_tokenize_chat(m, ptext, plen, o.bos, toks, cap, &n)
+                    : cleave_tokenize_prompt(m, ptext, plen, o.bos, false, toks, cap, &n);
+        if (st) {
             rc = cli_fail("tokenizing the prompt", st);
             goto out;
         }
@@ -462,6 +461,7 @@ out:
     free(toks);
     free(file_text);
     free(chat_text);
+    cleave_chat_template_free(tmpl);
     cleave_sampler_free(smp);
     if (ctx && o.mem_report) cli_memory_report(ctx, true);
     cleave_context_free(ctx);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_render.h"
 #include "cli.h"
 #ifdef CLEAVE_WITH_SERVER
 #include "serve/serve.h"
@@ -43,8 +44,9 @@ static void serve_usage(FILE *out) {
             "                          loopback may call it; other Host names are refused)\n"
             "  --bos, --no-bos         prepend BOS to text prompts, or do not (default: as the\n"
             "                          vocabulary's tokenizer.ggml.add_bos_token says)\n"
-            "  --chat-template NAME    llama3, chatml, mistral, llama2, qwen3, qwen3-nothink or\n"
-            "                          gpt-oss instead of the model's\n"
+            "  --chat-template NAME    a built-in family instead of the model's own Jinja template:\n"
+            "                          llama3, chatml, mistral, llama2, qwen3, qwen3-nothink, gpt-oss\n"
+            "  --chat-template-file F  a Jinja chat template from F instead of the model's\n"
             "  --max-body MIB          the largest request body (default 16)\n"
             "  --max-connections N     connections open at once (default 1024)\n"
             "  --http-threads, --threads-http N\n"
@@ -77,7 +79,7 @@ static const char *base_name(const char *path) {
 #define SERVE_MAX_ALIASES 16
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *port_file = NULL, *key_file = NULL;
+    const char *model = NULL, *port_file = NULL, *key_file = NULL, *tmpl_name = NULL, *tmpl_file = NULL;
     long long n_ctx = 0, port = 8080, np = 1, queue = 64, n_predict = -1, max_body = 16, dwell = 8;
     cli_context_opts cx = cli_context_default(512);
     cli_placement pl = cli_placement_default();
@@ -157,7 +159,8 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--bos")) o.bos = CLEAVE_BOS_ALWAYS;
         else if (!strcmp(a, "--no-bos")) o.bos = CLEAVE_BOS_NEVER;
-        else if (!strcmp(a, "--chat-template") && v) o.defaults.chat_template = v, i++;
+        else if (!strcmp(a, "--chat-template") && v) tmpl_name = v, i++;
+        else if (!strcmp(a, "--chat-template-file") && v) tmpl_file = v, i++;
         else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1024, &max_body)) return 2; i++; }
         else if (!strcmp(a, "-psm") || !strcmp(a, "--prefill-split-mode")) {
             if (!v || cli_split_mode(a, v, &psm)) return 2;
@@ -216,8 +219,16 @@ int cmd_serve(int argc, char **argv) {
         free(key_text);
         return rc;
     }
-    if (!o.defaults.chat_template && cleave_chat_template_of(m, &o.defaults.chat_template))
-        fprintf(stderr, "cleave serve: chats are refused until --chat-template is given: %s\n", cleave_last_error());
+    /* the model's own template (chatml when it has none); one asked for must load */
+    cleave_chat_template *tmpl = chat_template_open("serve", m, tmpl_name, tmpl_file);
+    if (!tmpl && (tmpl_name || tmpl_file)) {
+        cleave_context_free(ctx);
+        cleave_model_free(m);
+        free(key_text);
+        return 1;
+    }
+    if (!tmpl) fprintf(stderr, "cleave serve: chats are refused until --chat-template or --chat-template-file is given\n");
+    o.defaults.chat_template = tmpl;
     cleave_model_desc d;
     cleave_model_describe(m, &d);
     o.port = (int)port;
@@ -262,6 +273,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "cleave serve: %s: stopping\n", sig == SIGINT ? "interrupted" : sig ? "terminated" : "error");
         serve_stop(srv);
     }
+    cleave_chat_template_free(tmpl);
     cleave_context_free(ctx);
     cleave_model_free(m);
     free(key_text);

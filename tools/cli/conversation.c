@@ -81,7 +81,7 @@ static char *read_line(bool tty) {
 static int32_t *tokenize_turn(cleave_model *m, const run_opts *o, const conversation *c,
                               size_t *n) {
     size_t len;
-    char *text = chat_render(m, o->chat_template, c->msgs, c->n, true, &len);
+    char *text = chat_render(o->tmpl, c->msgs, c->n, true, &len);
     if (!text) {
         fprintf(stderr, "cleave %s: rendering the chat: %s\n", o->cmd, cleave_last_error());
         return NULL;
@@ -89,7 +89,7 @@ static int32_t *tokenize_turn(cleave_model *m, const run_opts *o, const conversa
     size_t cap = len + 8;
     int32_t *toks = malloc(cap * sizeof *toks);
     cleave_status st =
-        toks ? cleave_tokenize_prompt(m, text, len, o->bos, true, toks, cap, n) : CLEAVE_ERR_OOM;
+        toks ? cleave_tokenize_chat(m, text, len, o->bos, toks, cap, n) : CLEAVE_ERR_OOM;
     free(text);
     if (st) {
         if (toks)

@@ -26,6 +26,8 @@ typedef struct {
     bool prompt_cache_lossy;  /* --prompt-cache-lossy: restore into a KV type that loses precision */
     bool chat;                /* --chat: the prompt is a user's message in the model's chat template */
     const char *chat_template; /* --chat-template NAME: this family instead of the model's */
+    const char *chat_template_file; /* --chat-template-file F: this Jinja instead of the model's */
+    const cleave_chat_template *tmpl; /* the one loaded (chat_render.h), for --chat and -cnv */
     const char *system;       /* -sys TEXT: a system message first */
     bool conversation;        /* -cnv (cleave chat): turns read from stdin */
     bool escape;              /* -e: \n, \t, \\ ... in the prompt and system texts */

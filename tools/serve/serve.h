@@ -79,7 +79,7 @@ typedef struct serve_params {
 typedef struct serve_defaults {
     long long max_tokens_completion; /* /v1/completions: OpenAI's 16 */
     long long max_tokens_cap;        /* the server's -n: a limit on any request, -1 none */
-    const char *chat_template;       /* a family name for chats; NULL: chats are refused */
+    const cleave_chat_template *chat_template; /* chats' template; NULL: chats are refused */
     uint32_t n_vocab;                /* token ids in a prompt are below it */
 } serve_defaults;
 /* Whether a string of the JSON body holds the escape \u0000 (a NUL the

@@ -369,13 +369,16 @@ static enum MHD_Result await_whole(struct MHD_Connection *c, serve *s, conn *k) 
 /* The prompt's tokens (malloc'd; OOM without a message); special tokens
  * in the text are tokens, as llama.cpp's server has it, and BOS as the
  * vocabulary's metadata says unless --bos / --no-bos. */
-static cleave_status tokenize(const cleave_model *m, cleave_bos bos, const char *text, int32_t **out, size_t *n) {
+static cleave_status tokenize(const cleave_model *m, cleave_bos bos, bool chat, const char *text, int32_t **out,
+                              size_t *n) {
     size_t len = strlen(text), cap = len + 8;
     *out = NULL, *n = 0;
     for (int attempt = 0; attempt < 2; attempt++) { /* the second with the room the first said it needs */
         free(*out);
         if (!(*out = malloc(cap * sizeof **out))) return CLEAVE_ERR_OOM;
-        cleave_status st = cleave_tokenize_prompt(m, text, len, bos, true, *out, cap, n);
+        /* a chat's BOS once, where its template writes one too */
+        cleave_status st = chat ? cleave_tokenize_chat(m, text, len, bos, *out, cap, n)
+                                : cleave_tokenize_prompt(m, text, len, bos, true, *out, cap, n);
         if (st != CLEAVE_ERR_INVALID_ARG || *n <= cap) return st;
         cap = *n;
     }
@@ -457,7 +460,7 @@ static int make_choices(serve *s, serve_params *p, serve_req ***out, size_t *n_o
             continue;
         }
         if (pr->text) {
-            cleave_status st = tokenize(s->m, s->o.bos, pr->text, &q->prompt, &q->n_prompt);
+            cleave_status st = tokenize(s->m, s->o.bos, p->chat, pr->text, &q->prompt, &q->n_prompt);
             if (st) {
                 snprintf(err, cap, "tokenizing %s: %s", which, st == CLEAVE_ERR_OOM ? "out of memory" : cleave_last_error());
                 return st == CLEAVE_ERR_OOM ? 500 : 400;
@@ -579,10 +582,13 @@ static enum MHD_Result models(struct MHD_Connection *c, serve *s, const char *id
     return send_json(c, 200, o);
 }
 
-/* The chat template /props shows: today the family's name cleave applies
- * (cleave_chat_template_of's or --chat-template's), "" when none. */
+/* The chat template /props shows: its Jinja source (the model's or
+ * --chat-template-file's), else the built-in family's description; ""
+ * when none. */
 static const char *props_chat_template(const serve *s) {
-    return s->o.defaults.chat_template ? s->o.defaults.chat_template : "";
+    const cleave_chat_template *t = s->o.defaults.chat_template;
+    const char *src = t ? cleave_chat_template_source(t) : NULL;
+    return src ? src : t ? cleave_chat_template_describe(t) : "";
 }
 
 #ifndef CLEAVE_BUILD_COMMIT
@@ -604,6 +610,8 @@ static enum MHD_Result props(struct MHD_Connection *c, serve *s) {
     cJSON_AddNumberToObject(params, "max_tokens_completion",
                             (double)s->o.defaults.max_tokens_completion);
     cJSON_AddStringToObject(o, "chat_template", props_chat_template(s));
+    if (s->o.defaults.chat_template) /* which it is: the model's, a file's, or a built-in family */
+        cJSON_AddStringToObject(o, "chat_template_source", cleave_chat_template_describe(s->o.defaults.chat_template));
     char build[96];
     snprintf(build, sizeof build, "cleave%s%s", CLEAVE_BUILD_COMMIT[0] ? "-" : "",
              CLEAVE_BUILD_COMMIT);

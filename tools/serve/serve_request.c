@@ -272,7 +272,8 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
     if (!cJSON_IsArray(f) || !f->child) return fail(w, "messages", "'messages' must be a non-empty array");
     if (!d->chat_template)
         return fail(w, "messages",
-                    "the model has no chat template cleave knows; start the server with --chat-template NAME");
+                    "the server has no chat template (it could not load one at start); start it with "
+                    "--chat-template NAME or --chat-template-file F");
     size_t n = (size_t)cJSON_GetArraySize(f), k = 0;
     cleave_chat_message *msgs = mem_calloc(n, sizeof *msgs, "messages");
     char **owned = mem_calloc(n, sizeof *owned, "messages' parts"); /* contents joined from parts */
@@ -317,15 +318,16 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
     size_t need = 0;
     char *text = NULL;
     if (ok) {
-        cleave_chat_apply(d->chat_template, msgs, n, true, NULL, 0, &need);
+        cleave_chat_template_apply(d->chat_template, msgs, n, true, NULL, 0, &need);
         if (!(p->prompts = mem_calloc(1, sizeof *p->prompts, "prompts")) ||
             !(text = p->prompts[0].text = mem_alloc(need + 1, "a chat's text")))
             ok = out_of_memory(w, "messages");
         else p->n_prompts = 1;
     }
     cleave_status st;
-    if (ok && (st = cleave_chat_apply(d->chat_template, msgs, n, true, text, need + 1, &need)))
-        ok = fail(w, "messages", "%s", cleave_last_error());
+    if (ok && (st = cleave_chat_template_apply(d->chat_template, msgs, n, true, text, need + 1, &need)))
+        ok = st == CLEAVE_ERR_OOM ? out_of_memory(w, "messages")
+                                  : fail(w, "messages", "the chat template: %s", cleave_last_error());
     if (ok) text[need] = '\0'; /* the template's text has no terminator of its own */
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
