@@ -27,7 +27,7 @@ last=$(tail -n 1 "$tmp/bad.err")
 if [ $rc -ne 1 ] || [ "$(wc -l <"$tmp/bad.err")" -gt 4 ] || [[ "$last" != *"unknown option '--no-such-flag'"* ]]; then
   echo "FAIL: an unknown flag: exit $rc, last line '$last'"; cat "$tmp/bad.err"; fail=1
 fi
-for refused in "-fa off" "--flash-attn off" "-nocb" "--embedding" "--embeddings"; do
+for refused in "-fa off" "--flash-attn off" "-nocb" "--embedding" "--embeddings" "--copy-prompt-cells sometimes"; do
   # shellcheck disable=SC2086
   "$cli" serve "$m" $refused --port 0 2>"$tmp/refused.err"
   rc=$?

@@ -1173,7 +1173,20 @@ static void check_surface(const char *model_path, const char *chat_text) {
           metric("cleave:kv_staged_bytes_total") == 0);
 }
 
+/* n > 1's measured choice between copying a prompt's cells and processing it again. */
+static void check_copy_policy(void) {
+    /* the rates measured on 2 CPU cores (a 1B model) and on an H200 (8B) */
+    CHECK(serve_copy_pays(20000, 42, 512, 511, 1024));      /* CPU: 26 ms against 12 s */
+    CHECK(!serve_copy_pays(5000, 26000, 8000, 7999, 1024)); /* GPU: 1.6 s against 0.3 s */
+    CHECK(serve_copy_pays(0, 26000, 600, 599, 1024));       /* unmeasured: a small copy measures it */
+    CHECK(!serve_copy_pays(0, 26000, 8000, 7999, 1024));    /* but not a large one */
+    CHECK(serve_copy_pays(5000, 0, 8000, 7999, 1024));      /* no prefill measured yet */
+    /* a copy moves all of the source's cells: one that holds a long answer costs more */
+    CHECK(!serve_copy_pays(1000, 1000, 4000, 100, 1024));
+}
+
 int main(void) {
+    check_copy_policy();
     check_text_release();
     check_fields();
     check_parse_oom();
@@ -1203,7 +1216,8 @@ int main(void) {
                     .max_body = 4096,
                     .max_connections = 64,
                     .defaults = {16, -1, chatml(), (uint32_t)n_vocab},
-                    .sched = {.n_parallel = SLOTS, .queue_max = 64, .n_batch = 16, .quiet = true}};
+                    .sched = {.n_parallel = SLOTS, .queue_max = 64, .n_batch = 16, .quiet = true,
+                              .copy = SERVE_COPY_ON}};
     serve *srv = NULL;
     if (!ctx || serve_start(model, ctx, &o, &srv)) {
         CHECK(!"the server starts");

@@ -65,6 +65,9 @@ static void serve_usage(FILE *out) {
             "                          answers alone under -sm (the switch gate of run -np)\n"
             "  --np-dwell K            with -psm: a mode is kept at least K steps (default 8)\n"
             "  --quiet                 no log line per request\n"
+            "  --copy-prompt-cells M   n > 1: a prompt's later choices copy the first's KV cells:\n"
+            "                          auto (default: when measured cheaper than processing the\n"
+            "                          prompt again), on, or off\n"
             "  -t, -ub, -ctk           as in cleave bench\n" CLI_PLACEMENT_HELP);
 }
 
@@ -80,6 +83,7 @@ static const char *base_name(const char *path) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *port_file = NULL, *key_file = NULL, *tmpl_name = NULL, *tmpl_file = NULL;
+    serve_copy_policy copy = SERVE_COPY_AUTO;
     long long n_ctx = 0, port = 8080, np = 1, queue = 64, n_predict = -1, max_body = 16, dwell = 8;
     cli_context_opts cx = cli_context_default(512);
     cli_placement pl = cli_placement_default();
@@ -168,6 +172,13 @@ int cmd_serve(int argc, char **argv) {
         }
         else if (!strcmp(a, "--np-dwell")) { if (!cli_int(a, v, 0, 1 << 20, &dwell)) return 2; i++; }
         else if (!strcmp(a, "--quiet")) quiet = true;
+        else if (!strcmp(a, "--copy-prompt-cells") && v) {
+            if (!strcmp(v, "auto")) copy = SERVE_COPY_AUTO;
+            else if (!strcmp(v, "on")) copy = SERVE_COPY_ON;
+            else if (!strcmp(v, "off")) copy = SERVE_COPY_OFF;
+            else return cli_usage_error("serve", SERVE_SYNOPSIS, "--copy-prompt-cells %s: auto, on or off", v);
+            i++;
+        }
         else if ((r = cli_bench_flag(a, v, &n_ctx, &cx, &pl)) != 0) {
             if (r < 0) return 2;
             i++;
@@ -245,7 +256,7 @@ int cmd_serve(int argc, char **argv) {
     o.sched = (serve_sched_opts){.n_parallel = (int)np, .queue_max = (int)queue, .n_batch = (uint32_t)cx.n_batch,
                                  .has_psm = has_psm, .psm = psm, .mode = pl.mode,
                                  .shares = pl.n_shares ? pl.shares : NULL, .n_shares = pl.n_shares,
-                                 .dwell = (uint32_t)dwell, .quiet = quiet};
+                                 .dwell = (uint32_t)dwell, .quiet = quiet, .copy = copy};
     /* the signals go to sigwait below, not to whichever thread runs */
     sigset_t sigs;
     sigemptyset(&sigs);

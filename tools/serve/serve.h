@@ -162,6 +162,17 @@ typedef struct serve_req {
     size_t n_lp, cap_lp;
 } serve_req;
 
+/* n > 1: a prompt's later choices copy the first's cells when that is
+ * measured to cost less than processing the prompt again (AUTO), always
+ * (ON), or never (OFF). */
+typedef enum { SERVE_COPY_AUTO = 0, SERVE_COPY_ON, SERVE_COPY_OFF } serve_copy_policy;
+/* AUTO's choice: copying `cells` cells (a copy moves all of the source's)
+ * against processing `tokens` prompt tokens, at the rates measured so far
+ * (copied cells and prefill tokens per second; 0: none measured yet).
+ * Unmeasured copies are tried on small copies (at most probe cells) to
+ * measure them; an unmeasured prefill rate lets the copy go ahead. */
+bool serve_copy_pays(double copy_rate, double prefill_rate, size_t cells, size_t tokens, size_t probe);
+
 typedef struct serve_sched_opts {
     int n_parallel;
     int queue_max;
@@ -172,6 +183,7 @@ typedef struct serve_sched_opts {
     size_t n_shares;
     uint32_t dwell;
     bool quiet; /* no log line per request */
+    serve_copy_policy copy; /* n > 1: how a prompt's later choices get its cells */
 } serve_sched_opts;
 
 typedef struct serve_sched serve_sched;

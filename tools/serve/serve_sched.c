@@ -67,6 +67,8 @@ struct serve_sched {
     /* n > 1: a copy of a sequence's cells (a state blob), grown as needed */
     void *copy_buf;
     size_t copy_cap;
+    double copied_cells, copy_seconds; /* the copies made, for the copy's rate */
+    long long copies, copies_declined;
     unsigned long long next_id;
     serve_stats stats; /* under mu: /metrics's counters (its gauges are made when read) */
 };
@@ -212,6 +214,17 @@ static slot *slot_running(serve_sched *s, unsigned long long id) {
     return NULL;
 }
 
+/* AUTO tries a copy of at most this many cells to measure the copy's rate
+ * (on a GPU a copy of the state blob's cells has measured slower than the
+ * forward pass; on CPUs far faster: bench/RESULTS.md). */
+#define COPY_PROBE_CELLS 1024
+
+bool serve_copy_pays(double copy_rate, double prefill_rate, size_t cells, size_t tokens, size_t probe) {
+    if (copy_rate <= 0) return cells <= probe;
+    if (prefill_rate <= 0) return true;
+    return (double)cells / copy_rate < (double)tokens / prefill_rate;
+}
+
 /* A copy's blob above this is not worth its host memory: the prompt is
  * processed again instead (70B's cache of a 32k-token prompt is 10 GB). */
 #define COPY_MAX_BYTES ((size_t)1 << 30)
@@ -219,10 +232,11 @@ static slot *slot_running(serve_sched *s, unsigned long long id) {
 /* The loop's thread (it alone uses the context), the lock not held: the
  * first keep cells of from's sequence become to's, as a state blob copied
  * between the sequences (layout-independent, so any placement and
- * tiering). Copying cells costs a read and a write of their K and V;
- * processing the prompt again costs a forward pass over it, hundreds of
- * times more where measured (bench/RESULTS.md). NULL, or why it did not
- * (to then processes its prompt itself). */
+ * tiering), through host memory. On CPUs that is hundreds of times
+ * cheaper than a forward pass over the prompt; on a GPU, whose forward
+ * pass runs at tens of thousands of tokens a second, it has measured
+ * slower (bench/RESULTS.md): serve_copy_pays decides. NULL, or why it did
+ * not (to then processes its prompt itself). */
 static const char *copy_cells(serve_sched *s, slot *from, slot *to, size_t keep) {
     int32_t src = (int32_t)(from - s->slots), dst = (int32_t)(to - s->slots);
     size_t need = 0, n = 0;
@@ -282,6 +296,13 @@ static bool admit_locked(serve_sched *s) {
         if (&s->slots[i] != best && common_prefix(s->slots[i].cache, s->slots[i].n_cache, r->prompt, r->n_prompt) + 1 >=
                                         r->n_prompt)
             lead = &s->slots[i];
+    if (lead && best_lcp + 1 < r->n_prompt && s->o.copy != SERVE_COPY_ON) {
+        double copy_rate = s->copy_seconds > 0 ? s->copied_cells / s->copy_seconds : 0;
+        double pf_rate = s->stats.prefill_seconds > 0 ? s->stats.prefill_tokens / s->stats.prefill_seconds : 0;
+        if (s->o.copy == SERVE_COPY_OFF ||
+            !serve_copy_pays(copy_rate, pf_rate, lead->n_cache, r->n_prompt - 1 - best_lcp, COPY_PROBE_CELLS))
+            lead = NULL, s->copies_declined++;
+    }
     if (lead && best_lcp + 1 < r->n_prompt) {
         /* HTTP threads need not wait for the copy: the slots are the loop's */
         pthread_mutex_unlock(&s->mu);
@@ -290,6 +311,7 @@ static bool admit_locked(serve_sched *s) {
         double t1 = now();
         pthread_mutex_lock(&s->mu);
         if (!why) {
+            s->copies++, s->copied_cells += (double)lead->n_cache, s->copy_seconds += t1 - t0;
             best_lcp = r->n_prompt - 1;
             r->copy_ms = (t1 - t0) * 1e3;
         } else {
@@ -589,6 +611,12 @@ static void *loop(void *arg) {
     s->stopping = true;
     news_locked(s);
     pthread_mutex_unlock(&s->mu);
+    if (!s->o.quiet && (s->copies || s->copies_declined))
+        fprintf(stderr,
+                "cleave serve: n > 1: %lld copies of prompt cells (%.0f cells in %.3f s), %lld declined as "
+                "dearer than processing the prompt (prefill %.0f tok/s)\n",
+                s->copies, s->copied_cells, s->copy_seconds, s->copies_declined,
+                s->stats.prefill_seconds > 0 ? s->stats.prefill_tokens / s->stats.prefill_seconds : 0.0);
     if (!s->o.quiet && s->n_steps)
         fprintf(stderr,
                 "cleave serve: %lld steps of %.1f tokens on average: %.3f s in all, decoding %.1f%%, sampling %.1f%%, "
