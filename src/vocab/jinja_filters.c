@@ -173,6 +173,17 @@ static cleave_status indent(jctx *c, const jnode *at, const jvalue *in, const ja
     return st;
 }
 
+/* A string's stripped text in buf (NUL-terminated) for int() and float():
+ * false when it is no string, empty, or too long to be a number. */
+static bool number_text(const jvalue *in, char *buf, size_t cap) {
+    if (in->t != JV_STR) return false;
+    jvalue t = py_strip(in->u.s, NULL, true, true);
+    if (!t.u.s.n || t.u.s.n >= cap) return false;
+    memcpy(buf, t.u.s.p, t.u.s.n);
+    buf[t.u.s.n] = 0;
+    return true;
+}
+
 static cleave_status to_int(jctx *c, const jvalue *in, const jargs *a, jvalue *out) {
     const jvalue *def = jarg(a, 0, "default");
     jvalue d = def ? *def : jv_int(0);
@@ -183,19 +194,12 @@ static cleave_status to_int(jctx *c, const jvalue *in, const jargs *a, jvalue *o
         if (!isfinite(in->u.f) || fabs(in->u.f) >= 9.2e18) return *out = d, CLEAVE_OK;
         return *out = jv_int((int64_t)in->u.f), CLEAVE_OK;
     }
-    if (in->t == JV_STR) {
-        char tmp[64];
-        jvalue t = py_strip(in->u.s, NULL, true, true);
-        if (t.u.s.n && t.u.s.n < sizeof tmp) {
-            memcpy(tmp, t.u.s.p, t.u.s.n);
-            tmp[t.u.s.n] = 0;
-            char *end;
-            long long v = strtoll(tmp, &end, 10);
-            if (!*end) return *out = jv_int(v), CLEAVE_OK;
-            double f = strtod(tmp, &end);
-            if (!*end && isfinite(f) && fabs(f) < 9.2e18)
-                return *out = jv_int((int64_t)f), CLEAVE_OK;
-        }
+    char tmp[64], *end;
+    if (number_text(in, tmp, sizeof tmp)) {
+        long long v = strtoll(tmp, &end, 10);
+        if (!*end) return *out = jv_int(v), CLEAVE_OK;
+        double f = strtod(tmp, &end);
+        if (!*end && isfinite(f) && fabs(f) < 9.2e18) return *out = jv_int((int64_t)f), CLEAVE_OK;
     }
     *out = d;
     return CLEAVE_OK;
@@ -205,16 +209,10 @@ static cleave_status to_float(jctx *c, const jvalue *in, const jargs *a, jvalue 
     const jvalue *def = jarg(a, 0, "default");
     (void)c;
     if (jv_is_number(in)) return *out = jv_float(jv_as_double(in)), CLEAVE_OK;
-    if (in->t == JV_STR) {
-        char tmp[64];
-        jvalue t = py_strip(in->u.s, NULL, true, true);
-        if (t.u.s.n && t.u.s.n < sizeof tmp) {
-            memcpy(tmp, t.u.s.p, t.u.s.n);
-            tmp[t.u.s.n] = 0;
-            char *end;
-            double f = strtod(tmp, &end);
-            if (!*end) return *out = jv_float(f), CLEAVE_OK;
-        }
+    char tmp[64], *end;
+    if (number_text(in, tmp, sizeof tmp)) {
+        double f = strtod(tmp, &end);
+        if (!*end) return *out = jv_float(f), CLEAVE_OK;
     }
     *out = def ? *def : jv_float(0.0);
     return CLEAVE_OK;

@@ -597,6 +597,19 @@ static cleave_status expect_block_end(parser *P) {
 /* The statements up to {% one-of-ends %}; *end: which end (the name token, not consumed). */
 static cleave_status parse_body(parser *P, const char *const *ends, jnode **out, const jtok **end);
 
+/* An {% else %} branch (of for or if), up to its end tag (left current):
+ * n's second body. */
+static cleave_status parse_else(parser *P, const char *end_tag, jnode *n) {
+    next(P);
+    TRY(expect_block_end(P));
+    const char *const ends[] = {end_tag, NULL};
+    const jtok *end;
+    jnode *body;
+    TRY(parse_body(P, ends, &body, &end));
+    n->l2 = body->l1, n->n2 = body->n1;
+    return CLEAVE_OK;
+}
+
 static cleave_status parse_for(parser *P, jnode *n) {
     do {
         if (cur(P)->kind != JT_NAME) return fail(P, "expected a loop variable", NULL);
@@ -617,13 +630,7 @@ static cleave_status parse_for(parser *P, jnode *n) {
     jnode *body;
     TRY(parse_body(P, ends, &body, &end));
     n->l1 = body->l1, n->n1 = body->n1;
-    if (tok_is(end, JT_NAME, "else")) {
-        next(P);
-        TRY(expect_block_end(P));
-        static const char *const ends2[] = {"endfor", NULL};
-        TRY(parse_body(P, ends2, &body, &end));
-        n->l2 = body->l1, n->n2 = body->n1;
-    }
+    if (tok_is(end, JT_NAME, "else")) TRY(parse_else(P, "endfor", n));
     next(P);
     return expect_block_end(P);
 }
@@ -645,13 +652,7 @@ static cleave_status parse_if(parser *P, jnode *n) {
         l[0] = e, n->l2 = l, n->n2 = 1;
         return CLEAVE_OK;
     }
-    if (tok_is(end, JT_NAME, "else")) {
-        next(P);
-        TRY(expect_block_end(P));
-        static const char *const ends2[] = {"endif", NULL};
-        TRY(parse_body(P, ends2, &body, &end));
-        n->l2 = body->l1, n->n2 = body->n1;
-    }
+    if (tok_is(end, JT_NAME, "else")) TRY(parse_else(P, "endif", n));
     next(P);
     return expect_block_end(P);
 }
