@@ -20,190 +20,6 @@
         if (st_) return st_;                                                                       \
     } while (0)
 
-cleave_status jctx_fail(jctx *c, const jnode *at, const char *fmt, ...) {
-    (void)c;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (at) return err_set(CLEAVE_ERR_INVALID_ARG, "line %d: %s", at->line, msg);
-    return err_set(CLEAVE_ERR_INVALID_ARG, "%s", msg);
-}
-
-cleave_status jctx_step(jctx *c, const jnode *at) {
-    if (++c->steps > c->lim.max_steps)
-        return jctx_fail(c, at, "the template ran more than %llu steps (a limit)",
-                         (unsigned long long)c->lim.max_steps);
-    return CLEAVE_OK;
-}
-
-cleave_status jctx_str(jctx *c, const jvalue *v, jvalue *out) {
-    if (v->t == JV_STR) return *out = *v, CLEAVE_OK;
-    if (v->t == JV_UNDEF) return *out = jv_str("", 0), CLEAVE_OK;
-    jbuf b = {.limit = c->lim.max_output};
-    cleave_status st = jv_str_into(&b, v);
-    if (!st) st = jv_new_str(&c->arena, b.p ? b.p : "", b.n, out);
-    free(b.p);
-    return st;
-}
-
-static cleave_status undefined_error(jctx *c, const jnode *at, const jvalue *v) {
-    if (v->u.undef) return jctx_fail(c, at, "%s is undefined", v->u.undef);
-    return jctx_fail(c, at, "a value is undefined");
-}
-
-cleave_status jctx_iterate(jctx *c, const jnode *at, const jvalue *v, jlist **out) {
-    switch (v->t) {
-    case JV_UNDEF: *out = jlist_new(&c->arena, 0); return *out ? CLEAVE_OK : CLEAVE_ERR_OOM;
-    case JV_LIST:
-    case JV_TUPLE: *out = v->u.l; return CLEAVE_OK;
-    case JV_DICT: {
-        jlist *l = jlist_new(&c->arena, v->u.d->n);
-        if (!l) return CLEAVE_ERR_OOM;
-        for (size_t i = 0; i < v->u.d->n; i++)
-            l->v[l->n++] = v->u.d->k[i];
-        *out = l;
-        return CLEAVE_OK;
-    }
-    case JV_STR: {
-        jlist *l = jlist_new(&c->arena, v->u.s.n);
-        if (!l) return CLEAVE_ERR_OOM;
-        for (size_t i = 0; i < v->u.s.n;) {
-            size_t k = 1;
-            unsigned char ch = (unsigned char)v->u.s.p[i];
-            if (ch >= 0xF0)
-                k = 4;
-            else if (ch >= 0xE0)
-                k = 3;
-            else if (ch >= 0xC0)
-                k = 2;
-            if (i + k > v->u.s.n) k = v->u.s.n - i;
-            l->v[l->n++] = jv_str(v->u.s.p + i, k);
-            i += k;
-        }
-        *out = l;
-        return CLEAVE_OK;
-    }
-    default: return jctx_fail(c, at, "'%s' object is not iterable", jv_type_name(v));
-    }
-}
-
-static cleave_status method_value(jctx *c, const jvalue *obj, jstr name, jvalue *out) {
-    jmethod *m = jarena_alloc(&c->arena, sizeof *m);
-    if (!m) return CLEAVE_ERR_OOM;
-    m->self = *obj, m->name = name;
-    *out = (jvalue){.t = JV_METHOD, .u.m = m};
-    return CLEAVE_OK;
-}
-
-static bool name_is(jstr s, const char *w) { return s.n == strlen(w) && !memcmp(s.p, w, s.n); }
-
-static cleave_status undef_attr(jctx *c, const jvalue *obj, jstr name, jvalue *out) {
-    char *msg = jarena_alloc(&c->arena, name.n + 64);
-    if (!msg) return CLEAVE_ERR_OOM;
-    snprintf(msg, name.n + 64, "'%s object' has no attribute '%.*s', so it", jv_type_name(obj),
-             (int)name.n, name.p);
-    *out = jv_undef(msg);
-    return CLEAVE_OK;
-}
-
-static cleave_status loop_attr(jctx *c, const jnode *at, const jloop *L, jstr name, jvalue *out) {
-    int64_t n = (int64_t)L->items->n, i = (int64_t)L->index0;
-    if (name_is(name, "index"))
-        *out = jv_int(i + 1);
-    else if (name_is(name, "index0"))
-        *out = jv_int(i);
-    else if (name_is(name, "revindex"))
-        *out = jv_int(n - i);
-    else if (name_is(name, "revindex0"))
-        *out = jv_int(n - i - 1);
-    else if (name_is(name, "first"))
-        *out = jv_bool(i == 0);
-    else if (name_is(name, "last"))
-        *out = jv_bool(i == n - 1);
-    else if (name_is(name, "length"))
-        *out = jv_int(n);
-    else if (name_is(name, "depth"))
-        *out = jv_int(L->depth);
-    else if (name_is(name, "depth0"))
-        *out = jv_int(L->depth - 1);
-    else if (name_is(name, "previtem"))
-        *out = i > 0 ? L->items->v[i - 1] : jv_undef("there is no previous item: loop.previtem");
-    else if (name_is(name, "nextitem"))
-        *out = i + 1 < n ? L->items->v[i + 1] : jv_undef("there is no next item: loop.nextitem");
-    else if (name_is(name, "cycle")) {
-        jvalue self = {.t = JV_LOOP, .u.loop = (jloop *)L};
-        return method_value(c, &self, name, out);
-    } else {
-        (void)at;
-        jvalue self = {.t = JV_LOOP};
-        return undef_attr(c, &self, name, out);
-    }
-    return CLEAVE_OK;
-}
-
-cleave_status jctx_getattr(jctx *c, const jnode *at, const jvalue *obj, jstr name, jvalue *out) {
-    switch (obj->t) {
-    case JV_UNDEF: return undefined_error(c, at, obj);
-    case JV_LOOP: return loop_attr(c, at, obj->u.loop, name, out);
-    case JV_NAMESPACE: {
-        jvalue *v = jdict_get_str(obj->u.d, name.p, name.n);
-        if (v) return *out = *v, CLEAVE_OK;
-        return undef_attr(c, obj, name, out);
-    }
-    case JV_DICT: {
-        if (jinja_has_method(obj, name)) return method_value(c, obj, name, out);
-        jvalue *v = jdict_get_str(obj->u.d, name.p, name.n);
-        if (v) return *out = *v, CLEAVE_OK;
-        return undef_attr(c, obj, name, out);
-    }
-    case JV_STR:
-    case JV_LIST:
-    case JV_TUPLE:
-        if (jinja_has_method(obj, name)) return method_value(c, obj, name, out);
-        return undef_attr(c, obj, name, out);
-    default: return undef_attr(c, obj, name, out);
-    }
-}
-
-cleave_status jctx_getitem(jctx *c, const jnode *at, const jvalue *obj, const jvalue *key,
-                           jvalue *out) {
-    switch (obj->t) {
-    case JV_UNDEF: return undefined_error(c, at, obj);
-    case JV_DICT:
-    case JV_NAMESPACE: {
-        jvalue *v = jdict_get(obj->u.d, key);
-        if (v) return *out = *v, CLEAVE_OK;
-        break;
-    }
-    case JV_LIST:
-    case JV_TUPLE:
-    case JV_STR:
-        if (key->t == JV_INT || key->t == JV_BOOL) {
-            int64_t i = key->t == JV_INT ? key->u.i : key->u.b;
-            if (obj->t == JV_STR) {
-                jlist *chars;
-                TRY(jctx_iterate(c, at, obj, &chars));
-                int64_t n = (int64_t)chars->n;
-                if (i < 0) i += n;
-                if (i >= 0 && i < n) return *out = chars->v[i], CLEAVE_OK;
-            } else {
-                int64_t n = (int64_t)obj->u.l->n;
-                if (i < 0) i += n;
-                if (i >= 0 && i < n) return *out = obj->u.l->v[i], CLEAVE_OK;
-            }
-            *out = jv_undef("the index is out of range, so the item");
-            return CLEAVE_OK;
-        }
-        break;
-    default: break;
-    }
-    if (key->t == JV_STR) return jctx_getattr(c, at, obj, key->u.s, out);
-    *out = jv_undef("the item");
-    return CLEAVE_OK;
-}
-
 /* ---- scopes ---- */
 
 static jvalue *lookup(jframe *f, jstr name) {
@@ -290,8 +106,8 @@ static cleave_status repeat(jctx *c, const jnode *at, const jvalue *seq, int64_t
 static cleave_status arith(jctx *c, const jnode *at, jop op, const jvalue *x, const jvalue *y,
                            jvalue *out) {
     static const char *const sym[] = {"+", "-", "*", "/", "//", "%", "**"};
-    if (x->t == JV_UNDEF) return undefined_error(c, at, x);
-    if (y->t == JV_UNDEF) return undefined_error(c, at, y);
+    if (x->t == JV_UNDEF) return jctx_undefined(c, at, x);
+    if (y->t == JV_UNDEF) return jctx_undefined(c, at, y);
     if (op == JOP_ADD && x->t == JV_STR && y->t == JV_STR) {
         char *p = jarena_alloc(&c->arena, x->u.s.n + y->u.s.n + 1);
         if (!p) return CLEAVE_ERR_OOM;
@@ -409,8 +225,8 @@ static cleave_status compare(jctx *c, const jnode *at, jop op, const jvalue *x, 
     }
     int o;
     if (!jv_compare(x, y, &o)) {
-        if (x->t == JV_UNDEF) return undefined_error(c, at, x);
-        if (y->t == JV_UNDEF) return undefined_error(c, at, y);
+        if (x->t == JV_UNDEF) return jctx_undefined(c, at, x);
+        if (y->t == JV_UNDEF) return jctx_undefined(c, at, y);
         return jctx_fail(c, at, "'%s' not supported between instances of '%s' and '%s'",
                          op == JOP_LT   ? "<"
                          : op == JOP_LE ? "<="
@@ -425,7 +241,7 @@ static cleave_status compare(jctx *c, const jnode *at, jop op, const jvalue *x, 
 /* Python's slice of a list, tuple or string with None for absent bounds. */
 static cleave_status slice(jctx *c, const jnode *at, const jvalue *obj, const jvalue *lo,
                            const jvalue *hi, const jvalue *step, jvalue *out) {
-    if (obj->t == JV_UNDEF) return undefined_error(c, at, obj);
+    if (obj->t == JV_UNDEF) return jctx_undefined(c, at, obj);
     jlist *items;
     if (obj->t == JV_STR)
         TRY(jctx_iterate(c, at, obj, &items));
@@ -544,7 +360,7 @@ static cleave_status eval_inner(jctx *c, const jnode *n, jframe *f, jvalue *out)
     case JN_POS: {
         jvalue x;
         TRY(eval(c, n->a, f, &x));
-        if (x.t == JV_UNDEF) return undefined_error(c, n, &x);
+        if (x.t == JV_UNDEF) return jctx_undefined(c, n, &x);
         if (!jv_is_number(&x))
             return jctx_fail(c, n, "bad operand type for unary %s: '%s'",
                              n->kind == JN_NEG ? "-" : "+", jv_type_name(&x));
@@ -746,7 +562,7 @@ cleave_status jctx_call(jctx *c, const jnode *at, const jvalue *callee, const ja
         free(b.p);
         return st;
     }
-    case JV_UNDEF: return undefined_error(c, at, callee);
+    case JV_UNDEF: return jctx_undefined(c, at, callee);
     default: return jctx_fail(c, at, "'%s' object is not callable", jv_type_name(callee));
     }
 }

@@ -288,14 +288,17 @@ typedef struct jargs {
     size_t n_kw;
 } jargs;
 
-/* An error at a node: "line L: message". */
+/* jinja_value.c, the services every part uses: an error at a node
+ * ("line L: message"), the error of using an undefined value, a step. */
 cleave_status jctx_fail(jctx *c, const jnode *at, const char *fmt, ...) ERR_PRINTF_J(3, 4);
+cleave_status jctx_undefined(jctx *c, const jnode *at, const jvalue *v);
 cleave_status jctx_step(jctx *c, const jnode *at);
 /* str(v) as a string value (v itself when it is one). */
 cleave_status jctx_str(jctx *c, const jvalue *v, jvalue *out);
 /* The items a for loop walks over v: list and tuple items, dict keys, characters. */
 cleave_status jctx_iterate(jctx *c, const jnode *at, const jvalue *v, jlist **out);
-/* obj.name as jinja2 resolves it (methods first, then items); obj[key] (items first). */
+/* jinja_access.c: obj.name as jinja2 resolves it (methods first, then
+ * items); obj[key] (items first). */
 cleave_status jctx_getattr(jctx *c, const jnode *at, const jvalue *obj, jstr name, jvalue *out);
 cleave_status jctx_getitem(jctx *c, const jnode *at, const jvalue *obj, const jvalue *key,
                            jvalue *out);
@@ -321,7 +324,7 @@ static inline const jvalue *jarg(const jargs *a, size_t idx, const char *name) {
         if (jname_is(a->kw_names[k], name)) return &a->kw[k];
     return NULL;
 }
-static inline bool jarg_bool(const jvalue *v, bool def) { return v ? jv_truthy(v) : def; }
+bool jarg_bool(const jvalue *v, bool def); /* an argument's truth, def when it is absent */
 static inline bool py_ascii_space(char c) {
     return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }

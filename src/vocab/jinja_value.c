@@ -3,6 +3,7 @@
  * as jinja2's tojson writes it (json.dumps with sorted keys, then <, >,
  * & and ' escaped for HTML). Also the arenas everything lives in. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -552,3 +553,77 @@ cleave_status jv_json_into(jbuf *b, const jvalue *v, int indent, int depth) {
                        jv_type_name(v));
     }
 }
+
+/* ---- the evaluation's basic services: a failure at a line, a step, a
+ * value's text and items (used by every part of the interpreter) ---- */
+
+cleave_status jctx_fail(jctx *c, const jnode *at, const char *fmt, ...) {
+    (void)c;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (at) return err_set(CLEAVE_ERR_INVALID_ARG, "line %d: %s", at->line, msg);
+    return err_set(CLEAVE_ERR_INVALID_ARG, "%s", msg);
+}
+
+cleave_status jctx_step(jctx *c, const jnode *at) {
+    if (++c->steps > c->lim.max_steps)
+        return jctx_fail(c, at, "the template ran more than %llu steps (a limit)",
+                         (unsigned long long)c->lim.max_steps);
+    return CLEAVE_OK;
+}
+
+cleave_status jctx_str(jctx *c, const jvalue *v, jvalue *out) {
+    if (v->t == JV_STR) return *out = *v, CLEAVE_OK;
+    if (v->t == JV_UNDEF) return *out = jv_str("", 0), CLEAVE_OK;
+    jbuf b = {.limit = c->lim.max_output};
+    cleave_status st = jv_str_into(&b, v);
+    if (!st) st = jv_new_str(&c->arena, b.p ? b.p : "", b.n, out);
+    free(b.p);
+    return st;
+}
+
+cleave_status jctx_iterate(jctx *c, const jnode *at, const jvalue *v, jlist **out) {
+    switch (v->t) {
+    case JV_UNDEF: *out = jlist_new(&c->arena, 0); return *out ? CLEAVE_OK : CLEAVE_ERR_OOM;
+    case JV_LIST:
+    case JV_TUPLE: *out = v->u.l; return CLEAVE_OK;
+    case JV_DICT: {
+        jlist *l = jlist_new(&c->arena, v->u.d->n);
+        if (!l) return CLEAVE_ERR_OOM;
+        for (size_t i = 0; i < v->u.d->n; i++)
+            l->v[l->n++] = v->u.d->k[i];
+        *out = l;
+        return CLEAVE_OK;
+    }
+    case JV_STR: {
+        jlist *l = jlist_new(&c->arena, v->u.s.n);
+        if (!l) return CLEAVE_ERR_OOM;
+        for (size_t i = 0; i < v->u.s.n;) {
+            size_t k = 1;
+            unsigned char ch = (unsigned char)v->u.s.p[i];
+            if (ch >= 0xF0)
+                k = 4;
+            else if (ch >= 0xE0)
+                k = 3;
+            else if (ch >= 0xC0)
+                k = 2;
+            if (i + k > v->u.s.n) k = v->u.s.n - i;
+            l->v[l->n++] = jv_str(v->u.s.p + i, k);
+            i += k;
+        }
+        *out = l;
+        return CLEAVE_OK;
+    }
+    default: return jctx_fail(c, at, "'%s' object is not iterable", jv_type_name(v));
+    }
+}
+
+cleave_status jctx_undefined(jctx *c, const jnode *at, const jvalue *v) {
+    if (v->u.undef) return jctx_fail(c, at, "%s is undefined", v->u.undef);
+    return jctx_fail(c, at, "a value is undefined");
+}
+
+bool jarg_bool(const jvalue *v, bool def) { return v ? jv_truthy(v) : def; }

@@ -228,6 +228,13 @@ void tokenizer_free(tokenizer *t) {
 }
 
 size_t tokenizer_n_vocab(const tokenizer *t) { return t ? t->n_vocab : 0; }
+
+bool tokenizer_token_text(const tokenizer *t, int32_t id, const char **text, size_t *len) {
+    if (!t || id < 0 || (size_t)id >= t->n_vocab) return false;
+    *text = t->arena + t->off[id];
+    *len = t->off[id + 1] - t->off[id];
+    return true;
+}
 int32_t tokenizer_bos(const tokenizer *t) { return t ? t->bos : -1; }
 int32_t tokenizer_eos(const tokenizer *t) { return t ? t->eos : -1; }
 bool tokenizer_add_bos(const tokenizer *t) { return t && t->add_bos; }

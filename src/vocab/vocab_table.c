@@ -33,10 +33,3 @@ void tok_insert(tokenizer *t, int32_t id) {
         return;
     }
 }
-
-bool tokenizer_token_text(const tokenizer *t, int32_t id, const char **text, size_t *len) {
-    if (!t || id < 0 || (size_t)id >= tokenizer_n_vocab(t)) return false;
-    *text = t->arena + t->off[id];
-    *len = t->off[id + 1] - t->off[id];
-    return true;
-}
