@@ -46,9 +46,12 @@ void *mem_alloc_aligned(size_t n, const char *what) {
 
 void mem_free_aligned(void *p) { free(p); }
 
-char *mem_strdup(const char *s, const char *what) {
-    size_t n = strlen(s) + 1;
-    char *p = mem_alloc(n, what);
-    if (p) memcpy(p, s, n);
+char *mem_strdup(const char *s, const char *what) { return mem_strndup(s, strlen(s), what); }
+
+char *mem_strndup(const char *s, size_t n, const char *what) {
+    char *p = mem_alloc(n + 1, what);
+    if (!p) return NULL;
+    if (n) memcpy(p, s, n);
+    p[n] = 0;
     return p;
 }

@@ -18,6 +18,8 @@ void *mem_realloc(void *p, size_t n, const char *what);
 void *mem_alloc_aligned(size_t n, const char *what);
 void mem_free_aligned(void *p);
 char *mem_strdup(const char *s, const char *what);
+/* s[0, n) and a terminating NUL (s need not be terminated). */
+char *mem_strndup(const char *s, size_t n, const char *what);
 
 #ifdef __cplusplus
 }

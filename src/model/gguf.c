@@ -172,10 +172,8 @@ static cleave_status rd_name(rd *r, size_t max, char **out) {
     if (len > max)
         return bad(r->f, "%s: name of %zu bytes exceeds the limit of %zu", r->what, len, max);
     if (memchr(r->f->map + pos, 0, len)) return bad(r->f, "%s: name contains a NUL byte", r->what);
-    char *s = mem_alloc(len + 1, "gguf name");
+    char *s = mem_strndup((const char *)r->f->map + pos, len, "gguf name");
     if (!s) return err_wrap(CLEAVE_ERR_OOM, "%s", r->f->path);
-    memcpy(s, r->f->map + pos, len);
-    s[len] = 0;
     *out = s;
     return CLEAVE_OK;
 }

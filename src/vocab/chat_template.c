@@ -24,11 +24,8 @@ static cleave_status token_text(const cleave_model *m, int32_t id, char **out) {
     const char *s = "";
     size_t n = 0;
     if (m && m->tok && id >= 0 && !tokenizer_token_text(m->tok, id, &s, &n)) s = "", n = 0;
-    *out = mem_alloc(n + 1, "chat template token");
-    if (!*out) return CLEAVE_ERR_OOM;
-    memcpy(*out, s, n);
-    (*out)[n] = 0;
-    return CLEAVE_OK;
+    *out = mem_strndup(s, n, "chat template token");
+    return *out ? CLEAVE_OK : CLEAVE_ERR_OOM;
 }
 
 /* A family's name as chat.c knows it, or UNSUPPORTED listing them. */
@@ -41,10 +38,7 @@ static cleave_status builtin(const char *name, const char **family) {
 }
 
 static cleave_status load_jinja(cleave_chat_template *t, const char *text, size_t n) {
-    t->source = mem_alloc(n + 1, "chat template text");
-    if (!t->source) return CLEAVE_ERR_OOM;
-    memcpy(t->source, text, n);
-    t->source[n] = 0;
+    if (!(t->source = mem_strndup(text, n, "chat template text"))) return CLEAVE_ERR_OOM;
     return jinja_parse(text, n, &t->jinja);
 }
 
