@@ -104,6 +104,7 @@ fi
 rm -f "$tmp/port"
 cat >"$tmp/tmpl.jinja" <<'JINJA'
 {%- if messages[0]['role'] != 'user' %}{{ raise_exception("the first message must be the user's") }}{% endif %}
+{%- if messages[0]['content'] == 'long' %}{% for i in range(900) %}0123456789{% endfor %}{% endif %}
 {%- for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] | trim }}
 {% endfor %}
 {%- if add_generation_prompt %}[ASSISTANT] {% endif %}
@@ -131,6 +132,10 @@ def post(path, body):
 s, b = post("/apply-template", {"messages": [{"role": "user", "content": "  hi  "}]})
 if s != 200 or b.get("prompt") != "[USER] hi\n[ASSISTANT] ":
     bad.append("--chat-template-file's rendering: %d %r" % (s, b))
+# a text longer than the server's first guess of its size renders again, whole
+s, b = post("/apply-template", {"messages": [{"role": "user", "content": "long"}]})
+if s != 200 or b.get("prompt") != "0123456789" * 900 + "[USER] long\n[ASSISTANT] ":
+    bad.append("a 9000-byte rendering: %d %r" % (s, str(b)[:200]))
 s, b = post("/v1/chat/completions", {"messages": [{"role": "system", "content": "x"}], "max_tokens": 2})
 if s != 400 or "the first message must be the user's" not in b["error"]["message"]:
     bad.append("the template's raise_exception: %d %r" % (s, b))

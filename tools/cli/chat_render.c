@@ -1,6 +1,7 @@
 /* Chat rendering over cleave_chat_template_load and _apply (chat_render.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "chat_render.h"
 #include "cli.h"
@@ -27,19 +28,27 @@ cleave_chat_template *chat_template_open(const char *cmd, const cleave_model *m,
 char *chat_render(const cleave_chat_template *t, const cleave_chat_message *msgs, size_t n_msgs,
                   bool add_assistant, size_t *len) {
     *len = 0;
-    size_t need = 0;
-    /* a size query: fails for want of room, saying how much */
-    cleave_status st = cleave_chat_template_apply(t, msgs, n_msgs, add_assistant, NULL, 0, &need);
-    if (st && !(st == CLEAVE_ERR_INVALID_ARG && need)) return NULL;
-    char *text = malloc(need + 1);
-    if (!text) {
-        fprintf(stderr, "cleave: out of memory for a chat of %zu bytes\n", need);
-        return NULL;
-    }
-    if (cleave_chat_template_apply(t, msgs, n_msgs, add_assistant, text, need + 1, len) != CLEAVE_OK) {
+    /* room for the messages and the template's markup at a guess, so a
+     * conversation renders once; a template that writes more renders
+     * again with the size it said */
+    size_t cap = 4096;
+    for (size_t i = 0; i < n_msgs; i++) cap += (msgs[i].content ? strlen(msgs[i].content) : 0) + 256;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *text = malloc(cap + 1);
+        if (!text) {
+            fprintf(stderr, "cleave: out of memory for a chat of %zu bytes\n", cap);
+            return NULL;
+        }
+        size_t need = 0;
+        cleave_status st = cleave_chat_template_apply(t, msgs, n_msgs, add_assistant, text, cap, &need);
+        if (!st) {
+            text[need] = '\0';
+            *len = need;
+            return text;
+        }
         free(text);
-        return NULL;
+        if (st != CLEAVE_ERR_INVALID_ARG || need <= cap) return NULL; /* the template's own error */
+        cap = need;
     }
-    text[*len] = '\0';
-    return text;
+    return NULL;
 }

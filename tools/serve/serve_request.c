@@ -265,6 +265,31 @@ static bool prompt(const cJSON *o, const serve_defaults *d, serve_params *p, why
     return true;
 }
 
+/* msgs in the chat template as a NUL-terminated text; NULL after fail().
+ * The buffer starts at a guess of the size (the messages and room for the
+ * template's markup), so a chat renders once; a template that writes
+ * more renders again with the size it said. */
+static char *render_chat(const cleave_chat_template *t, const cleave_chat_message *msgs, size_t n, why *w) {
+    size_t cap = 4096;
+    for (size_t i = 0; i < n; i++) cap += strlen(msgs[i].content) + 256;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *text = mem_alloc(cap + 1, "a chat's text");
+        if (!text) return out_of_memory(w, "messages"), NULL;
+        size_t need = 0;
+        cleave_status st = cleave_chat_template_apply(t, msgs, n, true, text, cap, &need);
+        if (!st) {
+            text[need] = '\0'; /* the template's text has no terminator of its own */
+            return text;
+        }
+        free(text);
+        if (st == CLEAVE_ERR_OOM) return out_of_memory(w, "messages"), NULL;
+        if (st != CLEAVE_ERR_INVALID_ARG || need <= cap) break; /* the template's own error */
+        cap = need;
+    }
+    fail(w, "messages", "the chat template: %s", cleave_last_error());
+    return NULL;
+}
+
 /* messages: [{role, content}], content a string or text parts; applied to
  * the chat template. */
 static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, why *w) {
@@ -315,20 +340,9 @@ static bool messages(const cJSON *o, const serve_defaults *d, serve_params *p, w
         }
         k++;
     }
-    size_t need = 0;
-    char *text = NULL;
-    if (ok) {
-        cleave_chat_template_apply(d->chat_template, msgs, n, true, NULL, 0, &need);
-        if (!(p->prompts = mem_calloc(1, sizeof *p->prompts, "prompts")) ||
-            !(text = p->prompts[0].text = mem_alloc(need + 1, "a chat's text")))
-            ok = out_of_memory(w, "messages");
-        else p->n_prompts = 1;
-    }
-    cleave_status st;
-    if (ok && (st = cleave_chat_template_apply(d->chat_template, msgs, n, true, text, need + 1, &need)))
-        ok = st == CLEAVE_ERR_OOM ? out_of_memory(w, "messages")
-                                  : fail(w, "messages", "the chat template: %s", cleave_last_error());
-    if (ok) text[need] = '\0'; /* the template's text has no terminator of its own */
+    if (ok && !(p->prompts = mem_calloc(1, sizeof *p->prompts, "prompts"))) ok = out_of_memory(w, "messages");
+    if (ok && !(p->prompts[0].text = render_chat(d->chat_template, msgs, n, w))) ok = false;
+    if (ok) p->n_prompts = 1;
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
     free(msgs);
