@@ -690,8 +690,15 @@ static void check_choices(void) {
               "logprobs: %d tokens for %g generated", cJSON_GetArraySize(tokens), num_at(r, "usage", "completion_tokens"));
     serve_buf spelt = {0};
     serve_buf_add(&spelt, "", 0);
-    const cJSON *t;
-    cJSON_ArrayForEach(t, tokens) if (cJSON_IsString(t)) serve_buf_add(&spelt, t->valuestring, strlen(t->valuestring));
+    const cJSON *t, *offsets = cJSON_GetObjectItemCaseSensitive(lp, "text_offset");
+    int k = 0;
+    cJSON_ArrayForEach(t, tokens) {
+        /* each token's text_offset: where it starts in the text (ASCII here: bytes are characters) */
+        const cJSON *off = cJSON_GetArrayItem(offsets, k++);
+        CHECK_MSG(off && off->valuedouble == (double)spelt.len, "logprobs: token %d's text_offset %g, want %zu", k - 1,
+                  off ? off->valuedouble : -1.0, spelt.len);
+        if (cJSON_IsString(t)) serve_buf_add(&spelt, t->valuestring, strlen(t->valuestring));
+    }
     CHECK_MSG(answer(r) && !strcmp(spelt.p, answer(r)), "logprobs: the tokens spell '%s', the text is '%s'", spelt.p,
               answer(r) ? answer(r) : "(none)");
     free(spelt.p);

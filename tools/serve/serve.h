@@ -126,7 +126,8 @@ typedef enum serve_finish {
 typedef struct serve_logprob {
     int32_t token, prev; /* prev: the token before it (its piece's leading space) */
     float logprob;
-    size_t end;
+    size_t end;       /* bytes of raw text up to its end */
+    size_t end_chars; /* characters (UTF-8 lead bytes) up to its end: a completion's text_offset */
     int n_top;
     int32_t top[SERVE_MAX_LOGPROBS];
     float top_logprob[SERVE_MAX_LOGPROBS];
@@ -262,8 +263,9 @@ typedef struct serve_reply_part {
 } serve_reply_part;
 /* Adds r's choice to o's "choices". false: out of memory. */
 bool serve_reply_choice(struct cJSON *o, const cleave_model *m, const serve_req *r, const serve_reply_part *part);
-/* The tokens whose logprobs go with `released` bytes of r's text. */
-size_t serve_reply_logprobs_upto(const serve_req *r, size_t released, bool finished);
+/* The tokens whose logprobs go with `released` bytes of r's text (the
+ * count; the first `from` of them already known to). */
+size_t serve_reply_logprobs_upto(const serve_req *r, size_t from, size_t released, bool finished);
 /* usage (and llama.cpp's timings) of a response's choices r[0..n). */
 void serve_reply_usage(struct cJSON *o, serve_req *const *r, size_t n);
 

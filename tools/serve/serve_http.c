@@ -221,7 +221,7 @@ static bool choice_events(stream *st, size_t i, serve_req **failed) {
     }
     serve_buf text = {0};
     size_t fresh = r->released - a->sent;
-    size_t lp1 = serve_reply_logprobs_upto(r, r->released, f != SERVE_RUNNING);
+    size_t lp1 = serve_reply_logprobs_upto(r, a->lp_sent, r->released, f != SERVE_RUNNING);
     if (ok && (fresh || lp1 > a->lp_sent)) {
         ok = serve_buf_add_utf8(&text, fresh ? r->raw.p + a->sent : "", fresh) && serve_buf_add(&text, "", 0);
         cJSON *o = ok ? serve_reply_envelope(s->alias, r, true, st->created) : NULL;
@@ -345,7 +345,7 @@ static enum MHD_Result await_whole(struct MHD_Connection *c, serve *s, conn *k) 
     for (size_t i = 0; i < n && o && ok; i++) {
         text.len = 0;
         serve_reply_part part = {.role = true, .text = "", .finish = finish_name(r[i]->finish), .lp0 = 0,
-                                 .lp1 = serve_reply_logprobs_upto(r[i], r[i]->released, true)};
+                                 .lp1 = serve_reply_logprobs_upto(r[i], 0, r[i]->released, true)};
         ok = serve_buf_add(&text, "", 0) && serve_buf_add_utf8(&text, r[i]->raw.p, r[i]->released) &&
              serve_buf_add(&text, "", 0);
         part.text = text.p;

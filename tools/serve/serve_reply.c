@@ -63,13 +63,6 @@ static bool chat_logprobs(cJSON *c, const cleave_model *m, const serve_req *r, s
     return ok;
 }
 
-/* Characters (UTF-8 lead bytes) in text[0, n): a completion's text_offset. */
-static size_t chars(const char *text, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)text[i] & 0xC0) != 0x80;
-    return k;
-}
-
 /* Completions' logprobs: {tokens, token_logprobs, top_logprobs: [{text: lp}], text_offset}. */
 static bool completion_logprobs(cJSON *c, const cleave_model *m, const serve_req *r, size_t lp0, size_t lp1) {
     cJSON *o = cJSON_AddObjectToObject(c, "logprobs");
@@ -82,7 +75,7 @@ static bool completion_logprobs(cJSON *c, const cleave_model *m, const serve_req
         if (!(ok = token_text(m, lp->prev, lp->token, &t, NULL))) break;
         cJSON_AddItemToArray(tokens, cJSON_CreateString(t.p));
         cJSON_AddItemToArray(lps, cJSON_CreateNumber(lp->logprob));
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)chars(r->raw.p, i ? r->lp[i - 1].end : 0)));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(i ? r->lp[i - 1].end_chars : 0)));
         cJSON *top = cJSON_CreateObject();
         cJSON_AddItemToArray(tops, top);
         for (int k = 0; k < lp->n_top && ok; k++) {
@@ -95,8 +88,8 @@ static bool completion_logprobs(cJSON *c, const cleave_model *m, const serve_req
     return ok;
 }
 
-size_t serve_reply_logprobs_upto(const serve_req *r, size_t released, bool finished) {
-    size_t k = 0;
+size_t serve_reply_logprobs_upto(const serve_req *r, size_t from, size_t released, bool finished) {
+    size_t k = from;
     /* a token is sent with the text it ends in; at the end, also one a
      * stop string cut into (its start released) */
     while (k < r->n_lp && (r->lp[k].end <= released || (finished && (k ? r->lp[k - 1].end : 0) < released))) k++;

@@ -422,7 +422,9 @@ static void sample_one(void *arg, int i) {
 }
 
 /* With the lock held: the step's logprobs of sl join its request's, the
- * token's text ending at end. false: out of memory. */
+ * token's text ending at byte end of the raw text (its characters counted
+ * on from the last token's, so offsets cost no rescan). false: out of
+ * memory. */
 static bool keep_logprob(slot *sl, size_t end) {
     serve_req *r = sl->r;
     if (r->n_lp == r->cap_lp) {
@@ -431,7 +433,9 @@ static bool keep_logprob(slot *sl, size_t end) {
         if (!p) return false;
         r->lp = p, r->cap_lp = cap;
     }
-    sl->lp.prev = sl->prev, sl->lp.end = end;
+    size_t start = r->n_lp ? r->lp[r->n_lp - 1].end : 0, chars = r->n_lp ? r->lp[r->n_lp - 1].end_chars : 0;
+    for (size_t i = start; i < end; i++) chars += ((unsigned char)r->raw.p[i] & 0xC0) != 0x80;
+    sl->lp.prev = sl->prev, sl->lp.end = end, sl->lp.end_chars = chars;
     r->lp[r->n_lp++] = sl->lp;
     return true;
 }
