@@ -254,15 +254,38 @@ static const char *copy_cells(serve_sched *s, slot *from, slot *to, size_t keep)
     return NULL;
 }
 
+/* With the lock held: whether a later choice copies a prompt's cells
+ * (cells of them moved for tokens not processed), by the policy and, for
+ * AUTO, the rates this server has measured. */
+static bool copy_wanted(const serve_sched *s, size_t cells, size_t tokens) {
+    if (s->o.copy != SERVE_COPY_AUTO) return s->o.copy == SERVE_COPY_ON;
+    double copy_rate = s->copy_seconds > 0 ? s->copied_cells / s->copy_seconds : 0;
+    double pf_rate = s->stats.prefill_seconds > 0 ? s->stats.prefill_tokens / s->stats.prefill_seconds : 0;
+    return serve_copy_pays(copy_rate, pf_rate, cells, tokens, COPY_PROBE_CELLS);
+}
+
+/* With the lock held: a slot other than to whose cells hold r's prompt
+ * (all but its last token): the first choice's, running or (it may have
+ * ended at its first token) idle, or a choice that copied them before. */
+static slot *copy_source(serve_sched *s, const serve_req *r, const slot *to) {
+    for (int i = 0; i < s->o.n_parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (sl != to && common_prefix(sl->cache, sl->n_cache, r->prompt, r->n_prompt) + 1 >= r->n_prompt) return sl;
+    }
+    return NULL;
+}
+
 /* With the lock held: the next queued request goes to the idle slot whose
  * cache shares the longest prefix with its prompt. false: nothing to start. */
 static bool admit_locked(serve_sched *s) {
     drop_cancelled_locked(s);
     if (!s->q_len) return false;
     serve_req *r = s->queue[s->q_head];
-    /* another choice of the same prompt: it waits while that one's prompt
-     * runs, then copies its cells (if it has gone, r runs its own) */
-    slot *lead = r->lead_id ? slot_running(s, r->lead_id) : NULL;
+    /* another choice of the same prompt that is to copy its cells waits
+     * while the first choice's prompt runs (if that has gone, it runs its
+     * own); one that is not to copy runs its prompt beside the first's */
+    bool want_copy = r->lead_id && copy_wanted(s, r->n_prompt, r->n_prompt - 1);
+    slot *lead = want_copy ? slot_running(s, r->lead_id) : NULL;
     if (lead && lead->n_done < lead->r->n_prompt) return false;
     slot *best = NULL, *lru = NULL;
     size_t best_lcp = 0;
@@ -287,31 +310,25 @@ static bool admit_locked(serve_sched *s) {
         end_locked(s, best, SERVE_FINISH_ERROR, 400, "the prompt does not fit a slot");
         return true;
     }
-    /* all but the last prompt token: that one runs in r's own row for its logits */
-    /* the prompt's cells come from whichever other slot holds them: the
-     * first choice's, running or (it may have ended at its first token)
-     * idle, or a choice that copied them before */
-    lead = NULL;
-    for (int i = 0; r->lead_id && i < s->o.n_parallel && !lead; i++)
-        if (&s->slots[i] != best && common_prefix(s->slots[i].cache, s->slots[i].n_cache, r->prompt, r->n_prompt) + 1 >=
-                                        r->n_prompt)
-            lead = &s->slots[i];
-    if (lead && best_lcp + 1 < r->n_prompt && s->o.copy != SERVE_COPY_ON) {
-        double copy_rate = s->copy_seconds > 0 ? s->copied_cells / s->copy_seconds : 0;
-        double pf_rate = s->stats.prefill_seconds > 0 ? s->stats.prefill_tokens / s->stats.prefill_seconds : 0;
-        if (s->o.copy == SERVE_COPY_OFF ||
-            !serve_copy_pays(copy_rate, pf_rate, lead->n_cache, r->n_prompt - 1 - best_lcp, COPY_PROBE_CELLS))
-            lead = NULL, s->copies_declined++;
+    /* all but the last prompt token are copied: that one runs in r's own
+     * row for its logits */
+    slot *src = NULL;
+    if (r->lead_id && best_lcp + 1 < r->n_prompt) {
+        bool declined = !want_copy;
+        if (want_copy && (src = copy_source(s, r, best)) &&
+            !copy_wanted(s, src->n_cache, r->n_prompt - 1 - best_lcp))
+            src = NULL, declined = true;
+        s->copies_declined += declined;
     }
-    if (lead && best_lcp + 1 < r->n_prompt) {
+    if (src) {
         /* HTTP threads need not wait for the copy: the slots are the loop's */
         pthread_mutex_unlock(&s->mu);
         double t0 = now();
-        const char *why = copy_cells(s, lead, best, r->n_prompt - 1);
+        const char *why = copy_cells(s, src, best, r->n_prompt - 1);
         double t1 = now();
         pthread_mutex_lock(&s->mu);
         if (!why) {
-            s->copies++, s->copied_cells += (double)lead->n_cache, s->copy_seconds += t1 - t0;
+            s->copies++, s->copied_cells += (double)src->n_cache, s->copy_seconds += t1 - t0;
             best_lcp = r->n_prompt - 1;
             r->copy_ms = (t1 - t0) * 1e3;
         } else {
