@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 lengths = [512, 2048, 8000]
-gpu = {"on": [0.380, 1.337, 5.135], "auto": [0.364, 0.685, 2.425], "off": [0.275, 0.679, 2.433]}
+gpu = {"on": [0.391, 1.499, 5.248], "auto": [0.339, 0.679, 2.448], "off": [0.269, 0.670, 2.449]}
 fig, ax = plt.subplots(1, 2, figsize=(10, 4))
 w = 0.27
 for k, (name, v) in enumerate(gpu.items()):
