@@ -141,6 +141,9 @@ typedef enum cleave_split_mode {
     CLEAVE_SPLIT_TENSOR = 2,
 } cleave_split_mode;
 
+/* The most devices a context spreads over. */
+#define CLEAVE_MAX_DEVICES 16
+
 /* cleave_context_params.kv_type_v: the V cache takes the K cache's type. */
 #define CLEAVE_KV_TYPE_AS_K ((cleave_type)-1)
 
@@ -192,7 +195,21 @@ typedef struct cleave_context_params {
      * while others keep theirs cached (a server's slots); the rest share
      * what is left. 0 (the default): one pool for every sequence. */
     uint32_t seq_regions;
+    /* Each phase its own placement: prompts processed under
+     * prefill_split_mode with prefill_shares (n_prefill_shares, one per
+     * device; NULL: fitted with fit, else equal), answers generated under
+     * split_mode with shares (cleave_context_set_phase moves between
+     * them). The context is made in the prefill phase, with a context
+     * size both phases hold. With fit, a phase without shares of its own
+     * is fitted to the budgets for its mode, and a switch that could not
+     * fit a device at its fullest point is known when the context is made
+     * (cleave_context_placement). CLEAVE_SPLIT_AS_GENERATE (the default):
+     * one placement for both phases. */
+    cleave_split_mode prefill_split_mode;
+    const float *prefill_shares;
+    size_t n_prefill_shares;
 } cleave_context_params;
+#define CLEAVE_SPLIT_AS_GENERATE ((cleave_split_mode)-1)
 #define CLEAVE_KV_VRAM_ALL  (-1)
 #define CLEAVE_KV_VRAM_AUTO (-2)
 
@@ -209,6 +226,57 @@ uint32_t cleave_context_n_ctx(const cleave_context *ctx);
 cleave_status cleave_context_set_split_mode(cleave_context *ctx, cleave_split_mode mode,
                                             const float *shares, size_t n_shares);
 cleave_split_mode cleave_context_split_mode(const cleave_context *ctx);
+/* The two phases of a context made with a prefill_split_mode. */
+typedef enum cleave_phase {
+    CLEAVE_PHASE_PREFILL = 0,
+    CLEAVE_PHASE_GENERATE = 1,
+} cleave_phase;
+/* Moves the context to the placement of a phase (its mode and shares, as
+ * given or fitted), in place like cleave_context_set_split_mode. A switch
+ * found not to fit when the context was made is refused at once
+ * (CLEAVE_ERR_OOM, the message saying why and what would fit); the
+ * context then stays usable where it is. Nothing to do where the phases
+ * share one placement. */
+cleave_status cleave_context_set_phase(cleave_context *ctx, cleave_phase phase);
+cleave_phase cleave_context_phase(const cleave_context *ctx);
+/* Where each phase of a context goes, per device, and whether the switch
+ * between them fits: what cleave_context_placement reports of a context
+ * and cleave_placement_preview of one that is not made yet. */
+typedef struct cleave_phase_placement {
+    cleave_split_mode mode;
+    bool fits;                        /* the phase has a placement at n_ctx */
+    double shares[CLEAVE_MAX_DEVICES]; /* the shares placed (given or fitted); layer and tensor */
+    size_t weights[CLEAVE_MAX_DEVICES], kv[CLEAVE_MAX_DEVICES], compute[CLEAVE_MAX_DEVICES]; /* device memory */
+    size_t kv_host[CLEAVE_MAX_DEVICES]; /* a tiered KV cache's host part */
+    uint32_t kv_vram_cells;             /* cells of each layer in device memory */
+} cleave_phase_placement;
+typedef struct cleave_placement_report {
+    size_t n_devices;
+    char device[CLEAVE_MAX_DEVICES][64];
+    size_t budget[CLEAVE_MAX_DEVICES]; /* bytes; 0 = unlimited */
+    uint32_t n_ctx, n_batch;           /* the context both phases hold */
+    bool two_phases;                   /* the phases' placements differ */
+    cleave_phase_placement phase[2];   /* [CLEAVE_PHASE_PREFILL], [CLEAVE_PHASE_GENERATE] */
+    /* each device's fullest point in the switch to that phase (weights, KV
+     * and compute of both placements while the pieces move), and whether
+     * it stays within every budget */
+    size_t switch_peak[2][CLEAVE_MAX_DEVICES];
+    bool switch_fits[2];
+    char why[1024]; /* when the switch to generation cannot happen: why, and what would let it */
+    /* the largest context that fits (with fit: 5% of each budget free,
+     * shares fitted where none are given) under none, layer and tensor
+     * alone, and under the two phases with the switch between them; up to
+     * the larger of the context asked and the model's training context; 0:
+     * none */
+    uint32_t largest_ctx[3], largest_ctx_phases;
+} cleave_placement_report;
+cleave_status cleave_context_placement(const cleave_context *ctx, cleave_placement_report *out);
+/* The placement a context of these parameters would get, computed from
+ * the model's shapes and the devices' budgets without placing anything:
+ * "will it fit" before the weights are loaded. Fails as
+ * cleave_context_new would (a prefill phase that cannot be placed). */
+cleave_status cleave_placement_preview(cleave_model *model, const cleave_context_params *params,
+                                       cleave_placement_report *out);
 /* "none", "layer" or "tensor" ("?" for a value outside the enum). */
 const char *cleave_split_mode_name(cleave_split_mode mode);
 /* What the context's last split-mode switch moved: the bytes that reached
@@ -219,7 +287,6 @@ const char *cleave_split_mode_name(cleave_split_mode mode);
  * issuing its copies (seconds_alloc), waiting for the copies
  * (seconds_copy), freeing the old pieces (seconds_free); the rest is the
  * bookkeeping around them. Zeros before any switch. */
-#define CLEAVE_MAX_DEVICES 16
 typedef struct cleave_switch_report {
     size_t n_devices;
     size_t bytes_in[CLEAVE_MAX_DEVICES], bytes_out[CLEAVE_MAX_DEVICES];
@@ -254,6 +321,11 @@ typedef struct cleave_psm_decision {
 } cleave_psm_decision;
 cleave_status cleave_psm_decide(const char *rates_path, uint32_t prompt, uint32_t n_gen,
                                 double margin, cleave_psm_decision *out);
+/* The same among the plans with allowed[i] (in the order of seconds[]; NULL:
+ * all), e.g. leaving out a switch that cannot fit the devices
+ * (cleave_placement_preview's switch_fits). */
+cleave_status cleave_psm_decide_among(const char *rates_path, uint32_t prompt, uint32_t n_gen, double margin,
+                                      const bool allowed[4], cleave_psm_decision *out);
 /* Several sequences share a context, and a switch moves them all. The
  * gate says which mode to run a step in: the prefill mode when every
  * active sequence is processing its prompt, the generation mode when

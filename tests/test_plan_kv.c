@@ -183,6 +183,7 @@ static void test_plan_tensor(void) {
     plan p;
     plan_request req = split_request(&hp, layer_bytes, 3, budgets, CLEAVE_SPLIT_TENSOR, NULL);
     req.ff_align = 32;
+    req.collective_on_device = true; /* GPUs: the all-reduce's buffers in device memory */
     CHECK(plan_make(&req, &p) == CLEAVE_ERR_INVALID_ARG); /* no attention/FFN bytes */
     req.layer_attn_bytes = attn, req.layer_ffn_bytes = ffn;
     CHECK_OK(plan_make(&req, &p));

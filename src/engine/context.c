@@ -37,7 +37,8 @@ static cleave_status open_one(const char *spec, size_t len, int n_threads, size_
 
 /* The devices of p->devices: "cpu", "cpu:N" (N virtual CPU devices) or a
  * comma list of "cpu" / "cuda:N". */
-static cleave_status open_devices(struct cleave_context *c, const cleave_context_params *p) {
+cleave_status engine_open_devices(const cleave_context_params *p, be_device **devs, size_t *n_open) {
+    *n_open = 0;
     const char *spec = p->devices && *p->devices ? p->devices : "cpu";
     size_t n_cpu = 0;
     if (strncmp(spec, "cpu:", 4) == 0 && strchr(spec, ','))
@@ -62,6 +63,9 @@ static cleave_status open_devices(struct cleave_context *c, const cleave_context
         return err_set(CLEAVE_ERR_INVALID_ARG, "%zu memory budgets for %zu devices", p->n_budgets, n_dev);
     if (p->shares && p->n_shares != n_dev)
         return err_set(CLEAVE_ERR_INVALID_ARG, "%zu split shares for %zu devices", p->n_shares, n_dev);
+    if (p->prefill_shares && p->n_prefill_shares != n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "%zu prefill split shares for %zu devices", p->n_prefill_shares,
+                       n_dev);
     /* the machine's cores shared among the CPU devices by default: each
      * device runs its own pool, and N pools of every core on N virtual
      * devices fight over the cores (2 cores, cpu:2 -sm tensor: 1206-1505
@@ -83,15 +87,15 @@ static cleave_status open_devices(struct cleave_context *c, const cleave_context
         snprintf(name, sizeof name, n_dev > 1 ? "cpu:%zu" : "cpu", d);
         cleave_status st;
         if (n_cpu) {
-            st = be_cpu_create(name, threads, budget, &c->devs[d]);
+            st = be_cpu_create(name, threads, budget, &devs[d]);
         } else {
             const char *comma = strchr(at, ',');
             size_t len = comma ? (size_t)(comma - at) : strlen(at);
-            st = open_one(at, len, threads, budget, name, &c->devs[d]);
+            st = open_one(at, len, threads, budget, name, &devs[d]);
             at += len + (comma ? 1 : 0);
         }
         if (st) return st;
-        c->n_dev = d + 1;
+        *n_open = d + 1;
     }
     return CLEAVE_OK;
 }
@@ -100,7 +104,8 @@ cleave_context_params cleave_context_default_params(void) {
     cleave_context_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0,
                                .kv_type = CLEAVE_TYPE_F16, .kv_type_v = CLEAVE_KV_TYPE_AS_K, .devices = NULL,
                                .split_mode = CLEAVE_SPLIT_NONE, .main_device = 0,
-                               .kv_vram_cells = CLEAVE_KV_VRAM_ALL};
+                               .kv_vram_cells = CLEAVE_KV_VRAM_ALL,
+                               .prefill_split_mode = CLEAVE_SPLIT_AS_GENERATE};
     return p;
 }
 
@@ -112,16 +117,21 @@ void engine_saved_params(const struct cleave_context *c, cleave_context_params *
     p->n_shares = c->has_shares ? c->n_dev : 0;
     p->budgets = c->has_budgets ? c->budgets : NULL;
     p->n_budgets = c->has_budgets ? c->n_dev : 0;
+    p->prefill_shares = c->has_prefill_shares ? c->prefill_shares : NULL;
+    p->n_prefill_shares = c->has_prefill_shares ? c->n_dev : 0;
 }
 
 static void save_params(struct cleave_context *c, const cleave_context_params *p) {
     c->params = *p;
     c->params.devices = NULL, c->params.shares = NULL, c->params.budgets = NULL;
+    c->params.prefill_shares = NULL, c->params.n_prefill_shares = 0;
     snprintf(c->devices_spec, sizeof c->devices_spec, "%s", p->devices ? p->devices : "");
     c->has_shares = p->shares && p->n_shares == c->n_dev;
     c->has_budgets = p->budgets && p->n_budgets == c->n_dev;
+    c->has_prefill_shares = p->prefill_shares && p->n_prefill_shares == c->n_dev;
     for (size_t d = 0; d < c->n_dev; d++) {
         if (c->has_shares) c->shares[d] = p->shares[d];
+        if (c->has_prefill_shares) c->prefill_shares[d] = p->prefill_shares[d];
         if (c->has_budgets) c->budgets[d] = p->budgets[d];
     }
 }
@@ -146,7 +156,7 @@ static bool kv_type_allowed(cleave_type t) {
 
 /* The parameters checked and resolved against the model: the context
  * size (the model's, at most 4096, unless given) and the batch. */
-static cleave_status resolve(const cleave_model *model, cleave_context_params *p) {
+cleave_status engine_resolve_params(const cleave_model *model, cleave_context_params *p) {
     if (p->kv_type_v == CLEAVE_KV_TYPE_AS_K) p->kv_type_v = p->kv_type;
     const cleave_type kv_types[2] = {p->kv_type, p->kv_type_v};
     for (int v = 0; v < 2; v++) {
@@ -165,6 +175,12 @@ static cleave_status resolve(const cleave_model *model, cleave_context_params *p
     if (p->split_mode != CLEAVE_SPLIT_NONE && p->split_mode != CLEAVE_SPLIT_LAYER &&
         p->split_mode != CLEAVE_SPLIT_TENSOR)
         return err_set(CLEAVE_ERR_INVALID_ARG, "unknown split mode %d", (int)p->split_mode);
+    if (p->prefill_split_mode != CLEAVE_SPLIT_AS_GENERATE && p->prefill_split_mode != CLEAVE_SPLIT_NONE &&
+        p->prefill_split_mode != CLEAVE_SPLIT_LAYER && p->prefill_split_mode != CLEAVE_SPLIT_TENSOR)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "unknown prefill split mode %d", (int)p->prefill_split_mode);
+    if (p->prefill_shares && p->prefill_split_mode == CLEAVE_SPLIT_AS_GENERATE)
+        return err_set(CLEAVE_ERR_INVALID_ARG,
+                       "prefill shares without a prefill split mode: the phases share one placement");
     if (p->kv_vram_cells < CLEAVE_KV_VRAM_AUTO)
         return err_set(CLEAVE_ERR_INVALID_ARG, "KV cells in device memory: %lld is not a count (or ALL, AUTO)",
                        (long long)p->kv_vram_cells);
@@ -195,14 +211,19 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
     if (!model->tok_embd)
         return err_set(CLEAVE_ERR_INVALID_ARG, "context: the model was loaded as a vocabulary alone (vocab_only)");
     cleave_context_params p = params ? *params : cleave_context_default_params();
-    cleave_status st = resolve(model, &p);
+    cleave_status st = engine_resolve_params(model, &p);
     if (st) return st;
     struct cleave_context *c = mem_calloc(1, sizeof *c, "context");
     if (!c) return CLEAVE_ERR_OOM;
     c->model = model;
-    if ((st = open_devices(c, &p))) goto fail;
+    if ((st = engine_open_devices(&p, c->devs, &c->n_dev))) goto fail;
     save_params(c, &p);
+    if ((st = engine_plan_base_make(model, &p, c->devs, c->n_dev, &c->base))) goto fail;
+    if ((st = engine_plan_phases(&c->base, &p, &c->phases))) goto fail;
+    /* made in the prefill phase: requests begin with their prompts */
+    c->phase = CLEAVE_PHASE_PREFILL;
     placement_env env = engine_env(c, &p);
+    env.plan = &c->phases.phase[PLAN_PREFILL];
     if ((st = placement_new(&env, NULL, false, &c->pl))) goto fail;
     /* fit may have taken a smaller context: the cells are the plan's */
     c->params.n_ctx = c->pl->plan.n_ctx, c->params.n_batch = c->pl->plan.n_batch;
@@ -223,6 +244,8 @@ void cleave_context_free(cleave_context *c) {
     kv_cells_free(&c->cells);
     engine_unpin_logits(c); /* while its device lives */
     for (size_t d = 0; d < c->n_dev; d++) be_destroy(c->devs[d]);
+    plan_phases_free(&c->phases);
+    engine_plan_base_free(&c->base);
     free(c->logits);
     free(c->row_of);
     free(c);

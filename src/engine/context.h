@@ -7,6 +7,16 @@
 #define CLEAVE_ENGINE_CONTEXT_H
 
 #include "placement.h"
+#include "plan/phases.h"
+
+/* What the plan module is asked for this context's model and devices
+ * (phase_plan.c): the request, its per-block byte arrays (layer, attention,
+ * FFN; owned) and the devices' budgets at creation. */
+typedef struct engine_plan_base {
+    plan_request req; /* its pointers are set by engine_plan_request */
+    size_t *layer_bytes;
+    size_t budgets[CLEAVE_MAX_DEVICES];
+} engine_plan_base;
 
 struct cleave_context {
     struct cleave_model *model;
@@ -32,13 +42,24 @@ struct cleave_context {
      * n_ctx and n_batch are the resolved ones. */
     cleave_context_params params;
     char devices_spec[256];
-    float shares[CLEAVE_MAX_DEVICES];
+    float shares[CLEAVE_MAX_DEVICES], prefill_shares[CLEAVE_MAX_DEVICES];
     size_t budgets[CLEAVE_MAX_DEVICES];
-    bool has_shares, has_budgets;
+    bool has_shares, has_budgets, has_prefill_shares;
     cleave_switch_report last_switch; /* what the last switch moved */
+    /* the plan's inputs, and both phases' placements as planned at
+     * creation (the same one twice without a prefill_split_mode) */
+    engine_plan_base base;
+    plan_phases phases;
+    cleave_phase phase; /* the phase whose placement is current */
     uint64_t kv_staged; /* bytes a tiered cache copied from its host part into staging */
 };
 
+/* p checked against the model and resolved: n_ctx (the model's, at most
+ * 4096, unless given), n_batch (at most n_ctx), kv_type_v. */
+cleave_status engine_resolve_params(const struct cleave_model *model, cleave_context_params *p);
+/* p's devices opened into devs, with their budgets; *n_open of them
+ * opened, for the caller to destroy, also on failure. */
+cleave_status engine_open_devices(const cleave_context_params *p, be_device **devs, size_t *n_open);
 /* The parameters c was made with (pointers into c). */
 void engine_saved_params(const struct cleave_context *c, cleave_context_params *p);
 /* The environment a placement of c is built in (params: c's saved ones,

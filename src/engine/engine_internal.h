@@ -3,7 +3,8 @@
  * (placement.c, from place.c, place_copy.c and alloc.c); decode.c runs
  * batches through forward.c, which picks graphs.c, pipeline.c, tensor.c
  * or layer_body.c, all over the block math in block.c; step_trace.c
- * times forward.c's phases when the options ask. */
+ * times forward.c's phases when the options ask. phase_plan.c asks plan/
+ * for the placements a context and its switches build. */
 #ifndef CLEAVE_ENGINE_INTERNAL_H
 #define CLEAVE_ENGINE_INTERNAL_H
 
@@ -17,6 +18,21 @@
         cleave_status st_ = (call);        \
         if (st_ != CLEAVE_OK) return st_;  \
     } while (0)
+
+/* ---- phase_plan.c: the plan module's inputs and the phases' placements ---- */
+/* fit keeps this fraction of each budget free */
+#define ENGINE_FIT_MARGIN 0.05
+/* From the model, the resolved parameters (n_ctx, n_batch) and the
+ * devices (their budgets). Free with engine_plan_base_free. */
+cleave_status engine_plan_base_make(const struct cleave_model *m, const cleave_context_params *p,
+                                    be_device *const *devs, size_t n_dev, engine_plan_base *out);
+void engine_plan_base_free(engine_plan_base *b);
+/* b's request (pointers into b) for a mode and shares (NULL: equal). */
+plan_request engine_plan_request(const engine_plan_base *b, cleave_split_mode mode, const double *shares);
+/* Both phases of a context of parameters p (plan_phases_make). */
+cleave_status engine_plan_phases(const engine_plan_base *b, const cleave_context_params *p, plan_phases *out);
+/* Whether two plans place everything alike (a switch between them is none). */
+bool engine_plans_equal(const plan *a, const plan *b);
 
 /* ---- alloc.c: device memory a placement owns ---- */
 cleave_status engine_own(placement *pl, int d, void *p);

@@ -1,6 +1,6 @@
-/* Building and freeing a placement: the plan (placement.c asks plan/ for
- * it with the devices' budgets), the weights (place.c), the activation
- * scratch, the KV storage, the communicator and the decode graphs' switch. */
+/* Building and freeing a placement from a plan (phase_plan.c asks plan/
+ * for it): the weights (place.c), the activation scratch, the KV storage,
+ * the communicator and the decode graphs' switch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,87 +42,6 @@ static cleave_status alloc_scratch(placement *pl, int d) {
         pl->scratch_bytes[d] += bytes[i];
     }
     return CLEAVE_OK;
-}
-
-static size_t tensor_bytes(const gguf_tensor *t) { return t ? t->nbytes : 0; }
-
-/* What a tiered cache's host part may pin: 90% of the memory the kernel
- * reports available (options: host_budget_mib overrides), or 0 (unknown:
- * unlimited). */
-static size_t host_pinnable_bytes(void) {
-    if (options_get()->host_budget_mib) return options_get()->host_budget_mib << 20;
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    fclose(f);
-    return (size_t)(kib / 10 * 9) << 10;
-}
-
-static cleave_status make_plan(placement *pl, const cleave_context_params *p) {
-    uint32_t n_ctx = p->n_ctx, n_batch = p->n_batch;
-    const struct cleave_model *m = pl->model;
-    size_t *layer_bytes = mem_calloc(3 * (size_t)m->hp.n_layer, sizeof *layer_bytes, "plan input");
-    if (!layer_bytes) return CLEAVE_ERR_OOM;
-    size_t *attn_bytes = layer_bytes + m->hp.n_layer, *ffn_bytes = attn_bytes + m->hp.n_layer;
-    size_t ff_align = 1, head_align = 1;
-    /* o is split by columns, a kv head's query heads at a time */
-    size_t head_cols = (size_t)m->hp.n_head / m->hp.n_head_kv * m->hp.head_dim;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        const gguf_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
-                                   L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->w_gate, L->w_up,
-                                   L->w_down, L->router, L->bo, L->sinks, L->router_b, L->b_gate,
-                                   L->b_up, L->b_down};
-        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) layer_bytes[l] += tensor_bytes(ts[j]);
-        /* what a tensor split divides by kv head, and by FFN row */
-        const gguf_tensor *at[] = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv};
-        for (size_t j = 0; j < sizeof at / sizeof at[0]; j++) attn_bytes[l] += tensor_bytes(at[j]);
-        ffn_bytes[l] = tensor_bytes(L->w_gate) + tensor_bytes(L->w_up) + tensor_bytes(L->w_down);
-        size_t be = 1;
-        /* down is split by columns: whole quant blocks per device */
-        if (quant_type_info(L->w_down->type, NULL, &be, NULL) && be > ff_align) ff_align = be;
-        /* and whole quant blocks of o: the fewest kv heads whose columns
-         * fill blocks (2 heads of 128 columns for a 256-weight block) */
-        if (quant_type_info(L->wo->type, NULL, &be, NULL)) {
-            size_t g = be, c = head_cols;
-            while (c) { size_t t = g % c; g = c; c = t; } /* gcd(be, head_cols) */
-            if (be / g > head_align) head_align = be / g;
-        }
-    }
-    size_t budgets[CLEAVE_MAX_DEVICES];
-    double shares[CLEAVE_MAX_DEVICES];
-    for (size_t d = 0; d < pl->n_dev; d++) {
-        be_mem_stats ms = {0};
-        be_get_mem_stats(pl->devs[d].dev, &ms);
-        budgets[d] = ms.budget;
-        if (p->shares) shares[d] = p->shares[d];
-    }
-    plan_request req = {
-        .hp = &m->hp, .n_devices = pl->n_dev, .budgets = budgets, .main_device = p->main_device,
-        .shares = p->shares ? shares : NULL, .n_ctx = n_ctx, .n_batch = n_batch,
-        .kv_type = p->kv_type, .kv_type_v = p->kv_type_v, .embd_bytes = tensor_bytes(m->tok_embd),
-        .head_bytes = tensor_bytes(m->output_norm) +
-                      (m->output != m->tok_embd ? tensor_bytes(m->output) : 0),
-        .layer_bytes = layer_bytes, .layer_attn_bytes = attn_bytes, .layer_ffn_bytes = ffn_bytes,
-        .ff_align = (uint32_t)ff_align, .head_align = (uint32_t)head_align, .tied = m->output == m->tok_embd,
-        .kv_tiered = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL, .kv_vram_auto = p->kv_vram_cells == CLEAVE_KV_VRAM_AUTO,
-        .kv_vram_cells = p->kv_vram_cells < 0 ? 0 : p->kv_vram_cells > UINT32_MAX ? UINT32_MAX : (uint32_t)p->kv_vram_cells,
-        .host_budget = p->kv_vram_cells != CLEAVE_KV_VRAM_ALL ? host_pinnable_bytes() : 0,
-    };
-    req.mode = p->split_mode; /* checked with the other parameters (context.c) */
-    cleave_status st;
-    if (p->fit) {
-        uint32_t lo = p->fit_min_ctx ? p->fit_min_ctx : 512;
-        if (lo > n_ctx) lo = n_ctx;
-        st = plan_fit(&req, lo, 0.05, &pl->plan);
-    } else {
-        st = plan_make(&req, &pl->plan);
-    }
-    free(layer_bytes);
-    return st;
 }
 
 /* Each layer's K/V on the device that runs it. */
@@ -208,8 +127,8 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
     const struct cleave_model *model = env->model;
     if (!env->devs || env->n_dev == 0 || env->n_dev > CLEAVE_MAX_DEVICES)
         return err_set(CLEAVE_ERR_INVALID_ARG, "placement: 1..%d devices to build on", CLEAVE_MAX_DEVICES);
-    if (p->shares && p->n_shares != env->n_dev)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "%zu split shares for %zu devices", p->n_shares, env->n_dev);
+    if (!env->plan || env->plan->n_devices != env->n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "placement: a plan of the %zu devices to build on", env->n_dev);
     const cleave_env_options *opt = options_get();
     load_trace lt = {.on = opt->load_trace && !src && !piecewise};
     lt.last = lt.on ? trace_now() : 0;
@@ -219,12 +138,9 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
     pl->n_dev = env->n_dev;
     pl->cells = env->cells;
     pl->moves = env->moves;
-    pl->has_shares = p->shares != NULL;
-    for (size_t d = 0; p->shares && d < env->n_dev; d++) pl->shares[d] = p->shares[d];
     for (size_t d = 0; d < env->n_dev; d++) pl->devs[d].dev = env->devs[d];
-    cleave_status st = make_plan(pl, p);
+    cleave_status st = plan_copy(env->plan, &pl->plan);
     if (st) goto fail;
-    if (pl->plan.n_batch > pl->plan.n_ctx) pl->plan.n_batch = pl->plan.n_ctx; /* fit took a smaller context */
     load_mark(&lt, "plan");
     uint32_t n_batch = pl->plan.n_batch;
     size_t n_active = 0;

@@ -141,9 +141,6 @@ typedef struct placement {
     /* while a switch builds or rebuilds this placement: where it counts
      * the bytes that move (NULL otherwise) */
     cleave_switch_report *moves;
-    /* the shares it was asked for (a switch back to the same ones is none) */
-    bool has_shares;
-    float shares[CLEAVE_MAX_DEVICES];
     /* while a pass samples its output rows where the logits are
      * (sample_step.c; NULL otherwise): row r's sampler (NULL: none) and
      * where its token, or CLEAVE_TOKEN_SAMPLE_ON_HOST, goes */
@@ -165,11 +162,12 @@ typedef struct placement_env {
      * (freeing the one it replaces) */
     struct comm **comm;
     const cleave_context_params *params; /* resolved: n_ctx and n_batch set */
+    const plan *plan;                    /* what goes where (copied) */
     cleave_switch_report *moves;         /* a switch: where copies from src are counted */
     uint64_t *kv_staged;                 /* where a tiered cache counts the bytes it stages */
 } placement_env;
 
-/* A placement of env's model on env's devices. src: another placement of
+/* A placement of env's model on env's devices, as env's plan says. src: another placement of
  * the same model on the same devices, whose weights are copied device to
  * device instead of placed from the model file. piecewise: only the
  * tables, no weights and no KV layers (a switch places them piece by

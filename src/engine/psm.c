@@ -139,11 +139,16 @@ cleave_status cleave_psm_calibrate(cleave_context *c, const uint32_t *pp, size_t
 
 cleave_status cleave_psm_decide(const char *rates_path, uint32_t prompt, uint32_t n_gen,
                                 double margin, cleave_psm_decision *out) {
+    return cleave_psm_decide_among(rates_path, prompt, n_gen, margin, NULL, out);
+}
+
+cleave_status cleave_psm_decide_among(const char *rates_path, uint32_t prompt, uint32_t n_gen, double margin,
+                                      const bool allowed[4], cleave_psm_decision *out) {
     if (!out) return err_set(CLEAVE_ERR_INVALID_ARG, "psm decision: nowhere to put it");
     policy_rates r;
     cleave_status st = policy_load(rates_path, &r);
     policy_decision d;
-    if (!st) st = policy_decide(&r, prompt, n_gen, margin, &d);
+    if (!st) st = policy_decide_among(&r, prompt, n_gen, margin, allowed, &d);
     if (st) return st;
     out->prefill = policy_prefill_mode(d.plan) == POLICY_MODE_TENSOR ? CLEAVE_SPLIT_TENSOR : CLEAVE_SPLIT_LAYER;
     out->generate = policy_generate_mode(d.plan) == POLICY_MODE_TENSOR ? CLEAVE_SPLIT_TENSOR : CLEAVE_SPLIT_LAYER;

@@ -111,28 +111,10 @@ static void release_step(placement *pl, reshard_step s, cleave_switch_report *r)
     r->seconds_free += now_s() - t0;
 }
 
-/* Byte sizes for the schedule's order, from the model (per unit). */
+/* Byte sizes for the schedule's order, from the plan's inputs (per unit). */
 static reshard_sizes sizes_of(const cleave_context *c) {
-    const struct cleave_model *m = c->model;
-    const model_hparams *hp = &m->hp;
-    const model_layer *L = &m->layers[0];
-    size_t attn = 0, ffn = 0, norms = 0;
-    const gguf_tensor *a[] = {L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv};
-    const gguf_tensor *f[] = {L->w_gate, L->w_up, L->w_down};
-    const gguf_tensor *n[] = {L->attn_norm, L->ffn_norm, L->q_norm, L->k_norm};
-    for (size_t i = 0; i < sizeof a / sizeof *a; i++) attn += a[i] ? a[i]->nbytes : 0;
-    for (size_t i = 0; i < sizeof f / sizeof *f; i++) ffn += f[i] ? f[i]->nbytes : 0;
-    for (size_t i = 0; i < sizeof n / sizeof *n; i++) norms += n[i] ? n[i]->nbytes : 0;
-    reshard_sizes sz = {
-        .head_weight_bytes = attn / hp->n_head_kv, .ff_row_bytes = ffn / hp->n_ff, .norm_bytes = norms,
-        .head_kv_bytes = quant_row_bytes(kv_store_type(&c->pl->store, false), hp->head_dim) +
-                         quant_row_bytes(kv_store_type(&c->pl->store, true), hp->head_dim),
-        .embd_row_bytes = m->tok_embd->nbytes / hp->n_vocab,
-        .head_row_bytes = m->output == m->tok_embd ? 0 : m->output->nbytes / hp->n_vocab,
-        .output_norm_bytes = m->output_norm ? m->output_norm->nbytes : 0,
-        .n_ctx = c->params.n_ctx, .cells = kv_cells_hi(&c->cells),
-    };
-    return sz;
+    plan_request base = engine_plan_request(&c->base, c->pl->plan.mode, NULL);
+    return reshard_sizes_of(&base, c->params.n_ctx, kv_cells_hi(&c->cells));
 }
 
 /* The order the pieces move in: those that change in the schedule's
@@ -216,44 +198,50 @@ static cleave_status move_in_place(cleave_context *c, placement *next, cleave_sw
     return st;
 }
 
-/* Whether placement pl was made with these shares (NULL: equal). */
-static bool same_shares_as(const placement *pl, const float *shares) {
-    bool same = !shares == !pl->has_shares;
-    for (size_t d = 0; same && shares && d < pl->n_dev; d++) same = shares[d] == pl->shares[d];
-    return same;
-}
-
 cleave_split_mode cleave_context_split_mode(const cleave_context *c) {
     return c ? c->pl->plan.mode : CLEAVE_SPLIT_NONE;
 }
 
-cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode mode, const float *shares,
-                                            size_t n_shares) {
-    if (!c) return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: no context");
-    if (mode != CLEAVE_SPLIT_NONE && mode != CLEAVE_SPLIT_LAYER && mode != CLEAVE_SPLIT_TENSOR)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: unknown mode %d", (int)mode);
-    if (shares && n_shares != c->n_dev)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: %zu shares for %zu devices", n_shares, c->n_dev);
-    placement *cur = c->pl;
-    if (mode == cur->plan.mode && same_shares_as(cur, shares)) return CLEAVE_OK;
+/* Where a switch from the current placement to `to` would pass a budget
+ * at its fullest point: CLEAVE_ERR_OOM naming the device, else OK. */
+static cleave_status check_peak(const cleave_context *c, const plan *to) {
+    plan_request base = engine_plan_request(&c->base, to->mode, NULL);
+    size_t peak[CLEAVE_MAX_DEVICES];
+    cleave_status st = plan_switch_peak(&base, &c->pl->plan, to, kv_cells_hi(&c->cells),
+                                        c->params.keep_both_placements, peak);
+    if (st) return st;
+    int d = plan_peak_over(&base, peak, c->n_dev);
+    if (d < 0) return CLEAVE_OK;
+    return err_set(CLEAVE_ERR_OOM,
+                   "device %d would hold %.1f MiB at the switch's fullest point (both placements' compute "
+                   "and the pieces in flight) but has %.1f MiB",
+                   d, peak[d] / 1048576.0, c->base.budgets[d] / 1048576.0);
+}
 
+/* Moves the context to the placement of plan `to` (the caller's; copied). */
+static cleave_status switch_to(cleave_context *c, const plan *to) {
+    placement *cur = c->pl;
+    if (engine_plans_equal(&cur->plan, to)) return CLEAVE_OK;
+    cleave_split_mode mode = to->mode;
     cleave_context_params p;
     engine_saved_params(c, &p);
     p.split_mode = mode;
-    p.shares = shares, p.n_shares = shares ? n_shares : 0;
     p.fit = false; /* the same context: the cells and batch it has */
     cleave_switch_report r = {0};
     placement_env env = engine_env(c, &p);
     env.moves = &r;
+    env.plan = to;
 
     double t0 = now_s(), t_prepared = 0;
     cleave_status st = engine_sync_all(cur);
     placement *next = NULL;
-    if (!st && c->spare && c->spare->plan.mode == mode && same_shares_as(c->spare, shares)) {
+    if (!st && c->spare && engine_plans_equal(&c->spare->plan, to)) {
         /* the placement kept from before: only the KV cache moves */
         next = c->spare, c->spare = NULL;
         next->moves = &r;
         st = copy_kv(c, cur, next);
+    } else if (!st && (st = check_peak(c, to))) {
+        /* known before anything is allocated: nothing to undo */
     } else if (!st && c->params.keep_both_placements) {
         /* the new placement whole beside the old, which stays */
         st = placement_new(&env, cur, false, &next);
@@ -274,7 +262,7 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     if (!st) st = engine_sync_all(next);
     if (next) next->moves = NULL;
     if (st) {
-        char why[512];
+        char why[768];
         snprintf(why, sizeof why, "%s", cleave_last_error());
         placement_free(next); /* a spare that failed to take the KV is dropped too */
         return err_set(st, "split-mode switch from %s to %s failed: %s; the context stays in %s mode",
@@ -294,6 +282,60 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
     c->last_switch = r;
     return CLEAVE_OK;
 }
+
+cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode mode, const float *shares,
+                                            size_t n_shares) {
+    if (!c) return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: no context");
+    if (mode != CLEAVE_SPLIT_NONE && mode != CLEAVE_SPLIT_LAYER && mode != CLEAVE_SPLIT_TENSOR)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: unknown mode %d", (int)mode);
+    if (shares && n_shares != c->n_dev)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "split-mode switch: %zu shares for %zu devices", n_shares, c->n_dev);
+    /* the plan of the context's cells and batch; without shares, fitted
+     * ones where the context was fitted (else equal) */
+    double w[CLEAVE_MAX_DEVICES] = {0};
+    for (size_t d = 0; shares && d < c->n_dev; d++) w[d] = shares[d];
+    plan_request req = engine_plan_request(&c->base, mode, shares ? w : NULL);
+    req.n_ctx = c->params.n_ctx, req.n_batch = c->params.n_batch;
+    if (!shares && c->params.fit && mode != CLEAVE_SPLIT_NONE) {
+        size_t margin_budgets[CLEAVE_MAX_DEVICES];
+        plan_margin_budgets(&req, ENGINE_FIT_MARGIN, margin_budgets);
+        plan_request fitted = req;
+        fitted.budgets = margin_budgets;
+        if (plan_fit_shares(&fitted, w)) req.shares = w;
+    }
+    plan next;
+    cleave_status st = plan_make(&req, &next);
+    if (st) {
+        const char *from = cleave_split_mode_name(c->pl->plan.mode);
+        return err_set(st, "split-mode switch from %s to %s failed: %s; the context stays in %s mode", from,
+                       cleave_split_mode_name(mode), cleave_last_error(), from);
+    }
+    st = switch_to(c, &next);
+    plan_free(&next);
+    return st;
+}
+
+cleave_status cleave_context_set_phase(cleave_context *c, cleave_phase phase) {
+    if (!c) return err_set(CLEAVE_ERR_INVALID_ARG, "phase switch: no context");
+    if (phase != CLEAVE_PHASE_PREFILL && phase != CLEAVE_PHASE_GENERATE)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "phase switch: unknown phase %d", (int)phase);
+    const plan_phases *ph = &c->phases;
+    int k = phase == CLEAVE_PHASE_PREFILL ? PLAN_PREFILL : PLAN_GENERATE;
+    if (!ph->two) {
+        c->phase = phase;
+        return CLEAVE_OK;
+    }
+    if (!ph->generate_fits || !ph->switch_fits[PLAN_GENERATE]) {
+        const char *where = cleave_split_mode_name(c->pl->plan.mode);
+        if (phase == CLEAVE_PHASE_PREFILL && c->phase == CLEAVE_PHASE_PREFILL) return CLEAVE_OK;
+        return err_set(CLEAVE_ERR_OOM, "%s; the context stays in %s mode", ph->why, where);
+    }
+    cleave_status st = switch_to(c, &ph->phase[k]);
+    if (!st) c->phase = phase;
+    return st;
+}
+
+cleave_phase cleave_context_phase(const cleave_context *c) { return c ? c->phase : CLEAVE_PHASE_PREFILL; }
 
 cleave_status cleave_context_switch_report(const cleave_context *c, cleave_switch_report *out) {
     if (!c || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "switch report: context and out required");

@@ -72,6 +72,14 @@ size_t plan_total_bytes(const plan *p, size_t d) {
     return p->bytes[d].weights + p->bytes[d].kv + p->bytes[d].compute;
 }
 
+cleave_status plan_copy(const plan *src, plan *dst) {
+    *dst = *src;
+    dst->layer_device = mem_alloc(src->n_layer * sizeof *dst->layer_device, "plan layers");
+    if (!dst->layer_device) return CLEAVE_ERR_OOM;
+    memcpy(dst->layer_device, src->layer_device, src->n_layer * sizeof *dst->layer_device);
+    return CLEAVE_OK;
+}
+
 void plan_free(plan *p) {
     if (!p) return;
     free(p->layer_device);
@@ -238,7 +246,7 @@ static cleave_status place_tensor(const plan_request *req, const double *w, plan
         b->weights += (req->head_bytes + req->embd_bytes) * range_len(out->vocab_rows[d]) / hp->n_vocab;
         b->kv = kv_head_token * heads * req->n_ctx;
         plan_scratch_role role = {.vocab_rows = range_len(out->vocab_rows[d]), .tensor = true};
-        b->collective = plan_collective_bytes(hp, req->n_batch, n_active);
+        b->collective = req->collective_on_device ? plan_collective_bytes(hp, req->n_batch, n_active) : 0;
         b->compute = plan_scratch(hp, req->n_batch, role, NULL) + (heads ? plan_cell_table_bytes(req->n_ctx) : 0) +
                      b->collective;
     }
@@ -333,87 +341,4 @@ cleave_status plan_make(const plan_request *req, plan *out) {
     if (!st && req->mode != CLEAVE_SPLIT_NONE) memcpy(out->shares, w, sizeof(double) * req->n_devices);
     if (st) plan_free(out);
     return st;
-}
-
-/* The largest context in [lo, hi] whose plan fits (plans grow with the
- * context), or 0. */
-static uint32_t largest_fitting(const plan_request *req, uint32_t lo, uint32_t hi) {
-    plan_request r = *req;
-    plan p;
-    uint32_t best = 0;
-    while (lo <= hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        r.n_ctx = mid;
-        if (plan_make(&r, &p) == CLEAVE_OK) {
-            plan_free(&p);
-            best = mid;
-            lo = mid + 1;
-        } else {
-            if (mid == 0) break;
-            hi = mid - 1;
-        }
-    }
-    return best;
-}
-
-cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out) {
-    memset(out, 0, sizeof *out);
-    if (!req->hp || req->n_devices == 0 || req->n_devices > CLEAVE_MAX_DEVICES)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: need a model and 1..%d devices", CLEAVE_MAX_DEVICES);
-    if (!(margin >= 0 && margin < 1))
-        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: margin %g is not a fraction in [0, 1)", margin);
-    if (min_ctx == 0 || min_ctx > req->n_ctx)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "fit: the smallest context (%u) must be 1..%u",
-                       min_ctx, req->n_ctx);
-    size_t n = req->n_devices, budgets[CLEAVE_MAX_DEVICES];
-    double shares[CLEAVE_MAX_DEVICES];
-    bool unlimited = false;
-    for (size_t d = 0; d < n; d++) {
-        size_t b = req->budgets ? req->budgets[d] : 0;
-        budgets[d] = b ? (size_t)((double)b * (1.0 - margin)) : 0;
-        if (b && !budgets[d]) budgets[d] = 1; /* a tiny budget stays a limit */
-        unlimited |= b == 0;
-        shares[d] = unlimited ? 1.0 : (double)b;
-    }
-    if (unlimited)
-        for (size_t d = 0; d < n; d++) shares[d] = 1.0;
-    plan_request r = *req;
-    r.budgets = budgets;
-    if (!r.shares && r.mode != CLEAVE_SPLIT_NONE) r.shares = shares;
-
-    uint32_t ctx = largest_fitting(&r, min_ctx, req->n_ctx);
-    if (ctx) {
-        r.n_ctx = ctx;
-        return plan_make(&r, out);
-    }
-    /* Nothing fits: say where it falls short at the smallest context, then
-     * what would fit instead. */
-    r.n_ctx = min_ctx;
-    cleave_status st = plan_make(&r, out);
-    if (st != CLEAVE_ERR_OOM) return st; /* a bad request, not a full device */
-    char why[1024], alt[512];
-    snprintf(why, sizeof why, "%s", cleave_last_error());
-    char *hint = strstr(why, "; try a smaller context");
-    if (hint) *hint = 0; /* it already is the smallest allowed */
-    size_t at = 0;
-    alt[0] = 0;
-    if ((req->kv_type != CLEAVE_TYPE_Q8_0 || req->kv_type_v != CLEAVE_TYPE_Q8_0) && req->hp->head_dim % 32 == 0) {
-        plan_request q = r;
-        q.kv_type = q.kv_type_v = CLEAVE_TYPE_Q8_0;
-        uint32_t c = largest_fitting(&q, min_ctx, req->n_ctx);
-        if (c)
-            at += (size_t)snprintf(alt + at, sizeof alt - at, "; a q8_0 KV cache (-ctk q8_0 -ctv q8_0) fits %u cells", c);
-    }
-    for (int m = CLEAVE_SPLIT_LAYER; m <= CLEAVE_SPLIT_TENSOR && n > 1 && at < sizeof alt; m++) {
-        if (m == (int)req->mode || (m == CLEAVE_SPLIT_TENSOR && !req->layer_attn_bytes)) continue;
-        plan_request q = r;
-        q.mode = (cleave_split_mode)m;
-        if (!req->shares) q.shares = shares;
-        uint32_t c = largest_fitting(&q, min_ctx, req->n_ctx);
-        if (c)
-            at += (size_t)snprintf(alt + at, sizeof alt - at, "; split mode %s fits %u cells",
-                                   cleave_split_mode_name(q.mode), c);
-    }
-    return err_set(CLEAVE_ERR_OOM, "nothing fits with %.0f%% of each budget kept free, even at %u cells (%s)%s",
-                   margin * 100.0, min_ctx, why, at ? alt : "; no smaller cache or other split mode fits either");
 }

@@ -41,6 +41,7 @@ typedef struct plan_request {
     /* Bytes as stored, from the model file: */
     size_t embd_bytes;           /* token embedding table */
     size_t head_bytes;           /* output norm + lm head (0 extra when tied) */
+    size_t output_norm_bytes;    /* of head_bytes, the output norm (replicated under tensor) */
     bool tied;                   /* the lm head is the embedding: a layer split whose head
                                     device is not the embedding's holds a second copy */
     const size_t *layer_bytes;   /* [n_layer] all tensors of each block */
@@ -55,6 +56,10 @@ typedef struct plan_request {
     bool kv_tiered, kv_vram_auto;
     uint32_t kv_vram_cells;
     size_t host_budget;          /* bytes the host parts may take together, 0 = unlimited */
+    /* tensor: the all-reduce's buffers live in device memory (every device
+     * is a GPU: src/comm/comm_cuda.cu); the host communicator of CPU
+     * devices keeps them in host memory, charged to no device */
+    bool collective_on_device;
 } plan_request;
 
 /* A half-open range [lo, hi). */
@@ -90,12 +95,30 @@ typedef struct plan {
  * budget: the message names each device's need and budget). */
 cleave_status plan_make(const plan_request *req, plan *out);
 void plan_free(plan *p);
-/* Fit: the plan for req's mode with the largest context in [min_ctx,
- * req->n_ctx] that leaves `margin` (a fraction, e.g. 0.05) of every budget
- * free. Shares are req's when given, else in proportion to the budgets.
- * When nothing fits, the error names each device's shortfall and what
- * would fit instead (a quantized KV cache, another split mode). */
+/* A deep copy (dst's own layer table). */
+cleave_status plan_copy(const plan *src, plan *dst);
+/* Fit (fit.c): the plan for req's mode with the largest context in
+ * [min_ctx, req->n_ctx] that leaves `margin` (a fraction, e.g. 0.05) of
+ * every budget free. Shares are req's when given, else fitted
+ * (plan_fit_shares). When nothing fits, the error names each device's
+ * shortfall and what would fit instead (a quantized KV cache, another
+ * split mode). */
 cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out);
+/* Shares for req's mode (layer or tensor) at req->n_ctx that fit
+ * req->budgets, the first of several candidates that does: in proportion
+ * to what each device has left once the bytes it needs whatever its
+ * share are taken (its scratch, replicated norms, the embedding on the
+ * first device of a layer split, ...), then in proportion to the budgets,
+ * then equal. Layer: the left room counted in whole layers. false when
+ * none fits (shares then in proportion to the budgets, for a message);
+ * equal shares where a budget is unlimited. */
+bool plan_fit_shares(const plan_request *req, double shares[CLEAVE_MAX_DEVICES]);
+/* The largest context in [lo, hi] whose plan fits (shares as req's: a
+ * plan grows with the context), or 0. */
+uint32_t plan_largest_ctx(const plan_request *req, uint32_t lo, uint32_t hi);
+/* Budgets less a margin (a fraction): what fit plans against; a budget of
+ * 0 (unlimited) stays 0. */
+void plan_margin_budgets(const plan_request *req, double margin, size_t out[CLEAVE_MAX_DEVICES]);
 /* Tensor split, per device across n_active > 1 devices: the all-reduce's
  * buffers. */
 size_t plan_collective_bytes(const model_hparams *hp, uint32_t n_batch, size_t n_active);

@@ -101,19 +101,30 @@ cleave_status policy_predict(const policy_rates *r, uint32_t prompt, uint32_t n_
     return CLEAVE_OK;
 }
 
-cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_gen, double margin,
-                            policy_decision *out) {
+cleave_status policy_decide_among(const policy_rates *r, uint32_t prompt, uint32_t n_gen, double margin,
+                                  const bool *allowed, policy_decision *out) {
     if (!out || !(margin >= 0 && margin < 1))
         return err_set(CLEAVE_ERR_INVALID_ARG, "policy: margin %g outside [0, 1)", margin);
+    bool ok[POLICY_PLANS], any = false;
+    for (int p = 0; p < POLICY_PLANS; p++) any |= ok[p] = !allowed || allowed[p];
+    if (!any) return err_set(CLEAVE_ERR_INVALID_ARG, "policy: no plan is allowed");
     cleave_status st = policy_predict(r, prompt, n_gen, out->seconds);
     if (st) return st;
     const double *s = out->seconds;
-    policy_plan best = s[POLICY_TENSOR] < s[POLICY_LAYER] ? POLICY_TENSOR : POLICY_LAYER;
-    double bar = s[best] * (1.0 - margin);
+    /* the best plan without a switch, which a switch must beat by the margin */
+    int best = -1;
+    for (int p = POLICY_LAYER; p <= POLICY_TENSOR; p++)
+        if (ok[p] && (best < 0 || s[p] < s[best])) best = p;
+    double bar = best >= 0 ? s[best] * (1.0 - margin) : 1e300;
     for (int p = POLICY_LAYER_THEN_TENSOR; p <= POLICY_TENSOR_THEN_LAYER; p++)
-        if (s[p] < bar && (best < POLICY_LAYER_THEN_TENSOR || s[p] < s[best])) best = (policy_plan)p;
-    out->plan = best;
+        if (ok[p] && s[p] < bar && (best < POLICY_LAYER_THEN_TENSOR || s[p] < s[best])) best = p;
+    out->plan = (policy_plan)best;
     return CLEAVE_OK;
+}
+
+cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_gen, double margin,
+                            policy_decision *out) {
+    return policy_decide_among(r, prompt, n_gen, margin, NULL, out);
 }
 
 int policy_gate_step(policy_gate *g, const bool *in_prefill, size_t n_active, int prefill_mode,

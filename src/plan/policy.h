@@ -68,6 +68,11 @@ cleave_status policy_predict(const policy_rates *r, uint32_t prompt, uint32_t n_
 /* The plan to run (see the top of this file); margin in [0, 1). */
 cleave_status policy_decide(const policy_rates *r, uint32_t prompt, uint32_t n_gen, double margin,
                             policy_decision *out);
+/* The same among the plans with allowed[plan] (NULL: all), say those a
+ * context can place: a switch that cannot fit is never chosen. With
+ * neither single-mode plan allowed, the faster allowed switch. */
+cleave_status policy_decide_among(const policy_rates *r, uint32_t prompt, uint32_t n_gen, double margin,
+                                  const bool *allowed, policy_decision *out);
 /* Rates as a small text file (what `cleave calibrate` measured), one
  * line per point: "pp layer 4096 51458.3", "tg tensor 128 321.1",
  * "switch layer 0.03 2e-7" (fixed seconds, seconds per cached token),

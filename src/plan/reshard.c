@@ -79,6 +79,22 @@ cleave_status reshard_moves(const plan *from, const plan *to, const model_hparam
 
 /* ---- bytes ---------------------------------------------------------------- */
 
+reshard_sizes reshard_sizes_of(const plan_request *req, uint32_t n_ctx, uint32_t cells) {
+    const model_hparams *hp = req->hp;
+    size_t attn = req->layer_attn_bytes ? req->layer_attn_bytes[0] : 0;
+    size_t ffn = req->layer_ffn_bytes ? req->layer_ffn_bytes[0] : 0;
+    size_t norms = req->layer_bytes[0] > attn + ffn ? req->layer_bytes[0] - attn - ffn : 0;
+    size_t lm = req->head_bytes > req->output_norm_bytes ? req->head_bytes - req->output_norm_bytes : 0;
+    reshard_sizes sz = {
+        .head_weight_bytes = attn / hp->n_head_kv, .ff_row_bytes = ffn / hp->n_ff, .norm_bytes = norms,
+        .head_kv_bytes = model_kv_bytes_per_token(hp, req->kv_type, req->kv_type_v) / hp->n_layer / hp->n_head_kv,
+        .embd_row_bytes = req->embd_bytes / hp->n_vocab,
+        .head_row_bytes = req->tied ? 0 : lm / hp->n_vocab,
+        .output_norm_bytes = req->output_norm_bytes, .n_ctx = n_ctx, .cells = cells,
+    };
+    return sz;
+}
+
 /* Whether device d holds any part of block l under p (then its norms). */
 static bool holds_block(const plan *p, const model_hparams *hp, size_t d, uint32_t l) {
     return len(reshard_units(p, hp, d, RESHARD_HEADS, l)) || len(reshard_units(p, hp, d, RESHARD_FF_ROWS, l));

@@ -63,6 +63,11 @@ typedef struct reshard_sizes {
     uint32_t cells;           /* cells in use: the KV that moves */
 } reshard_sizes;
 
+/* The sizes of a model's units from a plan request's bytes (a block's
+ * vectors: what it holds besides its attention and FFN matrices), with
+ * n_ctx cells allocated per block and `cells` of them in use. */
+reshard_sizes reshard_sizes_of(const plan_request *req, uint32_t n_ctx, uint32_t cells);
+
 typedef struct reshard_cost {
     /* bytes leaving and reaching each device (moves within a device not
      * counted: they stay in its memory) */

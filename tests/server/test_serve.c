@@ -1508,11 +1508,12 @@ int main(void) {
     cp.n_ctx = 2 * SLOT_CELLS;
     cp.seq_regions = 2;
     cp.devices = "cpu:2";
-    cp.split_mode = CLEAVE_SPLIT_LAYER;
+    cp.split_mode = CLEAVE_SPLIT_TENSOR;
+    cp.prefill_split_mode = CLEAVE_SPLIT_LAYER;
     ctx = NULL;
     CHECK_OK(cleave_context_new(model, &cp, &ctx));
     o.api_key = NULL;
-    o.sched = (serve_sched_opts){.n_parallel = 2, .queue_max = 8, .n_batch = 16, .quiet = true, .has_psm = true,
+    o.sched = (serve_sched_opts){.n_parallel = 2, .queue_max = 8, .n_batch = 16, .quiet = true, .phased = true,
                                  .psm = CLEAVE_SPLIT_LAYER, .mode = CLEAVE_SPLIT_TENSOR, .dwell = 0};
     o.metrics = true, o.slots = false;
     if (!ctx || serve_start(model, ctx, &o, &srv)) {

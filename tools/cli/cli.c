@@ -249,7 +249,6 @@ int cli_placement_flag(const char *flag, const char *v, cli_placement *p) {
         if (!number_list(flag, v, xs, CLEAVE_MAX_DEVICES, &n)) return -1;
         for (size_t i = 0; i < n; i++) p->shares[i] = (float)xs[i];
         p->n_shares = n;
-        p->explicit_split = true;
     } else if (IS("--fit")) {
         if (strcmp(v, "on") && strcmp(v, "off")) {
             fprintf(stderr, "cleave: --fit: expected on or off, got '%s'\n", v);
@@ -325,6 +324,13 @@ int cli_context_flag(const char *flag, const char *v, cli_context_opts *o) {
     return 0;
 }
 
+void cli_phase_warning(const cleave_context *ctx) {
+    static cleave_placement_report r; /* large: not on the stack */
+    if (cleave_context_placement(ctx, &r) || !r.two_phases || r.switch_fits[CLEAVE_PHASE_GENERATE]) return;
+    fprintf(stderr, "cleave: warning: %s; answers are generated in %s mode\n", r.why,
+            cleave_split_mode_name(r.phase[CLEAVE_PHASE_PREFILL].mode));
+}
+
 cli_placement cli_placement_default(void) {
     cli_placement p;
     memset(&p, 0, sizeof p);
@@ -345,8 +351,47 @@ cleave_context_params cli_context_params(const cli_context_opts *cx, const cli_p
     return cp;
 }
 
+int cli_phase_flag(const char *flag, const char *v, cli_placement *p) {
+    bool psm = !strcmp(flag, "-psm") || !strcmp(flag, "--prefill-split-mode");
+    bool pts = !strcmp(flag, "-pts") || !strcmp(flag, "--prefill-tensor-split");
+    if (!psm && !pts) return 0;
+    if (!v) {
+        missing_value(flag);
+        return -1;
+    }
+    if (psm) {
+        if (cli_split_mode(flag, v, &p->psm)) return -1;
+        p->has_psm = true;
+        return 1;
+    }
+    double xs[CLEAVE_MAX_DEVICES];
+    size_t n;
+    if (!number_list(flag, v, xs, CLEAVE_MAX_DEVICES, &n)) return -1;
+    for (size_t i = 0; i < n; i++) p->prefill_shares[i] = (float)xs[i];
+    p->n_prefill_shares = n;
+    return 1;
+}
+
+bool cli_phased(const cli_placement *p) { return p->has_psm && p->psm != p->mode; }
+
+bool cli_phase_check(const cli_placement *p, const char *cmd, const char *synopsis) {
+    if (p->n_prefill_shares && !cli_phased(p)) {
+        cli_usage_error(cmd, synopsis,
+                        "-pts gives the prefill phase's shares: it needs -psm with another mode than -sm "
+                        "(one mode for both phases takes -ts)");
+        return false;
+    }
+    return true;
+}
+
 void cli_placement_apply(const cli_placement *p, cleave_context_params *cp) {
-    cp->fit = p->fit < 0 ? !p->explicit_split : p->fit == 1;
+    /* fit stays on while some phase has no shares of its own to fit */
+    bool phased = cli_phased(p);
+    bool every_phase_shared = p->n_shares && (!phased || p->n_prefill_shares);
+    cp->fit = p->fit < 0 ? !(p->explicit_split || every_phase_shared) : p->fit == 1;
+    cp->prefill_split_mode = phased ? p->psm : CLEAVE_SPLIT_AS_GENERATE;
+    cp->prefill_shares = phased && p->n_prefill_shares ? p->prefill_shares : NULL;
+    cp->n_prefill_shares = phased ? p->n_prefill_shares : 0;
     cp->fit_min_ctx = (uint32_t)p->fit_ctx;
     cp->devices = p->devices;
     cp->split_mode = p->mode;

@@ -46,8 +46,14 @@ typedef struct cli_placement {
     size_t budgets[CLEAVE_MAX_DEVICES]; /* bytes */
     size_t n_budgets;
     long long main_device;
-    int fit;             /* -1: default (on unless -ts or -ngl was given), 0 off, 1 on */
-    bool explicit_split; /* -ts or -ngl given */
+    int fit;             /* -1: default (on unless -ngl, or -ts for every phase), 0 off, 1 on */
+    bool explicit_split; /* -ngl given */
+    /* -psm M: prompts processed under M (a phase of its own when M or
+     * -pts differ from -sm and -ts); -pts: its shares */
+    bool has_psm;
+    cleave_split_mode psm;
+    float prefill_shares[CLEAVE_MAX_DEVICES];
+    size_t n_prefill_shares;
     long long fit_ctx;
     long long kv_vram_cells; /* --kv-vram-cells: CLEAVE_KV_VRAM_ALL (default), _AUTO or a count */
 } cli_placement;
@@ -83,6 +89,15 @@ cli_placement cli_placement_default(void);
  * printing why the value is bad. */
 int cli_placement_flag(const char *flag, const char *v, cli_placement *p);
 void cli_placement_apply(const cli_placement *p, cleave_context_params *cp);
+/* -psm/--prefill-split-mode M and -pts/--prefill-tensor-split L (run,
+ * serve, info); same contract as cli_placement_flag. */
+int cli_phase_flag(const char *flag, const char *v, cli_placement *p);
+/* Whether the phases get placements of their own: -psm with another mode
+ * than -sm. */
+bool cli_phased(const cli_placement *p);
+/* The phase flags make sense together (-pts needs a -psm of another mode
+ * than -sm); else a usage error for cmd (returns false). */
+bool cli_phase_check(const cli_placement *p, const char *cmd, const char *synopsis);
 /* Context parameters from the benchmarks' flags and a placement. */
 cleave_context_params cli_context_params(const cli_context_opts *cx, const cli_placement *pl, uint32_t n_ctx);
 /* Per device on stderr: the plan's bytes (weights, KV, compute), and with
@@ -95,15 +110,21 @@ void cli_memory_report(const cleave_context *ctx, bool peak);
     "                          0: the CPU\n"                                                     \
     "  -sm, --split-mode M     none (default), layer or tensor: how a model spreads over\n"  \
     "                          several devices\n"                                              \
-    "  -ts, --tensor-split L   per-device shares, e.g. 3,1 (default: equal)\n"                \
+    "  -ts, --tensor-split L   per-device shares, e.g. 3,1, of the -sm mode (with -psm: of the\n" \
+    "                          generation phase; default: fitted to the devices' memory)\n"      \
     "  -mg, --main-gpu I       the device index for -sm none (default 0)\n"                   \
     "  --vram-budget L         per-device memory limits in MiB, e.g. 4096,2048, to emulate\n" \
     "                          smaller cards (GPUs default to their free memory)\n"          \
     "  --fit on|off            shrink the context until every device fits with 5%% to spare,\n" \
-    "                          shares from the devices' memory (default on unless -ts/-ngl)\n" \
+    "                          shares from the devices' memory for each phase without -ts/-pts\n" \
+    "                          (default on unless -ngl, or every phase has its shares)\n"      \
     "  --fit-ctx N             the smallest context fit may choose (default 512)\n"          \
     "  --kv-vram-cells N|auto  tiered KV cache: cells [0, N) of every layer in device memory,\n" \
     "                          the rest in pinned host memory (auto: the most that fits)\n"
+/* A context of two phases whose switch to generation cannot happen: a
+ * warning on stderr, made when the context is, saying why, what would
+ * let it, and that the run stays in the prefill mode. */
+void cli_phase_warning(const cleave_context *ctx);
 /* A progress bar on stderr. */
 bool cli_progress(float fraction, void *label);
 double cli_now(void);

@@ -1,5 +1,5 @@
-/* Model-file subcommands: `convert` (llama2.c or Hugging Face -> GGUF),
- * `gen` (random weights of real shapes) and `info`. */
+/* Model-file subcommands: `convert` (llama2.c or Hugging Face -> GGUF) and
+ * `gen` (random weights of real shapes); `info` is cmd_info.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +8,6 @@
 
 #define CONVERT_SYNOPSIS "--from llama2c|hf INPUT... -o OUT.gguf"
 #define GEN_SYNOPSIS "--preset PRESET [--arch ARCH] [--type TYPE] [--seed N] -o OUT.gguf"
-#define INFO_SYNOPSIS "MODEL.gguf [-c CONTEXT]"
 
 static void convert_usage(FILE *out) {
     fprintf(out,
@@ -99,25 +98,4 @@ int cmd_gen(int argc, char **argv) {
     if (st) return cli_fail("gen", st);
     fprintf(stderr, "cleave: wrote %s\n", out);
     return 0;
-}
-
-int cmd_info(int argc, char **argv) {
-    const char *path = NULL;
-    long long n_ctx = 0;
-    cli_usage_for("info", INFO_SYNOPSIS);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: cleave info " INFO_SYNOPSIS "\n"
-                   "  the model's architecture, shapes, tensors and memory on stdout\n"
-                   "  -c, --ctx-size N        the KV cache of a context of N tokens\n");
-            return 0;
-        } else if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--ctx-size")) {
-            if (!cli_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 1, 1 << 24, &n_ctx)) return 1;
-            i++;
-        } else if (argv[i][0] != '-' && !path) path = argv[i];
-        else return cli_bad_option("info", INFO_SYNOPSIS, argv[i]);
-    }
-    if (!path) return cli_usage_error("info", INFO_SYNOPSIS, "a MODEL.gguf is required");
-    cleave_status st = cleave_print_info(path, (uint32_t)n_ctx, stdout);
-    return st ? cli_fail("info", st) : 0;
 }

@@ -28,8 +28,12 @@ static void run_usage(FILE *out, const char *cmd) {
             CLI_PLACEMENT_HELP
             "  -psm, --prefill-split-mode M\n"
             "                          process the prompt under split mode M (none, layer, tensor),\n"
-            "                          then switch the live context to -sm for generation; if the\n"
-            "                          devices cannot hold -sm's placement, generation stays in M\n"
+            "                          then switch the live context to -sm for generation; a switch\n"
+            "                          the devices cannot hold is known (and said) before the prompt,\n"
+            "                          and generation then stays in M\n"
+            "  -pts, --prefill-tensor-split L\n"
+            "                          the prefill phase's shares, as -ts is the generation phase's\n"
+            "                          (default: fitted to the devices' memory for M)\n"
             "  --psm-policy P          off (run in -sm throughout), always (default: switch when -psm\n"
             "                          and -sm differ), auto (the modes of both phases chosen per\n"
             "                          request from measured rates: needs --psm-rates)\n"
@@ -130,11 +134,6 @@ static bool parse(int argc, char **argv, run_opts *o) {
         else if (IS("--ignore-eos", NULL)) o->ignore_eos = true;
         else if (IS("-cnv", "--conversation")) o->conversation = true;
         else if (IS("-e", "--escape")) o->escape = true;
-        else if (IS("-psm", "--prefill-split-mode")) {
-            if (!v || cli_split_mode(a, v, &o->psm)) return false;
-            o->has_psm = true;
-            i++;
-        }
         else if (IS("--psm-policy", NULL) && v) {
             if (strcmp(v, "off") && strcmp(v, "always") && strcmp(v, "auto")) {
                 fprintf(stderr, "cleave run: --psm-policy: expected off, always or auto, got '%s'\n", v);
@@ -144,7 +143,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
         }
         else if (IS("--psm-rates", NULL) && v) o->psm_rates = v, i++;
         else if (IS("--psm-keep-both", NULL)) o->psm_keep_both = true;
-        else if ((pr = cli_placement_flag(a, v, &o->place)) != 0) {
+        else if ((pr = cli_placement_flag(a, v, &o->place)) != 0 || (pr = cli_phase_flag(a, v, &o->place)) != 0) {
             if (pr < 0) return false;
             i++;
         }
@@ -171,7 +170,7 @@ static bool parse(int argc, char **argv, run_opts *o) {
         cli_usage_error(o->cmd, RUN_SYNOPSIS, "-m MODEL is required");
         return false;
     }
-    if (o->conversation && (o->n_parallel > 1 || o->prompt_cache || o->prompt_file || o->has_psm)) {
+    if (o->conversation && (o->n_parallel > 1 || o->prompt_cache || o->prompt_file || o->place.has_psm)) {
         cli_usage_error(o->cmd, RUN_SYNOPSIS,
                         "a conversation takes none of -np, --prompt-cache, -f, -psm");
         return false;
@@ -181,17 +180,40 @@ static bool parse(int argc, char **argv, run_opts *o) {
         fprintf(stderr, "cleave run: --psm-policy auto needs --psm-rates (write one with cleave calibrate)\n");
         return false;
     }
-    if (o->psm_policy && !strcmp(o->psm_policy, "off")) o->has_psm = false;
-    return true;
+    if (o->psm_policy && !strcmp(o->psm_policy, "off")) o->place.has_psm = false, o->place.n_prefill_shares = 0;
+    return cli_phase_check(&o->place, o->cmd, RUN_SYNOPSIS);
 }
 
 /* --psm-policy auto: the modes of both phases for this request, from the
  * rates file, chosen before the model is placed, so it is placed in the
- * prefill mode directly and generate() moves it on after the prompt. */
-static int choose_modes(run_opts *o, size_t n_prompt, uint32_t n_ctx) {
+ * prefill mode directly and generate() moves it on after the prompt. A
+ * plan the devices cannot hold for this request (a mode that does not
+ * fit, a switch whose peak passes a budget: cleave_placement_preview) is
+ * left out. */
+static int choose_modes(run_opts *o, cleave_model *m, const cleave_context_params *cp, size_t n_prompt,
+                        uint32_t n_ctx) {
     uint32_t n_gen = o->n_predict < 0 ? (n_ctx > n_prompt ? n_ctx - (uint32_t)n_prompt : 0) : (uint32_t)o->n_predict;
+    uint32_t need = (uint32_t)n_prompt + n_gen < n_ctx ? (uint32_t)n_prompt + n_gen : n_ctx;
+    cleave_context_params pair = *cp;
+    pair.split_mode = CLEAVE_SPLIT_TENSOR, pair.prefill_split_mode = CLEAVE_SPLIT_LAYER;
+    pair.shares = NULL, pair.prefill_shares = NULL, pair.n_shares = pair.n_prefill_shares = 0;
+    pair.n_ctx = n_ctx;
+    pair.fit = true; /* each mode's own shares for the devices */
+    static cleave_placement_report rep; /* large: not on the stack */
+    bool allowed[4] = {true, true, true, true};
+    if (cleave_placement_preview(m, &pair, &rep) == CLEAVE_OK) {
+        allowed[0] = rep.largest_ctx[CLEAVE_SPLIT_LAYER] >= need;
+        allowed[1] = rep.largest_ctx[CLEAVE_SPLIT_TENSOR] >= need;
+        bool pair_holds = rep.n_ctx >= need && rep.phase[CLEAVE_PHASE_GENERATE].fits;
+        allowed[2] = pair_holds && rep.switch_fits[CLEAVE_PHASE_GENERATE];
+        allowed[3] = pair_holds && rep.switch_fits[CLEAVE_PHASE_PREFILL];
+        if (!allowed[2] || !allowed[3])
+            fprintf(stderr, "cleave: psm policy: %s%s\n", rep.why[0] ? rep.why : "a switch does not fit",
+                    allowed[2] ? "" : " (so no switch to tensor)");
+    }
+    if (!allowed[0] && !allowed[1] && !allowed[2] && !allowed[3]) allowed[0] = allowed[1] = true; /* said later */
     cleave_psm_decision dec;
-    cleave_status st = cleave_psm_decide(o->psm_rates, (uint32_t)n_prompt, n_gen, 0.02, &dec);
+    cleave_status st = cleave_psm_decide_among(o->psm_rates, (uint32_t)n_prompt, n_gen, 0.02, allowed, &dec);
     if (st) return cli_fail("--psm-policy auto", st);
     static const char *const names[4] = {"layer", "tensor", "layer, then tensor", "tensor, then layer"};
     int best = dec.prefill == dec.generate ? (dec.prefill == CLEAVE_SPLIT_TENSOR ? 1 : 0)
@@ -200,9 +222,10 @@ static int choose_modes(run_opts *o, size_t n_prompt, uint32_t n_ctx) {
                     "layer then tensor %.4g, tensor then layer %.4g)\n",
             n_prompt, n_gen, names[best], dec.seconds[best], dec.seconds[0], dec.seconds[1],
             dec.seconds[2], dec.seconds[3]);
-    o->has_psm = true;
-    o->psm = dec.prefill;
+    o->place.has_psm = true;
+    o->place.psm = dec.prefill;
     o->place.mode = dec.generate;
+    o->place.n_shares = o->place.n_prefill_shares = 0; /* each mode fitted */
     return 0;
 }
 
@@ -216,23 +239,29 @@ static void emit(cleave_model *m, int32_t prev, int32_t tok) {
     }
 }
 
-/* -psm: the prompt is in; the live context moves to -sm for generation,
- * or, when it cannot, generation goes on where it is. */
-static void switch_for_generation(cleave_context *ctx, const run_opts *o) {
+/* -psm: the prompt is in; the live context moves to the generation
+ * phase's placement, or, when it cannot, generation goes on where it is. */
+static void switch_for_generation(cleave_context *ctx) {
     double t0 = cli_now();
-    const float *shares = o->place.n_shares ? o->place.shares : NULL;
+    cleave_split_mode from = cleave_context_split_mode(ctx);
     /* GPUs copy their new slices of the weights: show it (on CPUs it is
      * over before a bar could say anything) */
     bool gpu = strncmp(cleave_context_device(ctx), "cpu", 3) != 0;
     cleave_context_set_progress(ctx, gpu ? cli_progress : NULL, (void *)"switching split mode");
-    cleave_status st = cleave_context_set_split_mode(ctx, o->place.mode, shares, o->place.n_shares);
+    cleave_status st = cleave_context_set_phase(ctx, CLEAVE_PHASE_GENERATE);
     if (st) {
-        fprintf(stderr, "\ncleave: warning: %s\n", cleave_last_error());
+        /* a switch known not to fit was said when the context was made */
+        static cleave_placement_report r;
+        if (cleave_context_placement(ctx, &r) == CLEAVE_OK && !r.switch_fits[CLEAVE_PHASE_GENERATE])
+            fprintf(stderr, "\ncleave: generating in %s mode (the switch does not fit: see above)\n",
+                    cleave_split_mode_name(from));
+        else
+            fprintf(stderr, "\ncleave: warning: %s\n", cleave_last_error());
         return;
     }
     fprintf(stderr, "\ncleave: switched from %s to %s split in %.1f ms, now on %s\n",
-            cleave_split_mode_name(o->psm), cleave_split_mode_name(o->place.mode), (cli_now() - t0) * 1e3,
-            cleave_context_device(ctx));
+            cleave_split_mode_name(from), cleave_split_mode_name(cleave_context_split_mode(ctx)),
+            (cli_now() - t0) * 1e3, cleave_context_device(ctx));
     cleave_switch_report r;
     if (cleave_context_switch_report(ctx, &r) == CLEAVE_OK) {
         for (size_t d = 0; d < r.n_devices; d++) {
@@ -291,7 +320,7 @@ static int generate(cleave_model *m, cleave_context *ctx, cleave_sampler *smp, c
     fwrite(text, 1, text_len, stdout);
     fflush(stdout);
     for (size_t i = 0; i < n_prompt; i++) cleave_sampler_accept(smp, prompt[i]);
-    if (o->has_psm && o->psm != o->place.mode) switch_for_generation(ctx, o);
+    if (cli_phased(&o->place)) switch_for_generation(ctx);
 
     uint32_t n_ctx = cleave_context_n_ctx(ctx);
     int32_t pos = (int32_t)n_prompt, prev = prompt[n_prompt - 1];
@@ -420,12 +449,13 @@ static int run_command(int argc, char **argv, const char *cmd, bool conversation
     if (o.psm_policy && !strcmp(o.psm_policy, "auto")) {
         /* the context a request of n tokens will have: -c, else the model's up to 4096 */
         uint32_t n_ctx = cp.n_ctx ? cp.n_ctx : d.n_ctx_train < 4096 ? d.n_ctx_train : 4096;
-        if ((rc = choose_modes(&o, n, n_ctx))) goto out;
+        if ((rc = choose_modes(&o, m, &cp, n, n_ctx))) goto out;
+        cli_placement_apply(&o.place, &cp);
         rc = 1;
     }
-    if (o.has_psm) cp.split_mode = o.psm;
     if ((rc = cli_new_context(m, &cp, &ctx))) goto out;
     rc = 1;
+    cli_phase_warning(ctx);
     cleave_type vt = o.kv_type_v == CLEAVE_KV_TYPE_AS_K ? o.kv_type : o.kv_type_v;
     fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s/%s, on %s\n",
             o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),

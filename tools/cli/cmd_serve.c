@@ -63,6 +63,9 @@ static void serve_usage(FILE *out) {
             "  -psm, --prefill-split-mode M\n"
             "                          steps of prompts alone run under split mode M, steps of\n"
             "                          answers alone under -sm (the switch gate of run -np)\n"
+            "  -pts, --prefill-tensor-split L\n"
+            "                          the shares of -psm's placement, as -ts is -sm's (default:\n"
+            "                          fitted to the devices' memory)\n"
             "  --np-dwell K            with -psm: a mode is kept at least K steps (default 8)\n"
             "  --quiet                 no log line per request\n"
             "  --copy-prompt-cells M   n > 1: a prompt's later choices copy the first's KV cells:\n"
@@ -90,10 +93,9 @@ int cmd_serve(int argc, char **argv) {
     serve_opts o = {.host = "127.0.0.1"};
     long long max_conn = 1024, per_client = 512, http_threads = 4, max_model_len = 0;
     double read_timeout = 30;
-    bool has_psm = false, quiet = false;
+    bool quiet = false;
     const char *aliases[SERVE_MAX_ALIASES];
     size_t n_aliases = 0;
-    cleave_split_mode psm = CLEAVE_SPLIT_NONE;
     cli_usage_for("serve", SERVE_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -166,10 +168,6 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--chat-template") && v) tmpl_name = v, i++;
         else if (!strcmp(a, "--chat-template-file") && v) tmpl_file = v, i++;
         else if (!strcmp(a, "--max-body")) { if (!cli_int(a, v, 1, 1024, &max_body)) return 2; i++; }
-        else if (!strcmp(a, "-psm") || !strcmp(a, "--prefill-split-mode")) {
-            if (!v || cli_split_mode(a, v, &psm)) return 2;
-            has_psm = true, i++;
-        }
         else if (!strcmp(a, "--np-dwell")) { if (!cli_int(a, v, 0, 1 << 20, &dwell)) return 2; i++; }
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "--copy-prompt-cells") && v) {
@@ -179,13 +177,14 @@ int cmd_serve(int argc, char **argv) {
             else return cli_usage_error("serve", SERVE_SYNOPSIS, "--copy-prompt-cells %s: auto, on or off", v);
             i++;
         }
-        else if ((r = cli_bench_flag(a, v, &n_ctx, &cx, &pl)) != 0) {
+        else if ((r = cli_bench_flag(a, v, &n_ctx, &cx, &pl)) != 0 || (r = cli_phase_flag(a, v, &pl)) != 0) {
             if (r < 0) return 2;
             i++;
         } else {
             return cli_bad_option("serve", SERVE_SYNOPSIS, a);
         }
     }
+    if (!cli_phase_check(&pl, "serve", SERVE_SYNOPSIS)) return 2;
     if (!model) {
         return cli_usage_error("serve", SERVE_SYNOPSIS, "a model is required (MODEL.gguf or -m MODEL.gguf)");
     }
@@ -222,7 +221,6 @@ int cmd_serve(int argc, char **argv) {
         return cli_fail("loading model", st);
     }
     cleave_context_params cp = cli_context_params(&cx, &pl, (uint32_t)n_ctx);
-    if (has_psm) cp.split_mode = psm; /* requests begin with their prompts */
     cp.seq_regions = (uint32_t)np;    /* slot i's cells are its own: a step reads only its slots' */
     int rc = cli_new_context(m, &cp, &ctx);
     if (rc) {
@@ -230,6 +228,7 @@ int cmd_serve(int argc, char **argv) {
         free(key_text);
         return rc;
     }
+    cli_phase_warning(ctx);
     /* the model's own template (chatml when it has none); one asked for must load */
     cleave_chat_template *tmpl = chat_template_open("serve", m, tmpl_name, tmpl_file);
     if (!tmpl && (tmpl_name || tmpl_file)) {
@@ -254,8 +253,7 @@ int cmd_serve(int argc, char **argv) {
     o.defaults.max_tokens_cap = n_predict;
     o.defaults.n_vocab = d.n_vocab;
     o.sched = (serve_sched_opts){.n_parallel = (int)np, .queue_max = (int)queue, .n_batch = (uint32_t)cx.n_batch,
-                                 .has_psm = has_psm, .psm = psm, .mode = pl.mode,
-                                 .shares = pl.n_shares ? pl.shares : NULL, .n_shares = pl.n_shares,
+                                 .phased = cli_phased(&pl), .psm = pl.psm, .mode = pl.mode,
                                  .dwell = (uint32_t)dwell, .quiet = quiet, .copy = copy};
     /* the signals go to sigwait below, not to whichever thread runs */
     sigset_t sigs;

@@ -16,8 +16,6 @@ typedef struct {
     cleave_type kv_type, kv_type_v; /* -ctk, -ctv (CLEAVE_KV_TYPE_AS_K: -ctk's) */
     cleave_bos bos;          /* --bos, --no-bos; else as the vocabulary's metadata says */
     bool verbose_prompt, mem_report;
-    bool has_psm;            /* -psm given: prefill under psm, then switch to -sm */
-    cleave_split_mode psm;
     const char *psm_policy;  /* off, always (the default) or auto */
     const char *psm_rates;   /* auto: the rates file of `cleave calibrate` */
     bool psm_keep_both;      /* keep the placement a switch leaves resident */

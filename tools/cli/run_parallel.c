@@ -96,9 +96,8 @@ int run_parallel(cleave_model *m, cleave_context *ctx, const run_opts *o, const 
         for (size_t k = 0; k < n_prompt; k++) cleave_sampler_accept(seqs[i].smp, prompt[k]);
     }
     cleave_context_set_progress(ctx, NULL, NULL); /* steps, not one long prompt */
-    bool switching = o->has_psm && o->psm != o->place.mode;
+    bool switching = cli_phased(&o->place);
     cleave_psm_gate gate = {cleave_context_split_mode(ctx), (uint32_t)o->np_dwell, (uint32_t)o->np_dwell};
-    const float *shares = o->place.n_shares ? o->place.shares : NULL;
     long long n_switches = 0, prompt_tokens = 0, gen_tokens = 0;
     double t0 = cli_now();
     for (long long step = 0;; step++) {
@@ -126,9 +125,11 @@ int run_parallel(cleave_model *m, cleave_context *ctx, const run_opts *o, const 
         if (!n && !waiting) break;
         if (!n) continue; /* the next prompt has not arrived yet */
         if (switching) {
-            cleave_split_mode want = cleave_psm_gate_step(&gate, in_prefill, n_active, o->psm, o->place.mode);
+            cleave_split_mode want =
+                cleave_psm_gate_step(&gate, in_prefill, n_active, o->place.psm, o->place.mode);
             if (want != cleave_context_split_mode(ctx)) {
-                cleave_status st = cleave_context_set_split_mode(ctx, want, shares, o->place.n_shares);
+                cleave_phase phase = want == o->place.psm ? CLEAVE_PHASE_PREFILL : CLEAVE_PHASE_GENERATE;
+                cleave_status st = cleave_context_set_phase(ctx, phase);
                 if (st) { /* the sequences go on where they are */
                     fprintf(stderr, "cleave: warning: %s\n", cleave_last_error());
                     switching = false;

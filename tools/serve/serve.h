@@ -178,10 +178,10 @@ typedef struct serve_sched_opts {
     int n_parallel;
     int queue_max;
     uint32_t n_batch; /* tokens a step may take (a token of each generating slot, then prompts) */
-    bool has_psm; /* -psm: the gate moves the context between psm and mode */
+    /* -psm: the gate moves the context between the phases' placements,
+     * psm's for prompts, mode's for answers */
+    bool phased;
     cleave_split_mode psm, mode;
-    const float *shares;
-    size_t n_shares;
     uint32_t dwell;
     bool quiet; /* no log line per request */
     serve_copy_policy copy; /* n > 1: how a prompt's later choices get its cells */

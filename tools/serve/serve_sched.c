@@ -391,7 +391,8 @@ static void follow_gate(serve_sched *s, size_t n_active, double *switch_seconds)
     if (!s->switching || !n_active) return;
     cleave_split_mode want = cleave_psm_gate_step(&s->gate, s->in_prefill, n_active, s->o.psm, s->o.mode);
     if (want == cleave_context_split_mode(s->ctx)) return;
-    cleave_status st = cleave_context_set_split_mode(s->ctx, want, s->o.shares, s->o.n_shares);
+    cleave_phase phase = want == s->o.psm ? CLEAVE_PHASE_PREFILL : CLEAVE_PHASE_GENERATE;
+    cleave_status st = cleave_context_set_phase(s->ctx, phase);
     cleave_switch_report rep;
     if (!st && !cleave_context_switch_report(s->ctx, &rep)) *switch_seconds = rep.seconds;
     if (st) {
@@ -706,7 +707,7 @@ int serve_sched_start(cleave_model *m, cleave_context *ctx, const serve_sched_op
     s->pool = serve_pool_new(helpers);
     for (int i = 0; i < o->n_parallel; i++)
         if (!(s->slots[i].cache = malloc(s->slot_cells * sizeof *s->slots[i].cache))) goto oom_free;
-    s->switching = o->has_psm && o->psm != o->mode;
+    s->switching = o->phased;
     s->gate = (cleave_psm_gate){cleave_context_split_mode(ctx), o->dwell, o->dwell};
     cleave_context_set_progress(ctx, NULL, NULL); /* steps, not one long prompt */
     if (pthread_create(&s->thread, NULL, loop, s)) {

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Each phase its own placement, through the command line on two virtual
+# CPU devices: `cleave info` prints both phases' tables, the switch's peak
+# and why a switch cannot happen; a run whose switch cannot fit warns when
+# the context is made and tells the same story in the prefill mode; -pts
+# gives the prefill phase's shares and needs a -psm of another mode; and
+# info's numbers are the ones the run plans (--mem-report).
+set -u
+cli=$1 shared=$2 tmp=$3
+mkdir -p "$tmp"
+models=$shared/models
+if [ ! -f "$models/stories260K.bin" ]; then echo "skipped: $models absent"; exit 77; fi
+"$cli" convert --from llama2c "$models/stories260K.bin" "$models/tok512.bin" \
+  -o "$tmp/stories.gguf" >/dev/null 2>&1 || { echo "FAIL: convert"; exit 1; }
+m=$tmp/stories.gguf
+fail=0
+tight="--vram-budget 3.6,3.0 -psm layer -sm tensor -ts 3,1"
+
+one=$("$cli" run -m "$m" -p "Once upon" -n 16 -s 1 --temp 0 --devices cpu 2>"$tmp/err")
+[ -n "$one" ] || { echo "FAIL: no output on one device"; cat "$tmp/err"; fail=1; }
+
+# info: both phases' tables, a switch past the budgets and why, the remedy,
+# and the largest context of each plan
+"$cli" info "$m" --devices cpu:2 $tight >"$tmp/info.txt" 2>"$tmp/err"
+rc=$?
+info_bad=""
+[ $rc -eq 0 ] || info_bad="$info_bad exit $rc;"
+grep -q "^prefill: layer split" "$tmp/info.txt" || info_bad="$info_bad no prefill table;"
+grep -q "^generation: tensor split" "$tmp/info.txt" || info_bad="$info_bad no generation table;"
+header='^  device \(MiB\) +weights +KV +compute +total +budget +KV host$'
+[ "$(grep -cE "$header" "$tmp/info.txt")" -eq 2 ] || info_bad="$info_bad not two table headers;"
+for d in 0 1; do
+  [ "$(grep -cE "^  cpu:$d( +[0-9.]+){6}$" "$tmp/info.txt")" -eq 2 ] ||
+    info_bad="$info_bad cpu:$d rows;"
+done
+grep -qE "^switch to generation: peak cpu:0 .*-> does not fit$" "$tmp/info.txt" ||
+  info_bad="$info_bad no 'does not fit';"
+grep -E "^warning: the switch from layer to tensor split cannot happen" "$tmp/info.txt" |
+  grep -qE -- "(-c |-ts |--kv-vram-cells)" || info_bad="$info_bad no warning with a remedy;"
+grep -q "^largest context" "$tmp/info.txt" || info_bad="$info_bad no largest context;"
+for plan in "none" "layer" "tensor" "layer, then tensor"; do
+  grep -qE "^  $plan +[0-9]+$" "$tmp/info.txt" || info_bad="$info_bad no largest context, $plan;"
+done
+if [ -n "$info_bad" ]; then
+  echo "FAIL: info, a switch past the budgets:$info_bad"; cat "$tmp/info.txt" "$tmp/err"; fail=1
+fi
+
+# run: the same switch warns when the context is made, before the prompt
+# is in, does not switch, and the story is the one-device story
+got=$("$cli" run -m "$m" -p "Once upon" -n 16 -s 1 --temp 0 --devices cpu:2 $tight 2>"$tmp/err")
+rc=$?
+early="warning: the switch from layer to tensor split cannot happen.*answers are generated in"
+warn=$(grep -n "$early" "$tmp/err" | head -1 | cut -d: -f1)
+prompt=$(grep -n "^prompt:" "$tmp/err" | head -1 | cut -d: -f1)
+if [ $rc -ne 0 ] || [ -z "$warn" ] || [ -z "$prompt" ] || [ "$warn" -ge "$prompt" ]; then
+  echo "FAIL: a switch past the budgets should warn before the prompt (exit $rc, warning at line" \
+       "${warn:-none}, prompt at line ${prompt:-none})"; cat "$tmp/err"; fail=1
+fi
+if grep -q "switched from layer to tensor" "$tmp/err"; then
+  echo "FAIL: a switch that cannot fit happened"; cat "$tmp/err"; fail=1
+fi
+if [ "$got" != "$one" ]; then
+  echo "FAIL: $tight: the story differs"; printf '%s\n---\n%s\n' "$one" "$got"; fail=1
+fi
+
+# -pts: each phase its own shares, the switch happens, the same story
+for args in "-psm layer -sm tensor -ts 3,1 -pts 1,3" "-psm tensor -sm layer -pts 3,1 -ts 1,3"; do
+  from=${args#-psm }; from=${from%% *}
+  to=${args#*-sm }; to=${to%% *}
+  got=$("$cli" run -m "$m" -p "Once upon" -n 16 -s 1 --temp 0 --devices cpu:2 $args 2>"$tmp/err")
+  rc=$?
+  if [ $rc -ne 0 ] || ! grep -q "switched from $from to $to" "$tmp/err"; then
+    echo "FAIL: $args: exit $rc or no switch from $from to $to"; cat "$tmp/err"; fail=1
+  fi
+  if [ "$got" != "$one" ]; then
+    echo "FAIL: $args: the story differs"; printf '%s\n---\n%s\n' "$one" "$got"; fail=1
+  fi
+done
+
+expect() { # expect CODE PATTERN ARGS...: exit code and a message on stderr
+  local code=$1 pat=$2; shift 2
+  "$cli" run -m "$m" -p "x" -n 2 "$@" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  if [ $rc -ne "$code" ] || ! grep -q -- "$pat" "$tmp/err"; then
+    echo "FAIL: $* -> exit $rc (want $code), stderr:"; cat "$tmp/err"; fail=1
+  fi
+}
+expect 1 "-pts" --devices cpu:2 -pts 1,1
+expect 1 "-pts" --devices cpu:2 -psm tensor -sm tensor -pts 1,1
+
+# info's totals are what the run plans: the prefill table against the
+# first memory report, the generation table against the one after the switch
+"$cli" info "$m" --devices cpu:2 -psm layer -sm tensor >"$tmp/info.txt" 2>"$tmp/err" ||
+  { echo "FAIL: info without budgets"; cat "$tmp/info.txt" "$tmp/err"; fail=1; }
+planned=$(awk '/^prefill:/ {p = "prefill"} /^generation:/ {p = "generation"}
+               /^  cpu:[0-9]+ / {print p, $1, $5}' "$tmp/info.txt")
+"$cli" run -m "$m" -p "Once upon" -n 16 -s 1 --temp 0 --devices cpu:2 -psm layer -sm tensor \
+  --mem-report >/dev/null 2>"$tmp/err"
+rc=$?
+ran=$(awk '/^cleave: cpu:[0-9]+ +planned / {
+             for (i = 1; i < NF; i++) if ($i == "planned") v = $(i + 1)
+             p = n++ < 2 ? "prefill" : "generation"; print p, $2, v }' "$tmp/err")
+if [ $rc -ne 0 ] || ! grep -q "switched from layer to tensor" "$tmp/err" ||
+   [ "$(printf '%s\n' "$planned" | grep -c .)" -ne 4 ] ||
+   [ "$(printf '%s\n' "$ran" | grep -c .)" -ne 4 ]; then
+  echo "FAIL: info and --mem-report: exit $rc, or not a switch and two reports of two devices"
+  printf 'info:\n%s\nrun:\n%s\n' "$planned" "$ran"; cat "$tmp/info.txt" "$tmp/err"; fail=1
+else
+  off=$(awk 'NR == FNR {want[$1 " " $2] = $3; next}
+             {k = $1 " " $2; d = want[k] - $3
+              if (!(k in want) || d > 0.1001 || d < -0.1001) print k}' \
+        <(printf '%s\n' "$planned") <(printf '%s\n' "$ran"))
+  if [ -n "$off" ]; then
+    echo "FAIL: info and --mem-report disagree for: $off"
+    printf 'info:\n%s\nrun:\n%s\n' "$planned" "$ran"; cat "$tmp/err"; fail=1
+  fi
+fi
+
+[ $fail -eq 0 ] && echo "cli_phases: all checks passed"
+exit $fail
