@@ -116,5 +116,29 @@ else
   fi
 fi
 
+# --psm-policy auto: rates where prefilling under layer and generating
+# under tensor is the fastest plan by far; it takes that switch where the
+# devices hold it, and a plan without a switch where they cannot
+cat >"$tmp/rates.txt" <<'EOF'
+cleave-psm-rates 1
+pp layer 512 20000
+pp tensor 512 10
+tg layer 128 100
+tg tensor 128 200
+switch layer 0.001 0
+switch tensor 0.001 0
+EOF
+for budget in "" "--vram-budget 3.6,3.0"; do
+  got=$("$cli" run -m "$m" -p "Once upon" -n 16 -s 1 --temp 0 --devices cpu:2 $budget \
+        --psm-policy auto --psm-rates "$tmp/rates.txt" 2>"$tmp/err")
+  rc=$?
+  chose=$(grep "psm policy for" "$tmp/err")
+  if [ -z "$budget" ]; then want="layer, then tensor"; else want="layer (predicted"; fi
+  if [ $rc -ne 0 ] || [ "$got" != "$one" ] || ! printf '%s' "$chose" | grep -q ": $want"; then
+    echo "FAIL: --psm-policy auto ${budget:-without budgets}: exit $rc, wanted '$want'"
+    cat "$tmp/err"; fail=1
+  fi
+done
+
 [ $fail -eq 0 ] && echo "cli_phases: all checks passed"
 exit $fail

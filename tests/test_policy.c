@@ -118,6 +118,24 @@ static void test_predict_by_hand(void) {
     CHECK(d.plan == POLICY_LAYER);
     CHECK_OK(policy_decide(&r, 10000, (uint32_t)ceil(n_even) + 1, m, &d));
     CHECK(d.plan == POLICY_LAYER_THEN_TENSOR);
+
+    /* a switch that cannot fit the devices is never chosen: the best plan
+     * left, whatever the prediction of the one left out */
+    bool no_switch[POLICY_PLANS] = {true, true, false, false};
+    CHECK_OK(policy_decide_among(&r, 10000, 100, 0.02, no_switch, &d));
+    CHECK(d.plan == POLICY_LAYER || d.plan == POLICY_TENSOR);
+    CHECK(d.seconds[POLICY_LAYER_THEN_TENSOR] < d.seconds[d.plan]); /* it would have been faster */
+    bool tensor_only[POLICY_PLANS] = {false, true, false, false};
+    CHECK_OK(policy_decide_among(&r, 10000, 100, 0.02, tensor_only, &d));
+    CHECK(d.plan == POLICY_TENSOR);
+    /* no single mode fits, a switch does: the switch, margin or not */
+    bool switches[POLICY_PLANS] = {false, false, true, true};
+    CHECK_OK(policy_decide_among(&r, 10000, 100, 0.02, switches, &d));
+    CHECK(d.plan == POLICY_LAYER_THEN_TENSOR);
+    bool none[POLICY_PLANS] = {false, false, false, false};
+    CHECK(policy_decide_among(&r, 10000, 100, 0.02, none, &d) == CLEAVE_ERR_INVALID_ARG);
+    CHECK_OK(policy_decide_among(&r, 10000, 100, 0.02, NULL, &d));
+    CHECK(d.plan == POLICY_LAYER_THEN_TENSOR);
 }
 
 /* The reference request: 58,248 prompt tokens, 128 generated. */

@@ -238,7 +238,6 @@ static void explain(const plan_phases_request *req, const size_t *budgets, const
 /* ---- the phases ------------------------------------------------------------- */
 
 static cleave_status take(const plan_phases_request *req, attempt *a, plan_phases *out) {
-    (void)req;
     out->phase[PLAN_PREFILL] = a->p[PLAN_PREFILL];
     a->made[PLAN_PREFILL] = false;
     out->n_ctx = out->phase[PLAN_PREFILL].n_ctx;

@@ -208,8 +208,9 @@ static int choose_modes(run_opts *o, cleave_model *m, const cleave_context_param
         allowed[2] = pair_holds && rep.switch_fits[CLEAVE_PHASE_GENERATE];
         allowed[3] = pair_holds && rep.switch_fits[CLEAVE_PHASE_PREFILL];
         if (!allowed[2] || !allowed[3])
-            fprintf(stderr, "cleave: psm policy: %s%s\n", rep.why[0] ? rep.why : "a switch does not fit",
-                    allowed[2] ? "" : " (so no switch to tensor)");
+            fprintf(stderr, "cleave: psm policy: left out: %s%s%s%s\n",
+                    !allowed[2] && !allowed[3] ? "both switches" : !allowed[2] ? "layer, then tensor" : "tensor, then layer",
+                    rep.why[0] ? " (" : "", rep.why[0] ? rep.why : "", rep.why[0] ? ")" : "");
     }
     if (!allowed[0] && !allowed[1] && !allowed[2] && !allowed[3]) allowed[0] = allowed[1] = true; /* said later */
     cleave_psm_decision dec;
