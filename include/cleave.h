@@ -257,9 +257,9 @@ typedef struct cleave_placement_report {
     uint32_t n_ctx, n_batch;           /* the context both phases hold */
     bool two_phases;                   /* the phases' placements differ */
     cleave_phase_placement phase[2];   /* [CLEAVE_PHASE_PREFILL], [CLEAVE_PHASE_GENERATE] */
-    /* each device's fullest point in the switch to that phase (weights, KV
-     * and compute of both placements while the pieces move), and whether
-     * it stays within every budget */
+    /* each device's fullest point in the switch to that phase (the pieces
+     * of both placements while they move, beside what each holds besides
+     * them), and whether it stays within every budget */
     size_t switch_peak[2][CLEAVE_MAX_DEVICES];
     bool switch_fits[2];
     char why[1024]; /* when the switch to generation cannot happen: why, and what would let it */

@@ -87,6 +87,15 @@ static bool run_case(cleave_model *m, const cleave_context_params *cp, const int
     if (switched) {
         CHECK(cleave_context_phase(c) == CLEAVE_PHASE_GENERATE);
         check_allocated(c, &r, CLEAVE_PHASE_GENERATE, what);
+        /* the switch's fullest point as the preview said it */
+        for (size_t d = 0; d < r.n_devices; d++) {
+            cleave_device_memory mem;
+            CHECK_OK(cleave_context_memory(c, d, &mem));
+            size_t want = r.switch_peak[CLEAVE_PHASE_GENERATE][d];
+            fprintf(stderr, "  %s, switch, cpu:%zu: peak predicted %zu, allocator's %zu\n", what, d, want, mem.peak);
+            CHECK_MSG(mem.peak <= want + 4096 && mem.peak + want / 20 >= want,
+                      "%s, device %zu: the switch peaked at %zu, predicted %zu", what, d, mem.peak, want);
+        }
     }
     int diff = 0;
     for (int i = 0; i < N_GEN; i++) diff += gen[i] != ref[i];

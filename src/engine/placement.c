@@ -13,9 +13,10 @@
 #include "base/options.h"
 #include "quant/quant.h"
 
-/* Device d's activation scratch: plan_scratch's table for the device's
- * role, so the plan charged exactly these bytes. */
-static cleave_status alloc_scratch(placement *pl, int d) {
+/* Device d's activation scratch buffers, as plan_scratch's table names
+ * them, and their bytes for the device's role, so the plan charged
+ * exactly these bytes. */
+static void scratch_table(placement *pl, int d, void **bufs[PLAN_SCRATCH_COUNT], size_t bytes[PLAN_SCRATCH_COUNT]) {
     const plan *pn = &pl->plan;
     engine_scratch *s = &pl->devs[d].s;
     bool tensor = pn->mode == CLEAVE_SPLIT_TENSOR;
@@ -23,9 +24,8 @@ static cleave_status alloc_scratch(placement *pl, int d) {
         .vocab_rows = tensor ? pn->vocab_rows[d].hi - pn->vocab_rows[d].lo
                              : d == pn->head_device ? pl->model->hp.n_vocab : 0,
         .tensor = tensor, .embd = d == pn->embd_device};
-    size_t bytes[PLAN_SCRATCH_COUNT];
     plan_scratch(&pl->model->hp, pn->n_batch, role, bytes);
-    void **bufs[PLAN_SCRATCH_COUNT] = {
+    void **b[PLAN_SCRATCH_COUNT] = {
         [PLAN_SCRATCH_X] = (void **)&s->x, [PLAN_SCRATCH_H] = (void **)&s->h, [PLAN_SCRATCH_Q] = (void **)&s->q,
         [PLAN_SCRATCH_K] = (void **)&s->k, [PLAN_SCRATCH_V] = (void **)&s->v, [PLAN_SCRATCH_ATT] = (void **)&s->att,
         [PLAN_SCRATCH_GATE] = (void **)&s->gate, [PLAN_SCRATCH_UP] = (void **)&s->up,
@@ -36,12 +36,35 @@ static cleave_status alloc_scratch(placement *pl, int d) {
         [PLAN_SCRATCH_ROUTER] = (void **)&s->router, [PLAN_SCRATCH_EXPERT_IDS] = (void **)&s->expert_ids,
         [PLAN_SCRATCH_EXPERT_W] = (void **)&s->expert_w, [PLAN_SCRATCH_EXPERT_OUT] = (void **)&s->expert_out,
     };
-    for (size_t i = 0; i < PLAN_SCRATCH_COUNT; i++) {
-        if (!bytes[i]) continue;
-        if (!(*bufs[i] = engine_dev_alloc(pl, d, bytes[i], plan_scratch_names[i]))) return CLEAVE_ERR_OOM;
-        pl->scratch_bytes[d] += bytes[i];
+    memcpy(bufs, b, sizeof b);
+}
+
+cleave_status engine_alloc_scratch(placement *pl) {
+    for (size_t d = 0; d < pl->n_dev; d++) {
+        if (!pl->devs[d].active) continue;
+        void **bufs[PLAN_SCRATCH_COUNT];
+        size_t bytes[PLAN_SCRATCH_COUNT];
+        scratch_table(pl, (int)d, bufs, bytes);
+        for (size_t i = 0; i < PLAN_SCRATCH_COUNT; i++) {
+            if (!bytes[i] || *bufs[i]) continue;
+            if (!(*bufs[i] = engine_dev_alloc(pl, (int)d, bytes[i], plan_scratch_names[i]))) return CLEAVE_ERR_OOM;
+            pl->scratch_bytes[d] += bytes[i];
+        }
     }
     return CLEAVE_OK;
+}
+
+void engine_free_scratch(placement *pl) {
+    for (size_t d = 0; d < pl->n_dev; d++) {
+        void **bufs[PLAN_SCRATCH_COUNT];
+        size_t bytes[PLAN_SCRATCH_COUNT];
+        scratch_table(pl, (int)d, bufs, bytes);
+        for (size_t i = 0; i < PLAN_SCRATCH_COUNT; i++) {
+            if (*bufs[i]) engine_release(pl, (int)d, *bufs[i]);
+            *bufs[i] = NULL;
+        }
+        pl->scratch_bytes[d] = 0;
+    }
 }
 
 /* Each layer's K/V on the device that runs it. */
@@ -166,8 +189,8 @@ cleave_status placement_new(const placement_env *env, const placement *src, bool
         if (pl->devs[d].active) st = be_sync(pl->devs[d].dev);
     if (st) goto fail;
     if (pl->progress && !piecewise) pl->progress(1.0f, pl->progress_user); /* closes a progress bar */
-    for (size_t d = 0; d < pl->n_dev; d++)
-        if (pl->devs[d].active && (st = alloc_scratch(pl, (int)d))) goto fail;
+    /* an in-place switch allocates the scratch once the old placement's is gone */
+    if (!piecewise && (st = engine_alloc_scratch(pl))) goto fail;
     load_mark(&lt, "scratch");
     if ((st = init_kv(pl, pl->plan.n_ctx, p->kv_type, p->kv_type_v, piecewise))) goto fail;
     pl->store.staged_total = env->kv_staged;

@@ -171,8 +171,13 @@ typedef struct placement_env {
  * the same model on the same devices, whose weights are copied device to
  * device instead of placed from the model file. piecewise: only the
  * tables, no weights and no KV layers (a switch places them piece by
- * piece, engine_place_piece). On failure frees what it took. */
+ * piece, engine_place_piece, and the activation scratch last,
+ * engine_alloc_scratch). On failure frees what it took. */
 cleave_status placement_new(const placement_env *env, const placement *src, bool piecewise, placement **out);
+/* The activation scratch of every active device (a piecewise placement
+ * has none until then), and back; buffers already there are kept. */
+cleave_status engine_alloc_scratch(placement *pl);
+void engine_free_scratch(placement *pl);
 void placement_free(placement *pl);
 
 #endif

@@ -154,8 +154,9 @@ static cleave_status move_order(const cleave_context *c, const placement *next, 
 /* Moves the context's placement into `next` (built piecewise: tables
  * only) one piece at a time, each piece's old buffers freed once its new
  * ones hold it, so a device holds at most the larger of the two
- * placements plus about one piece. A failure puts back, from next, every
- * piece already given up, so the current placement stays whole. */
+ * placements plus about one piece, then swaps the activation scratch. A
+ * failure puts back, from next, the scratch and every piece already
+ * given up, so the current placement stays whole. */
 static cleave_status move_in_place(cleave_context *c, placement *next, cleave_switch_report *r) {
     placement *cur = c->pl;
     bool tied = c->model->output == c->model->tok_embd;
@@ -182,12 +183,24 @@ static cleave_status move_in_place(cleave_context *c, placement *next, cleave_sw
     /* the fused norms, copied from the new placement itself where a block's
      * device needs the next block's */
     if (!st) st = engine_place_finish(next, next);
+    /* the activation scratch last, the old placement's gone first, so no
+     * device holds both (plan_switch_peak counts it so) */
+    bool scratch_moved = false;
+    if (!st) {
+        engine_free_scratch(cur);
+        scratch_moved = true;
+        st = engine_alloc_scratch(next);
+    }
     if (st) {
         /* put back what the current placement gave up, copied from next */
         char why[512];
         snprintf(why, sizeof why, "%s", cleave_last_error());
         cleave_switch_report ignored = {0};
         cleave_status back = CLEAVE_OK;
+        if (scratch_moved) {
+            engine_free_scratch(next);
+            back = engine_alloc_scratch(cur);
+        }
         for (size_t k = 0; k < done && !back; k++) back = place_step(cur, next, order[k], hi, &ignored);
         if (!back) back = engine_place_finish(cur, cur);
         engine_drop_graphs(cur); /* recorded with the old addresses */
@@ -213,8 +226,8 @@ static cleave_status check_peak(const cleave_context *c, const plan *to) {
     int d = plan_peak_over(&base, peak, c->n_dev);
     if (d < 0) return CLEAVE_OK;
     return err_set(CLEAVE_ERR_OOM,
-                   "device %d would hold %.1f MiB at the switch's fullest point (both placements' compute "
-                   "and the pieces in flight) but has %.1f MiB",
+                   "device %d would hold %.1f MiB at the switch's fullest point (the pieces in "
+                   "flight beside both placements) but has %.1f MiB",
                    d, peak[d] / 1048576.0, c->base.budgets[d] / 1048576.0);
 }
 

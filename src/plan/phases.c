@@ -38,15 +38,20 @@ cleave_status plan_switch_peak(const plan_request *base, const plan *from, const
     cleave_status st = reshard_schedule(from, to, base->hp, &sz, steps, cap, &n_steps, &cost);
     free(steps);
     if (st) return st;
-    /* What the schedule does not move (scratch, cell tables, staging, the
-     * all-reduce's buffers) is held by both placements all along; what it
-     * moves peaks where it says. */
+    /* What the schedule does not move (cell tables, staging, the
+     * all-reduce's buffers) is held by both placements all along, and
+     * what it moves peaks where it says; the activation scratch changes
+     * hands once the pieces have moved, the old one freed first. */
     for (size_t d = 0; d < n; d++) {
         int64_t fixed_from = (int64_t)plan_total_bytes(from, d) - (int64_t)cost.before[d];
         int64_t fixed_to = (int64_t)plan_total_bytes(to, d) - (int64_t)cost.after[d];
+        int64_t scratch_from = (int64_t)plan_device_scratch(base->hp, from, d);
+        int64_t scratch_to = (int64_t)plan_device_scratch(base->hp, to, d);
         int64_t shared = (int64_t)(from->bytes[d].collective < to->bytes[d].collective ? from->bytes[d].collective
                                                                                       : to->bytes[d].collective);
-        int64_t p = (int64_t)cost.peak[d] + fixed_from + fixed_to - shared;
+        int64_t moving = (int64_t)cost.peak[d] + fixed_from + fixed_to - scratch_to - shared;
+        int64_t swapped = (int64_t)cost.after[d] + fixed_from - scratch_from + fixed_to - shared;
+        int64_t p = moving > swapped ? moving : swapped;
         size_t floor_b = plan_total_bytes(from, d) > plan_total_bytes(to, d) ? plan_total_bytes(from, d)
                                                                               : plan_total_bytes(to, d);
         peak[d] = p > (int64_t)floor_b ? (size_t)p : floor_b;
@@ -226,8 +231,8 @@ static void explain(const plan_phases_request *req, const size_t *budgets, const
             size_t b = req->base.budgets ? req->base.budgets[d] : 0;
             if (!b || pk[d] <= b) continue;
             at += (size_t)snprintf(out->why + at, cap - at,
-                                   "%sdevice %zu would hold %.1f MiB at the switch's fullest point (both "
-                                   "placements' compute and the pieces in flight) but has %.1f MiB",
+                                   "%sdevice %zu would hold %.1f MiB at the switch's fullest point (the "
+                                   "pieces in flight beside both placements) but has %.1f MiB",
                                    sep, d, pk[d] / 1048576.0, b / 1048576.0);
             sep = "; ";
         }
@@ -286,7 +291,10 @@ cleave_status plan_phases_make(const plan_phases_request *req, plan_phases *out)
     const size_t *plan_budgets = req->fit ? budgets : b->budgets;
     uint32_t ctx = b->n_ctx;
     if (req->fit) {
-        ctx = largest(req, plan_budgets, req->min_ctx, b->n_ctx, FIT_ALL);
+        /* searched as plan_phases_largest_ctx searches, so the two agree
+         * (fitted shares make "fits" not quite monotonic in the context) */
+        ctx = largest(req, plan_budgets, 1, b->n_ctx, FIT_ALL);
+        if (ctx < req->min_ctx) ctx = 0;
         /* no context holds both and the switch: the prefill phase alone says */
         if (!ctx) ctx = largest(req, plan_budgets, req->min_ctx, b->n_ctx, FIT_PREFILL);
         if (!ctx) { /* not even that: the prefill phase's own fit explains */

@@ -48,7 +48,8 @@ typedef struct plan_phases {
     bool two;                /* the phases' placements differ */
     uint32_t n_ctx, n_batch;
     /* each device's fullest point in a switch to generation and back
-     * (weights, KV and compute of both placements while the pieces move) */
+     * (the pieces of both placements while they move, beside what each
+     * holds besides them) */
     size_t peak[PLAN_PHASES][CLEAVE_MAX_DEVICES];
     bool generate_fits;      /* the generation phase has a placement */
     bool switch_fits[PLAN_PHASES]; /* [PLAN_GENERATE]: to generation; [PLAN_PREFILL]: back */
@@ -64,8 +65,9 @@ uint32_t plan_phases_largest_ctx(const plan_phases_request *req, uint32_t hi);
 
 /* Each device's fullest point while a context moves from plan `from` to
  * plan `to` in place (reshard_schedule's order: every piece's new buffers
- * before its old ones go, beside the scratch of both placements; the
- * all-reduce's buffers once), or, keep_both, with both placements whole;
+ * before its old ones go, beside the old placement's scratch; then the
+ * old scratch freed and the new one allocated; the all-reduce's buffers
+ * once), or, keep_both, with both placements whole;
  * `cells` cells in use. base: the request both plans were made from. */
 cleave_status plan_switch_peak(const plan_request *base, const plan *from, const plan *to, uint32_t cells,
                                bool keep_both, size_t peak[CLEAVE_MAX_DEVICES]);

@@ -52,6 +52,15 @@ size_t plan_scratch(const model_hparams *hp, uint32_t n_batch, plan_scratch_role
     return sum;
 }
 
+size_t plan_device_scratch(const model_hparams *hp, const plan *p, size_t d) {
+    if (d >= p->n_devices || !p->bytes[d].compute) return 0; /* runs nothing */
+    bool tensor = p->mode == CLEAVE_SPLIT_TENSOR;
+    plan_scratch_role role = {
+        .vocab_rows = tensor ? p->vocab_rows[d].hi - p->vocab_rows[d].lo : (int)d == p->head_device ? hp->n_vocab : 0,
+        .tensor = tensor, .embd = (int)d == p->embd_device};
+    return plan_scratch(hp, p->n_batch, role, NULL);
+}
+
 size_t plan_cell_table_bytes(uint32_t n_ctx) { return 2 * (size_t)n_ctx * sizeof(int32_t); }
 
 size_t plan_compute_bytes(const model_hparams *hp, uint32_t n_batch, uint32_t n_ctx) {

@@ -149,6 +149,10 @@ typedef struct plan_scratch_role {
 /* Bytes of each buffer (bytes may be NULL) and their sum. */
 size_t plan_scratch(const model_hparams *hp, uint32_t n_batch, plan_scratch_role role,
                     size_t bytes[PLAN_SCRATCH_COUNT]);
+/* Device d's activation scratch under plan p (its role there; 0 where it
+ * runs nothing): the part of its compute a switch can give up before the
+ * other placement's is allocated. */
+size_t plan_device_scratch(const model_hparams *hp, const plan *p, size_t d);
 /* The cell table's copy on a device that holds K/V (positions, sequences). */
 size_t plan_cell_table_bytes(uint32_t n_ctx);
 /* Scratch and cell table of one device that runs the whole model. */
