@@ -33,7 +33,7 @@ for args in "-psm layer -sm tensor" "-psm tensor -sm layer" "-psm none -sm tenso
   if ! grep -q "switched from" "$tmp/err"; then echo "FAIL: $args: no switch reported"; cat "$tmp/err"; fail=1; fi
 done
 got=$("$cli" run -m "$m" -p "Once upon a time" -n 120 --temp 0 -t 1 --devices cpu:2 -psm layer -sm tensor \
-      --vram-budget 3.5,3.5 --fit off 2>"$tmp/err")
+      --vram-budget 3.0,3.0 --fit off 2>"$tmp/err")
 if [ "$got" != "$one" ] || ! grep -q "warning: the switch from layer to tensor split cannot happen" "$tmp/err"; then
   echo "FAIL: a switch past the budgets should warn and finish in layer mode"; cat "$tmp/err"; fail=1
 fi
@@ -108,6 +108,9 @@ expect() { # expect CODE PATTERN ARGS...: exit code and a message on stderr
   fi
 }
 expect 1 "expected none, layer or tensor" --devices cpu:2 -sm diagonal
+# -pts is the prefill phase's shares: it needs -psm with another mode than -sm
+expect 1 "-pts" --devices cpu:2 -pts 1,1
+expect 1 "-pts" --devices cpu:2 -psm tensor -sm tensor -pts 1,1
 expect 1 "numbers >= 0" --devices cpu:2 -sm layer -ts 1,x
 expect 1 "3 split shares for 2 devices" --devices cpu:2 -sm tensor -ts 1,1,1
 expect 1 "device 0 needs" --devices cpu:2 -sm layer --vram-budget 0.01,0.01 --fit off

@@ -10,14 +10,14 @@
 #include "base/error.h"
 #include "engine_internal.h"
 
-static void phase_of(const plan *p, bool fits, cleave_phase_placement *out) {
+static void phase_of(const plan *p, cleave_split_mode mode, bool fits, cleave_phase_placement *out) {
     memset(out, 0, sizeof *out);
-    out->mode = p->mode;
+    out->mode = mode;
     out->fits = fits;
+    if (!fits) return; /* p is the prefill phase's */
     out->kv_vram_cells = p->kv_vram_cells;
     for (size_t d = 0; d < p->n_devices; d++) {
         out->shares[d] = p->mode == CLEAVE_SPLIT_NONE ? 0.0 : p->shares[d];
-        if (!fits) continue;
         out->weights[d] = p->bytes[d].weights, out->kv[d] = p->bytes[d].kv;
         out->compute[d] = p->bytes[d].compute, out->kv_host[d] = p->bytes[d].kv_host;
     }
@@ -62,8 +62,9 @@ static void fill(const engine_plan_base *b, const plan_phases *ph, be_device *co
     }
     out->n_ctx = ph->n_ctx, out->n_batch = ph->n_batch;
     out->two_phases = ph->two;
-    phase_of(&ph->phase[PLAN_PREFILL], true, &out->phase[CLEAVE_PHASE_PREFILL]);
-    phase_of(&ph->phase[PLAN_GENERATE], ph->generate_fits, &out->phase[CLEAVE_PHASE_GENERATE]);
+    phase_of(&ph->phase[PLAN_PREFILL], ph->mode[PLAN_PREFILL], true, &out->phase[CLEAVE_PHASE_PREFILL]);
+    phase_of(&ph->phase[PLAN_GENERATE], ph->mode[PLAN_GENERATE], ph->generate_fits,
+             &out->phase[CLEAVE_PHASE_GENERATE]);
     memcpy(out->switch_peak[CLEAVE_PHASE_GENERATE], ph->peak[PLAN_GENERATE], sizeof ph->peak[0]);
     memcpy(out->switch_peak[CLEAVE_PHASE_PREFILL], ph->peak[PLAN_PREFILL], sizeof ph->peak[0]);
     out->switch_fits[CLEAVE_PHASE_GENERATE] = ph->switch_fits[PLAN_GENERATE];

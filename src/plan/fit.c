@@ -125,12 +125,11 @@ static bool fits_at(const plan_request *req, uint32_t ctx, double *w) {
     return plan_fit_shares(&r, w);
 }
 
-uint32_t plan_largest_ctx(const plan_request *req, uint32_t lo, uint32_t hi) {
+uint32_t plan_bisect_largest(uint32_t lo, uint32_t hi, bool (*fits)(uint32_t ctx, void *user), void *user) {
     uint32_t best = 0;
-    double w[CLEAVE_MAX_DEVICES];
     while (lo <= hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (fits_at(req, mid, w)) {
+        if (fits(mid, user)) {
             best = mid;
             lo = mid + 1;
         } else {
@@ -139,6 +138,15 @@ uint32_t plan_largest_ctx(const plan_request *req, uint32_t lo, uint32_t hi) {
         }
     }
     return best;
+}
+
+static bool request_fits(uint32_t ctx, void *user) {
+    double w[CLEAVE_MAX_DEVICES];
+    return fits_at(user, ctx, w);
+}
+
+uint32_t plan_largest_ctx(const plan_request *req, uint32_t lo, uint32_t hi) {
+    return plan_bisect_largest(lo, hi, request_fits, (void *)req);
 }
 
 cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out) {

@@ -85,58 +85,109 @@ static void attempt_free(attempt *a) {
         if (a->made[k]) plan_free(&a->p[k]), a->made[k] = false;
 }
 
+/* Places phase k at ctx into a->p[k] with shares w (NULL: equal); false
+ * (a->gen_why set for the generation phase) when it does not fit. */
+static bool place_phase(const plan_phases_request *req, const size_t *budgets, uint32_t ctx, int k,
+                        const double *w, attempt *a) {
+    plan_request r = req->base;
+    r.mode = req->phase[k].mode;
+    r.shares = w;
+    r.budgets = budgets;
+    r.n_ctx = ctx;
+    if (r.n_batch > ctx) r.n_batch = ctx;
+    if (a->made[k]) plan_free(&a->p[k]), a->made[k] = false;
+    if (plan_make(&r, &a->p[k]) == CLEAVE_OK) return a->made[k] = true;
+    if (k == PLAN_GENERATE) {
+        snprintf(a->gen_why, sizeof a->gen_why, "%s", cleave_last_error());
+        char *hint = strstr(a->gen_why, "; try a smaller context"); /* the remedies say it */
+        if (hint) *hint = 0;
+    }
+    return false;
+}
+
+/* The switch's peaks both ways, and whether the one to generation fits
+ * the full budgets. */
+static bool peaks(const plan_phases_request *req, uint32_t ctx, attempt *a) {
+    const plan *pre = &a->p[PLAN_PREFILL], *gen = &a->p[PLAN_GENERATE];
+    /* a switch moves the cells in use: at most all of them */
+    if (plan_switch_peak(&req->base, pre, gen, ctx, req->keep_both, a->peak[PLAN_GENERATE]) ||
+        plan_switch_peak(&req->base, gen, pre, ctx, req->keep_both, a->peak[PLAN_PREFILL]))
+        return false;
+    return plan_peak_over(&req->base, a->peak[PLAN_GENERATE], pre->n_devices) < 0;
+}
+
+/* Fitted generation shares whose switch passes some device's budget:
+ * that device's share lowered a step at a time (the switch brings it the
+ * generation placement's pieces while it still holds the prefill
+ * phase's), while the phase still fits. */
+#define PEAK_STEPS 12
+
+static void ease_peak(const plan_phases_request *req, const size_t *budgets, uint32_t ctx, double *w, attempt *a) {
+    for (int step = 0; step < PEAK_STEPS; step++) {
+        double next[CLEAVE_MAX_DEVICES];
+        const size_t *b = req->base.budgets;
+        bool over = false;
+        for (size_t d = 0; d < req->base.n_devices; d++) {
+            next[d] = w[d];
+            if (b && b[d] && a->peak[PLAN_GENERATE][d] > b[d]) next[d] = w[d] * 0.85, over = true;
+        }
+        if (!over) return;
+        attempt t = *a;
+        t.made[PLAN_GENERATE] = false; /* a's plan stays a's until t's is good */
+        if (!place_phase(req, budgets, ctx, PLAN_GENERATE, next, &t)) return;
+        bool fits = peaks(req, ctx, &t);
+        plan_free(&a->p[PLAN_GENERATE]);
+        *a = t;
+        memcpy(w, next, req->base.n_devices * sizeof *w);
+        if (fits) {
+            a->fits |= FIT_SWITCH;
+            return;
+        }
+    }
+}
+
 /* The phases at ctx: each placed with its shares or fitted ones against
  * `budgets` (the fit's, less the margin), the switch's peak against the
  * full budgets. */
 static void try_at(const plan_phases_request *req, const size_t *budgets, uint32_t ctx, attempt *a) {
     memset(a, 0, sizeof *a);
     double w[PLAN_PHASES][CLEAVE_MAX_DEVICES];
+    bool fitted[PLAN_PHASES] = {false, false};
     for (int k = 0; k < PLAN_PHASES; k++) {
-        plan_request r = req->base;
-        r.mode = req->phase[k].mode;
-        r.shares = req->phase[k].shares;
-        r.budgets = budgets;
-        r.n_ctx = ctx;
-        if (r.n_batch > ctx) r.n_batch = ctx;
-        if (req->fit && !r.shares && r.mode != CLEAVE_SPLIT_NONE) {
+        const double *shares = req->phase[k].shares;
+        if (req->fit && !shares && req->phase[k].mode != CLEAVE_SPLIT_NONE) {
+            plan_request r = req->base;
+            r.mode = req->phase[k].mode, r.budgets = budgets, r.n_ctx = ctx;
+            if (r.n_batch > ctx) r.n_batch = ctx;
             plan_fit_shares(&r, w[k]);
-            r.shares = w[k];
+            shares = w[k], fitted[k] = true;
         }
-        if (plan_make(&r, &a->p[k]) == CLEAVE_OK) {
-            a->made[k] = true;
-            a->fits |= k == PLAN_PREFILL ? FIT_PREFILL : FIT_GENERATE;
-        } else if (k == PLAN_GENERATE) {
-            snprintf(a->gen_why, sizeof a->gen_why, "%s", cleave_last_error());
-            char *hint = strstr(a->gen_why, "; try a smaller context"); /* the remedies say it */
-            if (hint) *hint = 0;
-        }
+        if (place_phase(req, budgets, ctx, k, shares, a)) a->fits |= k == PLAN_PREFILL ? FIT_PREFILL : FIT_GENERATE;
     }
     if ((a->fits & (FIT_PREFILL | FIT_GENERATE)) != (FIT_PREFILL | FIT_GENERATE)) return;
-    /* a switch moves the cells in use: at most all of them */
-    const plan *pre = &a->p[PLAN_PREFILL], *gen = &a->p[PLAN_GENERATE];
-    if (plan_switch_peak(&req->base, pre, gen, ctx, req->keep_both, a->peak[PLAN_GENERATE]) ||
-        plan_switch_peak(&req->base, gen, pre, ctx, req->keep_both, a->peak[PLAN_PREFILL]))
-        return;
-    if (plan_peak_over(&req->base, a->peak[PLAN_GENERATE], pre->n_devices) < 0) a->fits |= FIT_SWITCH;
+    if (peaks(req, ctx, a)) a->fits |= FIT_SWITCH;
+    else if (fitted[PLAN_GENERATE] && a->p[PLAN_GENERATE].mode == CLEAVE_SPLIT_TENSOR)
+        ease_peak(req, budgets, ctx, w[PLAN_GENERATE], a);
+}
+
+typedef struct want_fit {
+    const plan_phases_request *req;
+    const size_t *budgets;
+    int want;
+} want_fit;
+
+static bool all_fit(uint32_t ctx, void *user) {
+    const want_fit *w = user;
+    attempt a;
+    try_at(w->req, w->budgets, ctx, &a);
+    attempt_free(&a);
+    return (a.fits & w->want) == w->want;
 }
 
 /* The largest context in [lo, hi] where all of `want` fits, or 0. */
 static uint32_t largest(const plan_phases_request *req, const size_t *budgets, uint32_t lo, uint32_t hi, int want) {
-    uint32_t best = 0;
-    while (lo <= hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        attempt a;
-        try_at(req, budgets, mid, &a);
-        attempt_free(&a);
-        if ((a.fits & want) == want) {
-            best = mid;
-            lo = mid + 1;
-        } else {
-            if (mid == 0) break;
-            hi = mid - 1;
-        }
-    }
-    return best;
+    want_fit w = {req, budgets, want};
+    return plan_bisect_largest(lo, hi, all_fit, &w);
 }
 
 uint32_t plan_phases_largest_ctx(const plan_phases_request *req, uint32_t hi) {
@@ -222,8 +273,10 @@ static void explain(const plan_phases_request *req, const size_t *budgets, const
     at += (size_t)snprintf(out->why, cap, "the switch from %s to %s split cannot happen with a context of %u cells: ", from, to,
                            out->n_ctx);
     if (!(a->fits & FIT_GENERATE)) {
-        at += (size_t)snprintf(out->why + at, at < cap ? cap - at : 0, "the generation phase does not fit (%s)",
-                               a->gen_why);
+        char kept[64] = "";
+        if (req->fit) snprintf(kept, sizeof kept, " with %.0f%% of each budget kept free", req->margin * 100.0);
+        at += (size_t)snprintf(out->why + at, at < cap ? cap - at : 0, "the generation phase does not fit%s (%s)",
+                               kept, a->gen_why);
     } else {
         const size_t *pk = a->peak[PLAN_GENERATE];
         const char *sep = "";
@@ -271,6 +324,7 @@ cleave_status plan_phases_make(const plan_phases_request *req, plan_phases *out)
     if (req->fit && !(req->margin >= 0 && req->margin < 1))
         return err_set(CLEAVE_ERR_INVALID_ARG, "fit: margin %g is not a fraction in [0, 1)", req->margin);
     const plan_phase_request *pre = &req->phase[PLAN_PREFILL], *gen = &req->phase[PLAN_GENERATE];
+    out->mode[PLAN_PREFILL] = pre->mode, out->mode[PLAN_GENERATE] = gen->mode;
     out->two = pre->mode != gen->mode || !same_shares(pre->shares, gen->shares, b->n_devices);
     if (!out->two) {
         plan_request r = *b;

@@ -45,6 +45,9 @@ typedef struct plan_phases_request {
 
 typedef struct plan_phases {
     plan phase[PLAN_PHASES]; /* one phase: the same placement twice */
+    /* the modes asked for: a generation phase that does not fit holds
+     * the prefill phase's placement (where generation then runs) */
+    cleave_split_mode mode[PLAN_PHASES];
     bool two;                /* the phases' placements differ */
     uint32_t n_ctx, n_batch;
     /* each device's fullest point in a switch to generation and back

@@ -113,8 +113,11 @@ cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin,
  * none fits (shares then in proportion to the budgets, for a message);
  * equal shares where a budget is unlimited. */
 bool plan_fit_shares(const plan_request *req, double shares[CLEAVE_MAX_DEVICES]);
-/* The largest context in [lo, hi] whose plan fits (shares as req's: a
- * plan grows with the context), or 0. */
+/* The largest context in [lo, hi] for which fits(ctx) holds, found by
+ * bisection (what fits grows with the context), or 0. */
+uint32_t plan_bisect_largest(uint32_t lo, uint32_t hi, bool (*fits)(uint32_t ctx, void *user), void *user);
+/* The largest context in [lo, hi] whose plan fits (shares as req's, or
+ * fitted at each context where it has none), or 0. */
 uint32_t plan_largest_ctx(const plan_request *req, uint32_t lo, uint32_t hi);
 /* Budgets less a margin (a fraction): what fit plans against; a budget of
  * 0 (unlimited) stays 0. */
