@@ -61,7 +61,7 @@ static void check_allocated(cleave_context *c, const cleave_placement_report *r,
         CHECK_MSG(near(mem.used, want), "%s, %s phase, device %zu: allocated %zu, preview said %zu", what,
                   k ? "generation" : "prefill", d, mem.used, want);
         CHECK(mem.planned_weights == r->phase[k].weights[d] && mem.planned_kv == r->phase[k].kv[d]);
-        fprintf(stderr, "  %s, %s phase, cpu:%zu: preview %zu bytes, allocated %zu\n", what,
+        fprintf(stderr, "  %s, %s phase, device %zu: preview %zu bytes, allocated %zu\n", what,
                 k ? "generation" : "prefill", d, want, mem.used);
     }
 }
@@ -92,7 +92,7 @@ static bool run_case(cleave_model *m, const cleave_context_params *cp, const int
             cleave_device_memory mem;
             CHECK_OK(cleave_context_memory(c, d, &mem));
             size_t want = r.switch_peak[CLEAVE_PHASE_GENERATE][d];
-            fprintf(stderr, "  %s, switch, cpu:%zu: peak predicted %zu, allocator's %zu\n", what, d, want, mem.peak);
+            fprintf(stderr, "  %s, switch, device %zu: peak predicted %zu, allocator's %zu\n", what, d, want, mem.peak);
             CHECK_MSG(mem.peak <= want + 4096 && mem.peak + want / 20 >= want,
                       "%s, device %zu: the switch peaked at %zu, predicted %zu", what, d, mem.peak, want);
         }
@@ -110,10 +110,14 @@ static void totals(cleave_model *m, cleave_context_params cp, size_t need[2]) {
     for (size_t d = 0; d < 2; d++) need[d] = phase_total(&r, CLEAVE_PHASE_PREFILL, d);
 }
 
-int main(void) {
+/* argv[1], argv[2]: the two devices and the one device to run on
+ * (default cpu:2 and cpu; on a GPU machine cuda:0,cuda:0 and cuda:0). */
+int main(int argc, char **argv) {
+    const char *two = argc > 2 ? argv[1] : "cpu:2", *one_dev = argc > 2 ? argv[2] : "cpu";
     const char *path = tu_stories_model();
     if (!path) return 77;
-    /* weights copied into the devices' memory: the allocator counts them */
+    /* weights copied into the devices' memory: the allocator counts them
+     * (GPUs always copy them) */
     setenv("CLEAVE_NO_MAP", "1", 1);
     options_reload();
     cleave_model *m = NULL;
@@ -128,19 +132,19 @@ int main(void) {
     /* one device: the reference text */
     int32_t ref[N_GEN];
     bool sw;
-    cleave_context_params one = params("cpu", CLEAVE_SPLIT_AS_GENERATE, CLEAVE_SPLIT_NONE);
+    cleave_context_params one = params(one_dev, CLEAVE_SPLIT_AS_GENERATE, CLEAVE_SPLIT_NONE);
     cleave_context *c = NULL;
     CHECK_OK(cleave_context_new(m, &one, &c));
     CHECK(c && generate(c, ref, &sw) && !sw);
     cleave_context_free(c);
 
     /* no budgets: layer then tensor, fitted (equal) shares */
-    cleave_context_params cp = params("cpu:2", CLEAVE_SPLIT_LAYER, CLEAVE_SPLIT_TENSOR);
+    cleave_context_params cp = params(two, CLEAVE_SPLIT_LAYER, CLEAVE_SPLIT_TENSOR);
     CHECK(run_case(m, &cp, ref, "layer -> tensor"));
 
     /* uneven budgets: equal tensor shares overflow the small device, fitted
      * ones do not, and the switch fits both */
-    cleave_context_params t = params("cpu:2", CLEAVE_SPLIT_AS_GENERATE, CLEAVE_SPLIT_TENSOR);
+    cleave_context_params t = params(two, CLEAVE_SPLIT_AS_GENERATE, CLEAVE_SPLIT_TENSOR);
     t.fit = false;
     size_t eq[2];
     totals(m, t, eq);
@@ -178,7 +182,7 @@ int main(void) {
     /* shares given per phase, both directions */
     const float a[2] = {1, 3}, b[2] = {3, 1};
     for (int dir = 0; dir < 2; dir++) {
-        cleave_context_params s = params("cpu:2", dir ? CLEAVE_SPLIT_TENSOR : CLEAVE_SPLIT_LAYER,
+        cleave_context_params s = params(two, dir ? CLEAVE_SPLIT_TENSOR : CLEAVE_SPLIT_LAYER,
                                          dir ? CLEAVE_SPLIT_LAYER : CLEAVE_SPLIT_TENSOR);
         s.prefill_shares = dir ? b : a, s.n_prefill_shares = 2;
         s.shares = dir ? a : b, s.n_shares = 2;
@@ -190,7 +194,7 @@ int main(void) {
     }
 
     /* bad input: errors, never a crash */
-    cleave_context_params e = params("cpu:2", CLEAVE_SPLIT_AS_GENERATE, CLEAVE_SPLIT_TENSOR);
+    cleave_context_params e = params(two, CLEAVE_SPLIT_AS_GENERATE, CLEAVE_SPLIT_TENSOR);
     e.prefill_shares = a, e.n_prefill_shares = 2;
     CHECK(cleave_context_new(m, &e, &c) == CLEAVE_ERR_INVALID_ARG); /* shares of no phase */
     CHECK(cleave_placement_preview(m, &e, &r) == CLEAVE_ERR_INVALID_ARG);
