@@ -324,11 +324,12 @@ int cli_context_flag(const char *flag, const char *v, cli_context_opts *o) {
     return 0;
 }
 
-void cli_phase_warning(const cleave_context *ctx) {
+bool cli_phase_warning(const cleave_context *ctx) {
     static cleave_placement_report r; /* large: not on the stack */
-    if (cleave_context_placement(ctx, &r) || !r.two_phases || r.switch_fits[CLEAVE_PHASE_GENERATE]) return;
+    if (cleave_context_placement(ctx, &r) || !r.two_phases || r.switch_fits[CLEAVE_PHASE_GENERATE]) return true;
     fprintf(stderr, "cleave: warning: %s; answers are generated in %s mode\n", r.why,
             cleave_split_mode_name(r.phase[CLEAVE_PHASE_PREFILL].mode));
+    return false;
 }
 
 cli_placement cli_placement_default(void) {

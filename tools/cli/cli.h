@@ -123,8 +123,9 @@ void cli_memory_report(const cleave_context *ctx, bool peak);
     "                          the rest in pinned host memory (auto: the most that fits)\n"
 /* A context of two phases whose switch to generation cannot happen: a
  * warning on stderr, made when the context is, saying why, what would
- * let it, and that the run stays in the prefill mode. */
-void cli_phase_warning(const cleave_context *ctx);
+ * let it, and that the run stays in the prefill mode; then false (the
+ * caller does not try the switch). */
+bool cli_phase_warning(const cleave_context *ctx);
 /* A progress bar on stderr. */
 bool cli_progress(float fraction, void *label);
 double cli_now(void);

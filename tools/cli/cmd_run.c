@@ -250,14 +250,8 @@ static void switch_for_generation(cleave_context *ctx) {
     bool gpu = strncmp(cleave_context_device(ctx), "cpu", 3) != 0;
     cleave_context_set_progress(ctx, gpu ? cli_progress : NULL, (void *)"switching split mode");
     cleave_status st = cleave_context_set_phase(ctx, CLEAVE_PHASE_GENERATE);
-    if (st) {
-        /* a switch known not to fit was said when the context was made */
-        static cleave_placement_report r;
-        if (cleave_context_placement(ctx, &r) == CLEAVE_OK && !r.switch_fits[CLEAVE_PHASE_GENERATE])
-            fprintf(stderr, "\ncleave: generating in %s mode (the switch does not fit: see above)\n",
-                    cleave_split_mode_name(from));
-        else
-            fprintf(stderr, "\ncleave: warning: %s\n", cleave_last_error());
+    if (st) { /* one known not to fit was said when the context was made, and not tried */
+        fprintf(stderr, "\ncleave: warning: %s\n", cleave_last_error());
         return;
     }
     fprintf(stderr, "\ncleave: switched from %s to %s split in %.1f ms, now on %s\n",
@@ -456,7 +450,7 @@ static int run_command(int argc, char **argv, const char *cmd, bool conversation
     }
     if ((rc = cli_new_context(m, &cp, &ctx))) goto out;
     rc = 1;
-    cli_phase_warning(ctx);
+    if (!cli_phase_warning(ctx)) o.place.has_psm = false; /* said: no switch to try */
     cleave_type vt = o.kv_type_v == CLEAVE_KV_TYPE_AS_K ? o.kv_type : o.kv_type_v;
     fprintf(stderr, "cleave: %s, %s, %.1f M params, %u layers, context %u, KV %s/%s, on %s\n",
             o.model, d.arch, d.n_params / 1e6, d.n_layer, cleave_context_n_ctx(ctx),

@@ -228,7 +228,7 @@ int cmd_serve(int argc, char **argv) {
         free(key_text);
         return rc;
     }
-    cli_phase_warning(ctx);
+    bool switch_fits = cli_phase_warning(ctx);
     /* the model's own template (chatml when it has none); one asked for must load */
     cleave_chat_template *tmpl = chat_template_open("serve", m, tmpl_name, tmpl_file);
     if (!tmpl && (tmpl_name || tmpl_file)) {
@@ -253,7 +253,7 @@ int cmd_serve(int argc, char **argv) {
     o.defaults.max_tokens_cap = n_predict;
     o.defaults.n_vocab = d.n_vocab;
     o.sched = (serve_sched_opts){.n_parallel = (int)np, .queue_max = (int)queue, .n_batch = (uint32_t)cx.n_batch,
-                                 .phased = cli_phased(&pl), .psm = pl.psm, .mode = pl.mode,
+                                 .phased = cli_phased(&pl) && switch_fits, .psm = pl.psm, .mode = pl.mode,
                                  .dwell = (uint32_t)dwell, .quiet = quiet, .copy = copy};
     /* the signals go to sigwait below, not to whichever thread runs */
     sigset_t sigs;
