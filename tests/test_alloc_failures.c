@@ -3,8 +3,9 @@
  * message, leak nothing (the sanitizer build checks) and leave the process
  * able to try again. Also on several virtual CPU devices: a layer split
  * with a micro-batch pipeline, and a tensor split with a batch of two
- * sequences; with a tiered KV cache, on one device and on three. And a
- * sequence state's restore. */
+ * sequences; with a tiered KV cache, on one device and on three; two
+ * phases, prompts under a layer split and a switch to a tensor split. And
+ * a sequence state's restore. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@ typedef struct {
     cleave_split_mode mode;
     uint32_t n_batch, n_ubatch;
     int64_t kv_vram_cells;
+    bool phased; /* prompts under `prefill`, then a switch to `mode` for generation */
+    cleave_split_mode prefill;
 } placement;
 
 static cleave_status attempt(const char *path, const placement *pl) {
@@ -33,10 +36,12 @@ static cleave_status attempt(const char *path, const placement *pl) {
         cp.n_batch = pl->n_batch;
         cp.n_ubatch = pl->n_ubatch;
         cp.kv_vram_cells = pl->kv_vram_cells;
+        if (pl->phased) cp.prefill_split_mode = pl->prefill, cp.fit = true; /* both phases fitted */
         st = cleave_context_new(m, &cp, &ctx);
     }
     int32_t toks[4] = {1, 300, 301, 302}, pos[4] = {0, 1, 0, 1}, seq[4] = {0, 0, 1, 1};
     if (!st) st = cleave_decode(ctx, toks, 4, 0, 0, true);
+    if (!st && pl->phased) st = cleave_context_set_phase(ctx, CLEAVE_PHASE_GENERATE);
     if (!st && pl->mode == CLEAVE_SPLIT_TENSOR) {
         cleave_kv_clear(ctx);
         st = cleave_decode_batch(ctx, toks, pos, seq, 4);
@@ -134,12 +139,14 @@ int main(void) {
     const char *path = tu_tiny_model("qwen2", CLEAVE_TYPE_F16);
     if (!path) return tu_finish("test_alloc_failures");
     const placement cases[] = {
-        {NULL, CLEAVE_SPLIT_NONE, 0, 0, CLEAVE_KV_VRAM_ALL},
-        {"cpu:2", CLEAVE_SPLIT_LAYER, 4, 2, CLEAVE_KV_VRAM_ALL},
-        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0, CLEAVE_KV_VRAM_ALL},
+        {NULL, CLEAVE_SPLIT_NONE, 0, 0, CLEAVE_KV_VRAM_ALL, false, CLEAVE_SPLIT_NONE},
+        {"cpu:2", CLEAVE_SPLIT_LAYER, 4, 2, CLEAVE_KV_VRAM_ALL, false, CLEAVE_SPLIT_NONE},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0, CLEAVE_KV_VRAM_ALL, false, CLEAVE_SPLIT_NONE},
         /* a tiered KV cache: its tables and staging fail in turn too */
-        {NULL, CLEAVE_SPLIT_NONE, 0, 0, 0},
-        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0, 0},
+        {NULL, CLEAVE_SPLIT_NONE, 0, 0, 0, false, CLEAVE_SPLIT_NONE},
+        {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, 0, 0, false, CLEAVE_SPLIT_NONE},
+        /* two phases: their plans, the placement, then the switch */
+        {"cpu:2", CLEAVE_SPLIT_TENSOR, 0, 0, CLEAVE_KV_VRAM_ALL, true, CLEAVE_SPLIT_LAYER},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) sweep(path, &cases[i]);
     sweep_state_restore(path);

@@ -12,7 +12,12 @@ static int injected_failure(void) {
     return 0;
 }
 
+static _Thread_local unsigned long failures;
+
+unsigned long mem_failures(void) { return failures; }
+
 static void *fail(size_t n, const char *what) {
+    failures++;
     err_set(CLEAVE_ERR_OOM, "out of memory allocating %zu bytes for %s", n, what ? what : "?");
     return NULL;
 }

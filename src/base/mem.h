@@ -20,6 +20,10 @@ void mem_free_aligned(void *p);
 char *mem_strdup(const char *s, const char *what);
 /* s[0, n) and a terminating NUL (s need not be terminated). */
 char *mem_strndup(const char *s, size_t n, const char *what);
+/* Allocations that have failed on this thread so far: work that tries
+ * many plans and takes a failed one for "does not fit" compares it before
+ * and after, so that running out of memory is never taken for that. */
+unsigned long mem_failures(void);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 #include "engine_internal.h"
 
 static void phase_of(const plan *p, cleave_split_mode mode, bool fits, cleave_phase_placement *out) {
@@ -84,8 +85,11 @@ cleave_status cleave_context_placement(const cleave_context *c, cleave_placement
     if (!c || !out) return err_set(CLEAVE_ERR_INVALID_ARG, "placement report: a context and a place for it");
     cleave_context_params p;
     engine_saved_params(c, &p);
+    unsigned long failures = mem_failures();
     /* the phases as made (their shares are in the plans) */
     fill(&c->base, &c->phases, c->devs, &p, search_limit(c->model, c->params.n_ctx), out);
+    if (mem_failures() != failures) /* the largest contexts' search: a plan not made is not one too big */
+        return err_set(CLEAVE_ERR_OOM, "out of memory while reporting the placement");
     return CLEAVE_OK;
 }
 
@@ -106,7 +110,10 @@ cleave_status cleave_placement_preview(cleave_model *model, const cleave_context
     st = engine_open_devices(&p, devs, &n_dev);
     if (!st) st = engine_plan_base_make(model, &p, devs, n_dev, &base);
     if (!st) st = engine_plan_phases(&base, &p, &ph);
+    unsigned long failures = mem_failures();
     if (!st) fill(&base, &ph, devs, &p, search_limit(model, p.n_ctx), out);
+    if (!st && mem_failures() != failures)
+        st = err_set(CLEAVE_ERR_OOM, "out of memory while reporting the placement");
     plan_phases_free(&ph);
     engine_plan_base_free(&base);
     for (size_t d = 0; d < n_dev; d++) be_destroy(devs[d]);

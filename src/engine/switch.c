@@ -314,7 +314,10 @@ cleave_status cleave_context_set_split_mode(cleave_context *c, cleave_split_mode
         plan_margin_budgets(&req, ENGINE_FIT_MARGIN, margin_budgets);
         plan_request fitted = req;
         fitted.budgets = margin_budgets;
+        unsigned long failures = mem_failures();
         if (plan_fit_shares(&fitted, w)) req.shares = w;
+        if (mem_failures() != failures)
+            return err_set(CLEAVE_ERR_OOM, "split-mode switch: out of memory while fitting the shares");
     }
     plan next;
     cleave_status st = plan_make(&req, &next);

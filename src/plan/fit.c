@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/mem.h"
 #include "plan.h"
 
 void plan_margin_budgets(const plan_request *req, double margin, size_t out[CLEAVE_MAX_DEVICES]) {
@@ -149,7 +150,19 @@ uint32_t plan_largest_ctx(const plan_request *req, uint32_t lo, uint32_t hi) {
     return plan_bisect_largest(lo, hi, request_fits, (void *)req);
 }
 
+static cleave_status fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out);
+
 cleave_status plan_fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out) {
+    unsigned long failures = mem_failures();
+    cleave_status st = fit(req, min_ctx, margin, out);
+    if (mem_failures() != failures) { /* a plan could not be made: not "does not fit" */
+        if (!st) plan_free(out);
+        return err_set(CLEAVE_ERR_OOM, "out of memory while fitting the plan");
+    }
+    return st;
+}
+
+static cleave_status fit(const plan_request *req, uint32_t min_ctx, double margin, plan *out) {
     memset(out, 0, sizeof *out);
     if (!req->hp || req->n_devices == 0 || req->n_devices > CLEAVE_MAX_DEVICES)
         return err_set(CLEAVE_ERR_INVALID_ARG, "fit: need a model and 1..%d devices", CLEAVE_MAX_DEVICES);

@@ -313,7 +313,19 @@ static cleave_status take(const plan_phases_request *req, attempt *a, plan_phase
     return plan_copy(&out->phase[PLAN_PREFILL], &out->phase[PLAN_GENERATE]);
 }
 
+static cleave_status phases_make(const plan_phases_request *req, plan_phases *out);
+
 cleave_status plan_phases_make(const plan_phases_request *req, plan_phases *out) {
+    unsigned long failures = mem_failures();
+    cleave_status st = phases_make(req, out);
+    if (mem_failures() != failures) { /* some plan could not be made: not "does not fit" */
+        if (!st) plan_phases_free(out);
+        return err_set(CLEAVE_ERR_OOM, "out of memory while planning the phases");
+    }
+    return st;
+}
+
+static cleave_status phases_make(const plan_phases_request *req, plan_phases *out) {
     memset(out, 0, sizeof *out);
     const plan_request *b = &req->base;
     if (!b->hp || b->n_devices == 0 || b->n_devices > CLEAVE_MAX_DEVICES || !b->layer_bytes)
