@@ -172,9 +172,11 @@ typedef struct cleave_context_params {
     const size_t *budgets; /* n_budgets per-device byte limits (0 = none), emulating smaller cards */
     size_t n_budgets;
     /* fit: shrink the context (not below fit_min_ctx; 0 = 512) until the
-     * plan fits every device with 5% to spare, and take shares in
-     * proportion to the devices' memory when none are given; off: the plan
-     * must fit as asked */
+     * plan fits every device with 5% to spare (both phases, and the switch
+     * between them, with a prefill_split_mode), and fit the shares of a
+     * phase given none to what each device has left for that mode once
+     * what it needs whatever its share is counted; off: the plan must fit
+     * as asked (equal shares where none are given) */
     bool fit;
     uint32_t fit_min_ctx;
     cleave_progress_fn progress; /* weight upload progress, may be NULL */
@@ -219,10 +221,13 @@ cleave_status cleave_context_new(cleave_model *model, const cleave_context_param
 void cleave_context_free(cleave_context *ctx);
 uint32_t cleave_context_n_ctx(const cleave_context *ctx);
 /* Moves a live context to another split mode on the same devices
- * (shares: n_shares, one per device, NULL = equal), keeping its sequences,
- * positions and logits, so generation continues where prefill left off.
- * On failure (the devices cannot hold the new placement, say) the context
- * is left as it was and stays usable in its old mode; the error says why. */
+ * (shares: n_shares, one per device; NULL: fitted as the context was, or
+ * equal for a context made without fit), keeping its sequences, positions
+ * and logits, so generation continues where prefill left off. A switch
+ * whose fullest point would pass a device's budget is refused before
+ * anything moves. On failure (the devices cannot hold the new placement,
+ * say) the context is left as it was and stays usable in its old mode;
+ * the error says why. */
 cleave_status cleave_context_set_split_mode(cleave_context *ctx, cleave_split_mode mode,
                                             const float *shares, size_t n_shares);
 cleave_split_mode cleave_context_split_mode(const cleave_context *ctx);
