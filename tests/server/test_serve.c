@@ -617,19 +617,26 @@ static void check_choices(void) {
     CHECK_OK(cleave_tokenize_ex(model, prompts[1], strlen(prompts[1]), true, true, toks, SLOT_CELLS, &n_tok));
     CHECK_MSG(num_at(r, "usage", "prompt_tokens") == (double)n_tok, "n 3: prompt_tokens %g, want %zu once",
               num_at(r, "usage", "prompt_tokens"), n_tok);
-    CHECK_MSG(num_at(r, "timings", "prompt_copied_n") == 2.0 * (double)(n_tok - 1) &&
+    /* each later choice ran only its last token: its other cells were
+     * copied from the first's, or were already in the idle slot it got
+     * (an earlier request's prompt, left there by whichever slot the
+     * scheduler gave it: not fixed, so either counts) */
+    double copied = num_at(r, "timings", "prompt_copied_n");
+    CHECK_MSG((copied == 0 || copied == (double)(n_tok - 1) || copied == 2.0 * (double)(n_tok - 1)) &&
                   num_at(r, "timings", "prompt_n") == num_at(r, "usage", "prompt_tokens") -
                                                            num_at(cJSON_GetObjectItemCaseSensitive(r, "usage"),
                                                                   "prompt_tokens_details", "cached_tokens") + 2,
-              "n 3: the later choices copied %g prompt cells, want %zu", num_at(r, "timings", "prompt_copied_n"),
-              2 * (n_tok - 1));
+              "n 3: the later choices copied %g prompt cells (whole prompts of %zu) and processed %g tokens in all",
+              copied, n_tok - 1, num_at(r, "timings", "prompt_n"));
     cJSON_Delete(r);
     /* a first choice that ends at its first token has left its slot when
-     * the others start: they copy its cells from there all the same */
-    b = completion_body(prompts[3], 1, "\"n\":3");
+     * the others start: they copy its cells from there all the same (a
+     * prompt no slot has seen, so none holds it as an earlier cache) */
+    const char *fresh = "One day a small robot found a red ball in the park";
+    b = completion_body(fresh, 1, "\"n\":3");
     r = post("/v1/completions", b, &status);
     free(b);
-    CHECK_OK(cleave_tokenize_ex(model, prompts[3], strlen(prompts[3]), true, true, toks, SLOT_CELLS, &n_tok));
+    CHECK_OK(cleave_tokenize_ex(model, fresh, strlen(fresh), true, true, toks, SLOT_CELLS, &n_tok));
     /* (one may take the first's slot, its cells there as a cache) */
     CHECK_MSG(status == 200 && num_at(r, "timings", "prompt_copied_n") >= (double)(n_tok - 1) &&
                   num_at(r, "timings", "prompt_n") ==
