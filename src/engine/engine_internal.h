@@ -29,6 +29,10 @@ cleave_status engine_plan_base_make(const struct cleave_model *m, const cleave_c
 void engine_plan_base_free(engine_plan_base *b);
 /* b's request (pointers into b) for a mode and shares (NULL: equal). */
 plan_request engine_plan_request(const engine_plan_base *b, cleave_split_mode mode, const double *shares);
+/* What plan_phases_make is asked for a context of parameters p; its
+ * shares point into pre_w and gen_w. */
+plan_phases_request engine_phases_request(const engine_plan_base *b, const cleave_context_params *p,
+                                          double pre_w[CLEAVE_MAX_DEVICES], double gen_w[CLEAVE_MAX_DEVICES]);
 /* Both phases of a context of parameters p (plan_phases_make). */
 cleave_status engine_plan_phases(const engine_plan_base *b, const cleave_context_params *p, plan_phases *out);
 /* Whether two plans place everything alike (a switch between them is none). */

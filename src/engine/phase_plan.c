@@ -111,9 +111,9 @@ static const double *shares_of(const float *f, size_t n, double *w) {
     return w;
 }
 
-cleave_status engine_plan_phases(const engine_plan_base *b, const cleave_context_params *p, plan_phases *out) {
+plan_phases_request engine_phases_request(const engine_plan_base *b, const cleave_context_params *p,
+                                          double pre_w[CLEAVE_MAX_DEVICES], double gen_w[CLEAVE_MAX_DEVICES]) {
     size_t n = b->req.n_devices;
-    double pre_w[CLEAVE_MAX_DEVICES], gen_w[CLEAVE_MAX_DEVICES];
     bool phased = p->prefill_split_mode != CLEAVE_SPLIT_AS_GENERATE;
     plan_phases_request req = {
         .base = engine_plan_request(b, p->split_mode, NULL),
@@ -124,6 +124,12 @@ cleave_status engine_plan_phases(const engine_plan_base *b, const cleave_context
     };
     req.min_ctx = p->fit_min_ctx ? p->fit_min_ctx : 512;
     if (req.min_ctx > p->n_ctx) req.min_ctx = p->n_ctx;
+    return req;
+}
+
+cleave_status engine_plan_phases(const engine_plan_base *b, const cleave_context_params *p, plan_phases *out) {
+    double pre_w[CLEAVE_MAX_DEVICES], gen_w[CLEAVE_MAX_DEVICES];
+    plan_phases_request req = engine_phases_request(b, p, pre_w, gen_w);
     return plan_phases_make(&req, out);
 }
 

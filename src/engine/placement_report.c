@@ -37,18 +37,7 @@ static void largest_contexts(const engine_plan_base *b, const cleave_context_par
         out->largest_ctx[m] = b->req.n_devices > 1 || m == CLEAVE_SPLIT_NONE ? plan_largest_ctx(&q, 1, hi) : 0;
     }
     double pre_w[CLEAVE_MAX_DEVICES], gen_w[CLEAVE_MAX_DEVICES];
-    bool phased = p->prefill_split_mode != CLEAVE_SPLIT_AS_GENERATE;
-    const float *pre_f = phased ? p->prefill_shares : p->shares;
-    for (size_t d = 0; d < b->req.n_devices; d++) {
-        pre_w[d] = pre_f ? pre_f[d] : 0;
-        gen_w[d] = p->shares ? p->shares[d] : 0;
-    }
-    plan_phases_request req = {
-        .base = engine_plan_request(b, p->split_mode, NULL),
-        .phase = {{phased ? p->prefill_split_mode : p->split_mode, pre_f ? pre_w : NULL},
-                  {p->split_mode, p->shares ? gen_w : NULL}},
-        .fit = p->fit, .margin = ENGINE_FIT_MARGIN, .keep_both = p->keep_both_placements,
-    };
+    plan_phases_request req = engine_phases_request(b, p, pre_w, gen_w);
     out->largest_ctx_phases = plan_phases_largest_ctx(&req, hi);
 }
 
