@@ -3,7 +3,9 @@
  * other, both ways, and switching back and forth every few tokens, give
  * the greedy tokens of a pure mode (200 tokens; logits within 1e-4
  * relative, f32 weights and cache) on stories260K and tiny generated
- * models (llama, qwen3) on cpu:2 and cpu:3 with uneven shares. A switch
+ * models (llama, qwen3, the mixtures of experts) on cpu:2 and cpu:3 with
+ * uneven shares, and over 8 devices (tiny8: a layer and a kv head each;
+ * a mixture of experts on cpu:4). A switch
  * the devices cannot hold fails with a message, and the context goes on in
  * its old mode with the same output. */
 #include <math.h>
@@ -402,7 +404,8 @@ static void bad_input(const char *path) {
 }
 
 int main(void) {
-    const float uneven3[3] = {3, 1, 2}, uneven2[2] = {1, 2};
+    const float uneven3[3] = {3, 1, 2}, uneven2[2] = {1, 2}, uneven4[4] = {1, 2, 1, 1},
+                uneven8[8] = {1, 1, 2, 1, 1, 1, 1, 2};
     const char *stories = tu_stories_model();
     if (stories) {
         check_model("stories260K", stories, "cpu:2", NULL, 2);
@@ -423,5 +426,8 @@ int main(void) {
     if (moe) check_model("tiny qwen3moe f32", moe, "cpu:2", uneven2, 2);
     const char *oss = tu_tiny_model("gpt-oss", CLEAVE_TYPE_F32);
     if (oss) check_model("tiny gpt-oss f32", oss, "cpu:3", NULL, 3);
+    const char *wide = tu_gen_model("tiny8", "llama", CLEAVE_TYPE_F32, 42);
+    if (wide) check_model("tiny8 llama f32", wide, "cpu:8", uneven8, 8);
+    if (moe) check_model("tiny qwen3moe f32", moe, "cpu:4", uneven4, 4);
     return tu_finish("test_split_switch");
 }

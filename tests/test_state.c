@@ -349,11 +349,13 @@ int main(void) {
         {"cpu:2", CLEAVE_SPLIT_LAYER, 0, CLEAVE_TYPE_F16, "layer, cpu:2, tiered (N=0)"},
         {NULL, CLEAVE_SPLIT_NONE, 64, CLEAVE_TYPE_F16, "none, cpu, tiered (N=64)"},
         {"cpu:3", CLEAVE_SPLIT_TENSOR, 0, CLEAVE_TYPE_F16, "tensor, cpu:3, tiered (N=0)"},
+        {"cpu:8", CLEAVE_SPLIT_TENSOR, CLEAVE_KV_VRAM_ALL, CLEAVE_TYPE_F16, "tensor, cpu:8"},
+        {"cpu:8", CLEAVE_SPLIT_LAYER, CLEAVE_KV_VRAM_ALL, CLEAVE_TYPE_F16, "layer, cpu:8"},
     };
     /* the same arithmetic wherever a layer runs whole: bit for bit; a
      * tensor split adds partial sums in another order */
-    const bool bitwise[] = {true, true, false, true, true, false};
-    const char *models[] = {stories, llama, qwen3, mixtral, oss};
+    const bool bitwise[] = {true, true, false, true, true, false, false, true};
+    const char *models[] = {stories, llama, qwen3, mixtral, oss, tu_gen_model("tiny8", "llama", CLEAVE_TYPE_F16, 42)};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
         if (models[i]) round_trips(models[i], &layer2, to, sizeof to / sizeof *to, bitwise);
     if (stories) corruption(stories, qwen3);

@@ -41,6 +41,9 @@ static const gen_preset presets[] = {
     {"tiny", "llama", 64, 2, 4, 2, 16, 96, 320, 512, 10000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
     {"tiny-qwen2", "qwen2", 64, 2, 4, 2, 16, 128, 320, 512, 1000000.0f, true, false, 0, 0, 0, NULL, 0, 0.0f, 0},
     {"tiny-qwen3", "qwen3", 64, 2, 4, 2, 32, 96, 320, 512, 1000000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
+    /* eight layers and eight kv heads: a split over 8 devices gives each of
+     * them layers and attention heads */
+    {"tiny8", "llama", 128, 8, 16, 8, 16, 256, 320, 512, 10000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
     /* small but GPU-shaped: rows of whole 256-weight groups, head size 64 */
     {"small", "llama", 256, 2, 4, 2, 64, 512, 512, 2048, 10000.0f, false, false, 0, 0, 0, NULL, 0, 0.0f, 0},
     /* real model shapes */
@@ -280,8 +283,8 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         if (strcmp(presets[i].name, want) == 0) p = &presets[i];
     if (!p) return err_set(CLEAVE_ERR_INVALID_ARG,
-                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3|qwen3moe|mixtral|gpt-oss], small [--arch "
-                           "qwen3moe|gpt-oss], 1b, 8b, 32b, 70b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b)",
+                           "unknown preset '%s' (tiny [--arch llama|qwen2|qwen3|qwen3moe|mixtral|gpt-oss], tiny8, small "
+                           "[--arch qwen3moe|gpt-oss], 1b, 8b, 32b, 70b, qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b)",
                            want);
     if (arch && strcmp(arch, family_of(p)) != 0)
         return err_set(CLEAVE_ERR_INVALID_ARG, "preset %s is a %s model", p->name, family_of(p));

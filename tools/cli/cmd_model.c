@@ -63,7 +63,8 @@ static void gen_usage(FILE *out) {
     fprintf(out,
             "usage: cleave gen " GEN_SYNOPSIS "\n"
             "  PRESET: tiny or small (test shapes, with --arch llama|qwen2|qwen3|qwen3moe|mixtral|\n"
-            "  gpt-oss; small: llama, qwen3moe or gpt-oss), 1b, 8b, 32b, 70b (dense real shapes),\n"
+            "  gpt-oss; small: llama, qwen3moe or gpt-oss), tiny8 (8 layers, 8 kv heads: splits over\n"
+            "  8 devices), 1b, 8b, 32b, 70b (dense real shapes),\n"
             "  qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b, gpt-oss-120b (mixtures of experts)\n"
             "  TYPE: a weight type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
             "  q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4; default f16) or a llama.cpp file type whose\n"
