@@ -267,6 +267,11 @@ typedef struct cleave_placement_report {
      * them), and whether it stays within every budget */
     size_t switch_peak[2][CLEAVE_MAX_DEVICES];
     bool switch_fits[2];
+    /* the bytes each device sends and receives over the links in that
+     * switch, the context full (weights, then K and V of n_ctx cells;
+     * what stays on a device not counted): the copies' time is at least
+     * the larger of a device's two over its link's bandwidth */
+    size_t switch_bytes_out[2][CLEAVE_MAX_DEVICES], switch_bytes_in[2][CLEAVE_MAX_DEVICES];
     char why[1024]; /* when the switch to generation cannot happen: why, and what would let it */
     /* the largest context that fits (with fit: 5% of each budget free,
      * shares fitted where none are given) under none, layer and tensor
@@ -295,6 +300,11 @@ const char *cleave_split_mode_name(cleave_split_mode mode);
 typedef struct cleave_switch_report {
     size_t n_devices;
     size_t bytes_in[CLEAVE_MAX_DEVICES], bytes_out[CLEAVE_MAX_DEVICES];
+    /* of those, what crossed between devices (over their link: the
+     * copies' least time is a device's larger direction over its
+     * bandwidth; cleave_placement_report's switch_bytes_* predict these
+     * for a full context) */
+    size_t peer_in[CLEAVE_MAX_DEVICES], peer_out[CLEAVE_MAX_DEVICES];
     size_t kv_bytes;
     double seconds;
     double seconds_prepare, seconds_alloc, seconds_copy, seconds_free;

@@ -4,7 +4,9 @@
 # and why a switch cannot happen; a run whose switch cannot fit warns when
 # the context is made and tells the same story in the prefill mode; -pts
 # gives the prefill phase's shares and needs a -psm of another mode; and
-# info's numbers are the ones the run plans (--mem-report).
+# info's numbers are the ones the run plans (--mem-report); the switch's
+# copies between the devices, predicted and made, and against a link's
+# bandwidth.
 set -u
 cli=$1 shared=$2 tmp=$3
 mkdir -p "$tmp"
@@ -112,6 +114,36 @@ else
     printf 'info:\n%s\nrun:\n%s\n' "$planned" "$ran"; cat "$tmp/err"; fail=1
   fi
 fi
+
+# the switch's copies between the devices: info's (the context full)
+# bound the run's (its cells in use) on each device; --link-gbs gives the
+# least time; bench-psm's one request sets its switch against it
+"$cli" info "$m" --devices cpu:2 -c 64 -psm layer -sm tensor --link-gbs 390 >"$tmp/info.txt" 2>"$tmp/err"
+rc=$?
+"$cli" run -m "$m" -c 64 -p "Once upon" -n 16 -s 1 --temp 0 --devices cpu:2 -psm layer -sm tensor \
+  >/dev/null 2>"$tmp/run.txt"
+copies=$(awk '/^switch to generation:/ {getline; print; exit}' "$tmp/info.txt")
+over=$(awk -v line="$copies" 'BEGIN {
+         n = split(line, f, /[ ,\/;]+/)
+         for (i = 1; i < n; i++) if (f[i] ~ /^cpu:[0-9]+$/) { out[f[i]] = f[i + 1]; inn[f[i]] = f[i + 2] } }
+       /from and to other devices/ {
+         d = $2; sub(/.*devices /, ""); sub(/\).*/, ""); split($0, v, /, /)
+         seen++; if (!(d in out) || v[1] > inn[d] + 0.05 || v[2] > out[d] + 0.05 || v[2] <= 0) print d }
+       END { if (seen != 2) print "not two devices" }' "$tmp/run.txt")
+if [ $rc -ne 0 ] || ! printf '%s' "$copies" | grep -qE "^  copies \(MiB out/in, the context full\): cpu:0 [0-9.]+/[0-9.]+, cpu:1 [0-9.]+/[0-9.]+; at 390 GB/s a link, at least [0-9.]+ ms$" ||
+   [ -n "$over" ]; then
+  echo "FAIL: the switch's copies: info exit $rc, '$copies', run past it on: ${over:-}"
+  cat "$tmp/info.txt" "$tmp/run.txt"; fail=1
+fi
+"$cli" bench-psm -m "$m" --devices cpu:2 -psm layer -sm tensor -p 16 -n 4 --link-gbs 390 >"$tmp/psm.txt" 2>&1 &&
+  grep -qE "^switch [0-9.]+ ms; the busiest device sent or received [0-9.]+ GB from another: at 390 GB/s a link, at least [0-9.]+ ms$" "$tmp/psm.txt" ||
+  { echo "FAIL: bench-psm --link-gbs"; cat "$tmp/psm.txt"; fail=1; }
+for bad in 0 -5 abc; do
+  if "$cli" info "$m" --devices cpu:2 -psm layer -sm tensor --link-gbs "$bad" >/dev/null 2>"$tmp/err" ||
+     ! grep -q -- "--link-gbs: '$bad' is not a number" "$tmp/err"; then
+    echo "FAIL: --link-gbs $bad was not refused with a message"; cat "$tmp/err"; fail=1
+  fi
+done
 
 # --psm-policy auto: rates where prefilling under layer and generating
 # under tensor is the fastest plan by far; it takes that switch where the

@@ -96,6 +96,18 @@ static bool run_case(cleave_model *m, const cleave_context_params *cp, const int
             CHECK_MSG(mem.peak <= want + 4096 && mem.peak + want / 20 >= want,
                       "%s, device %zu: the switch peaked at %zu, predicted %zu", what, d, mem.peak, want);
         }
+        /* its copies within the preview's, made for the whole context in use */
+        cleave_switch_report sw;
+        CHECK_OK(cleave_context_switch_report(c, &sw));
+        for (size_t d = 0; d < r.n_devices; d++) {
+            size_t o = r.switch_bytes_out[CLEAVE_PHASE_GENERATE][d], in = r.switch_bytes_in[CLEAVE_PHASE_GENERATE][d];
+            fprintf(stderr, "  %s, switch, device %zu: sent %zu, received %zu; preview (full) %zu, %zu\n", what, d,
+                    sw.peer_out[d], sw.peer_in[d], o, in);
+            CHECK_MSG(sw.peer_out[d] <= o && sw.peer_in[d] <= in && (o == 0) == (sw.peer_out[d] == 0) &&
+                          sw.peer_out[d] <= sw.bytes_out[d],
+                      "%s, device %zu: sent %zu and received %zu, the preview said %zu and %zu", what, d,
+                      sw.peer_out[d], sw.peer_in[d], o, in);
+        }
     }
     int diff = 0;
     for (int i = 0; i < N_GEN; i++) diff += gen[i] != ref[i];

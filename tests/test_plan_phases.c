@@ -1,8 +1,9 @@
 /* Each phase its own placement, as pure functions (plan/fit.c,
  * plan/phases.c): shares fitted to uneven budgets where equal ones cannot
  * place a mode, the switch's peak per device, a context both phases hold,
- * a generation phase that cannot fit known before any prompt, and a
- * 27B-shape Q5_K_M model on two 12 GB cards. */
+ * a generation phase that cannot fit known before any prompt, what the
+ * switch copies between the devices, and a 27B-shape Q5_K_M model on two
+ * 12 GB cards. */
 #include <stdio.h>
 #include <string.h>
 
@@ -134,6 +135,55 @@ static void test_switch_peak(void) {
     plan_free(&a);
     plan_free(&b);
     plan_free(&c);
+}
+
+/* What a switch copies, exactly: layer to tensor over two devices, each
+ * sends half of each of its 4 blocks (attention and FFN), half of its
+ * vocabulary table (the embedding from device 0, the lm head from device
+ * 1), the K and V rows of half its kv heads in every cell in use, and the
+ * blocks' norms the other device now needs too (device 1: the output
+ * norm as well). The way back sends the same but the norms, which stay;
+ * a plan to itself copies nothing. */
+static void test_switch_moved(void) {
+    model_hparams hp = hp_small();
+    model_bytes mb;
+    plan_request r = small_request(&hp, &mb, 2, NULL);
+    r.n_ctx = 1024;
+    plan a, b;
+    r.mode = CLEAVE_SPLIT_LAYER;
+    CHECK_OK(plan_make(&r, &a));
+    r.mode = CLEAVE_SPLIT_TENSOR;
+    CHECK_OK(plan_make(&r, &b));
+    size_t out[CLEAVE_MAX_DEVICES], in[CLEAVE_MAX_DEVICES], back_out[CLEAVE_MAX_DEVICES],
+        back_in[CLEAVE_MAX_DEVICES];
+    CHECK_OK(plan_switch_moved(&r, &a, &b, 100, out, in));
+    CHECK_OK(plan_switch_moved(&r, &b, &a, 100, back_out, back_in));
+    size_t half_blocks = 4 * (mb.attn[0] + mb.ffn[0]) / 2, vocab_half = 4 * (size_t)hp.n_embd * hp.n_vocab / 2;
+    size_t kv = 100 * 4 * (hp.n_head_kv / 2) * hp.head_dim * 2 * 2; /* cells, blocks, heads, K and V, f16 */
+    size_t norms = 4 * 2 * 4 * (size_t)hp.n_embd, output_norm = 4 * (size_t)hp.n_embd;
+    for (size_t d = 0; d < 2; d++) {
+        size_t want = half_blocks + vocab_half + kv + norms + (d == 1 ? output_norm : 0);
+        fprintf(stderr, "layer -> tensor, device %zu: out %zu, in %zu bytes (100 cells); back %zu, %zu\n", d,
+                out[d], in[d], back_out[d], back_in[d]);
+        CHECK_MSG(out[d] == want, "device %zu sends %zu bytes, not %zu", d, out[d], want);
+        CHECK(in[1 - d] == out[d]);
+        CHECK(back_out[d] == want - norms - (d == 1 ? output_norm : 0) && back_in[1 - d] == back_out[d]);
+    }
+    CHECK_OK(plan_switch_moved(&r, &a, &a, 100, out, in));
+    CHECK(out[0] == 0 && out[1] == 0 && in[0] == 0 && in[1] == 0);
+    CHECK(plan_switch_moved(NULL, &a, &b, 1, out, in) == CLEAVE_ERR_INVALID_ARG);
+    /* the phases' result: both ways with the whole context in use */
+    plan_phases_request q = {.base = r, .phase = {{CLEAVE_SPLIT_LAYER, NULL}, {CLEAVE_SPLIT_TENSOR, NULL}}};
+    plan_phases ph;
+    CHECK_OK(plan_phases_make(&q, &ph));
+    CHECK_OK(plan_switch_moved(&r, &a, &b, r.n_ctx, out, in));
+    CHECK_OK(plan_switch_moved(&r, &b, &a, r.n_ctx, back_out, back_in));
+    for (size_t d = 0; d < 2; d++)
+        CHECK(ph.moved_out[PLAN_GENERATE][d] == out[d] && ph.moved_in[PLAN_GENERATE][d] == in[d] &&
+              ph.moved_out[PLAN_PREFILL][d] == back_out[d] && ph.moved_in[PLAN_PREFILL][d] == back_in[d]);
+    plan_phases_free(&ph);
+    plan_free(&a);
+    plan_free(&b);
 }
 
 static plan_phases_request phases_request(plan_request base, cleave_split_mode pre, const double *pre_w,
@@ -318,6 +368,7 @@ static void test_fork_case(void) {
 int main(void) {
     test_fit_uneven();
     test_switch_peak();
+    test_switch_moved();
     test_phases_fit();
     test_fork_case();
     return tu_finish("test_plan_phases");

@@ -129,6 +129,7 @@ void engine_count_move(placement *pl, int from, int to, size_t bytes) {
     if (!pl->moves) return;
     pl->moves->bytes_out[from] += bytes;
     pl->moves->bytes_in[to] += bytes;
+    if (from != to) pl->moves->peer_out[from] += bytes, pl->moves->peer_in[to] += bytes;
 }
 
 cleave_status engine_copy_block(be_device *d, void *dst, size_t dpitch, be_device *s,

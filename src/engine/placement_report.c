@@ -57,6 +57,10 @@ static void fill(const engine_plan_base *b, const plan_phases *ph, be_device *co
              &out->phase[CLEAVE_PHASE_GENERATE]);
     memcpy(out->switch_peak[CLEAVE_PHASE_GENERATE], ph->peak[PLAN_GENERATE], sizeof ph->peak[0]);
     memcpy(out->switch_peak[CLEAVE_PHASE_PREFILL], ph->peak[PLAN_PREFILL], sizeof ph->peak[0]);
+    memcpy(out->switch_bytes_out[CLEAVE_PHASE_GENERATE], ph->moved_out[PLAN_GENERATE], sizeof ph->moved_out[0]);
+    memcpy(out->switch_bytes_in[CLEAVE_PHASE_GENERATE], ph->moved_in[PLAN_GENERATE], sizeof ph->moved_in[0]);
+    memcpy(out->switch_bytes_out[CLEAVE_PHASE_PREFILL], ph->moved_out[PLAN_PREFILL], sizeof ph->moved_out[0]);
+    memcpy(out->switch_bytes_in[CLEAVE_PHASE_PREFILL], ph->moved_in[PLAN_PREFILL], sizeof ph->moved_in[0]);
     out->switch_fits[CLEAVE_PHASE_GENERATE] = ph->switch_fits[PLAN_GENERATE];
     out->switch_fits[CLEAVE_PHASE_PREFILL] = ph->switch_fits[PLAN_PREFILL];
     snprintf(out->why, sizeof out->why, "%s", ph->why);

@@ -18,6 +18,19 @@ void plan_phases_free(plan_phases *p) {
     plan_free(&p->phase[PLAN_GENERATE]);
 }
 
+/* What the switch planner's order costs from `from` to `to` with `cells`
+ * cells in use. */
+static cleave_status schedule_cost(const plan_request *base, const plan *from, const plan *to, uint32_t cells,
+                                   reshard_cost *cost) {
+    size_t cap = 2 * (size_t)base->hp->n_layer + 2, n_steps = 0;
+    reshard_step *steps = mem_alloc(cap * sizeof *steps, "switch steps");
+    if (!steps) return CLEAVE_ERR_OOM;
+    reshard_sizes sz = reshard_sizes_of(base, from->kv_vram_cells, cells);
+    cleave_status st = reshard_schedule(from, to, base->hp, &sz, steps, cap, &n_steps, cost);
+    free(steps);
+    return st;
+}
+
 cleave_status plan_switch_peak(const plan_request *base, const plan *from, const plan *to, uint32_t cells,
                                bool keep_both, size_t peak[CLEAVE_MAX_DEVICES]) {
     size_t n = from->n_devices;
@@ -30,13 +43,8 @@ cleave_status plan_switch_peak(const plan_request *base, const plan *from, const
         peak[d] = plan_total_bytes(from, d) + plan_total_bytes(to, d) - shared;
     }
     if (keep_both) return CLEAVE_OK;
-    size_t cap = 2 * (size_t)base->hp->n_layer + 2, n_steps = 0;
-    reshard_step *steps = mem_alloc(cap * sizeof *steps, "switch steps");
-    if (!steps) return CLEAVE_ERR_OOM;
-    reshard_sizes sz = reshard_sizes_of(base, from->kv_vram_cells, cells);
     reshard_cost cost;
-    cleave_status st = reshard_schedule(from, to, base->hp, &sz, steps, cap, &n_steps, &cost);
-    free(steps);
+    cleave_status st = schedule_cost(base, from, to, cells, &cost);
     if (st) return st;
     /* What the schedule does not move (cell tables, staging, the
      * all-reduce's buffers) is held by both placements all along, and
@@ -56,6 +64,19 @@ cleave_status plan_switch_peak(const plan_request *base, const plan *from, const
                                                                               : plan_total_bytes(to, d);
         peak[d] = p > (int64_t)floor_b ? (size_t)p : floor_b;
     }
+    return CLEAVE_OK;
+}
+
+cleave_status plan_switch_moved(const plan_request *base, const plan *from, const plan *to, uint32_t cells,
+                                size_t out[CLEAVE_MAX_DEVICES], size_t in[CLEAVE_MAX_DEVICES]) {
+    size_t n = from->n_devices;
+    if (!base || !base->hp || n != to->n_devices || n == 0 || n > CLEAVE_MAX_DEVICES)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "switch's copies: two plans of the same devices");
+    reshard_cost cost;
+    cleave_status st = schedule_cost(base, from, to, cells, &cost);
+    if (st) return st;
+    memcpy(out, cost.moved_out, n * sizeof *out);
+    memcpy(in, cost.moved_in, n * sizeof *in);
     return CLEAVE_OK;
 }
 
@@ -308,7 +329,13 @@ static cleave_status take(const plan_phases_request *req, attempt *a, plan_phase
         out->switch_fits[PLAN_GENERATE] = (a->fits & FIT_SWITCH) != 0;
         out->switch_fits[PLAN_PREFILL] =
             plan_peak_over(&req->base, a->peak[PLAN_PREFILL], out->phase[PLAN_PREFILL].n_devices) < 0;
-        return CLEAVE_OK;
+        const plan *pre = &out->phase[PLAN_PREFILL], *gen = &out->phase[PLAN_GENERATE];
+        cleave_status st = plan_switch_moved(&req->base, pre, gen, out->n_ctx, out->moved_out[PLAN_GENERATE],
+                                             out->moved_in[PLAN_GENERATE]);
+        if (!st)
+            st = plan_switch_moved(&req->base, gen, pre, out->n_ctx, out->moved_out[PLAN_PREFILL],
+                                   out->moved_in[PLAN_PREFILL]);
+        return st;
     }
     return plan_copy(&out->phase[PLAN_PREFILL], &out->phase[PLAN_GENERATE]);
 }

@@ -54,6 +54,10 @@ typedef struct plan_phases {
      * (the pieces of both placements while they move, beside what each
      * holds besides them) */
     size_t peak[PLAN_PHASES][CLEAVE_MAX_DEVICES];
+    /* the bytes each device sends and receives in those switches with the
+     * whole context in use (weights, then K and V of n_ctx cells): what
+     * the copies cost over the links between the devices */
+    size_t moved_out[PLAN_PHASES][CLEAVE_MAX_DEVICES], moved_in[PLAN_PHASES][CLEAVE_MAX_DEVICES];
     bool generate_fits;      /* the generation phase has a placement */
     bool switch_fits[PLAN_PHASES]; /* [PLAN_GENERATE]: to generation; [PLAN_PREFILL]: back */
     char why[1024];          /* when a switch cannot happen: why, and what would make it */
@@ -74,6 +78,12 @@ uint32_t plan_phases_largest_ctx(const plan_phases_request *req, uint32_t hi);
  * `cells` cells in use. base: the request both plans were made from. */
 cleave_status plan_switch_peak(const plan_request *base, const plan *from, const plan *to, uint32_t cells,
                                bool keep_both, size_t peak[CLEAVE_MAX_DEVICES]);
+/* The bytes each device sends (out) and receives (in) when a context with
+ * `cells` cells in use moves from plan `from` to plan `to`: weights and K
+ * and V that change device (reshard_schedule's moves; what stays on a
+ * device is not counted). */
+cleave_status plan_switch_moved(const plan_request *base, const plan *from, const plan *to, uint32_t cells,
+                                size_t out[CLEAVE_MAX_DEVICES], size_t in[CLEAVE_MAX_DEVICES]);
 /* The first device whose peak passes its budget (budgets of base), or -1. */
 int plan_peak_over(const plan_request *base, const size_t *peak, size_t n_devices);
 

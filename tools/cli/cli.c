@@ -128,6 +128,17 @@ bool cli_float(const char *flag, const char *v, float *out) {
     return true;
 }
 
+bool cli_positive(const char *flag, const char *v, double *out) {
+    float x;
+    if (!cli_float(flag, v, &x)) return false;
+    if (!(x > 0) || x > 1e30f) {
+        fprintf(stderr, "cleave: %s: '%s' is not a number above 0\n", flag, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
 bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n) {
     *n = 0;
     if (!v) {

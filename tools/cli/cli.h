@@ -35,6 +35,8 @@ uint64_t cli_resolve_seed(long long seed);
 /* Parses a number flag value; prints an error and returns false if bad. */
 bool cli_int(const char *flag, const char *v, long long lo, long long hi, long long *out);
 bool cli_float(const char *flag, const char *v, float *out);
+/* A number above 0 (a rate), said as cli_float says a bad one. */
+bool cli_positive(const char *flag, const char *v, double *out);
 /* Parses "1,2,3" into up to cap ints. */
 bool cli_int_list(const char *flag, const char *v, int *out, size_t cap, size_t *n);
 /* Where a model runs: the device flags shared by run, bench and logits. */

@@ -27,6 +27,7 @@
 
 typedef struct {
     const char *model, *rates, *csv;
+    double link_gbs; /* one request: the devices' link in GB/s each way, 0 when not given */
     cli_placement place;
     cli_context_opts cx;
     long long n_ctx, n_prompt, n_gen;
@@ -48,6 +49,8 @@ static void usage(FILE *out) {
             "  --psm-rates PATH        a grid: the rates file (cleave calibrate) the policy decides by\n"
             "  --control               a grid: also time prefill tensor, then generate layer\n"
             "  --csv PATH              a grid: every time measured, one line per point\n"
+            "  --link-gbs G            one request: the devices' link in GB/s each way (a measured\n"
+            "                          peer copy rate): the switch's least time beside its time\n"
             "  -c, --ctx-size N        context (default: the longest request)\n"
             "  -b, --batch-size N      tokens per forward pass (default 4096)\n"
             "  -ub, --ubatch-size N    layer split: prefill as a pipeline of N-token micro-batches\n"
@@ -86,6 +89,9 @@ static bool parse(int argc, char **argv, psm_opts *o) {
             o->rates = v, i++;
         } else if (!strcmp(a, "--csv") && v) {
             o->csv = v, i++;
+        } else if (!strcmp(a, "--link-gbs")) {
+            if (!cli_positive(a, v, &o->link_gbs)) return false;
+            i++;
         } else if (!strcmp(a, "--control")) {
             o->control = true;
         } else if ((pr = cli_bench_flag(a, v, &o->n_ctx, &o->cx, &o->place)) != 0) {
@@ -127,6 +133,7 @@ static int enter_mode(cleave_context *ctx, cleave_split_mode mode) {
 typedef struct {
     double prefill, sw, end[MAX_LIST]; /* seconds from the request's start */
     size_t sw_bytes;                     /* moved by the switch, all devices */
+    size_t sw_link;                      /* the most one device sent or received from another */
 } request_times;
 
 /* One request on ctx (in its prefill mode): n_prompt tokens, a switch to
@@ -146,7 +153,11 @@ static int time_request(cleave_context *ctx, const int32_t *toks, size_t n_promp
         out->sw = cli_now() - ts;
         cleave_switch_report r;
         if (!cleave_context_switch_report(ctx, &r))
-            for (size_t d = 0; d < r.n_devices; d++) out->sw_bytes += r.bytes_in[d];
+            for (size_t d = 0; d < r.n_devices; d++) {
+                out->sw_bytes += r.bytes_in[d];
+                size_t most = r.peer_in[d] > r.peer_out[d] ? r.peer_in[d] : r.peer_out[d];
+                if (most > out->sw_link) out->sw_link = most;
+            }
     }
     size_t k = 0;
     for (int i = 0; k < n_marks; i++) {
@@ -209,6 +220,11 @@ static int one_request(const psm_opts *o, double t_start) {
                     "switch: %.1f ms (prepare %.1f, allocate %.1f, copy %.1f, free %.1f), KV %.2f GB\n",
                     r.seconds * 1e3, r.seconds_prepare * 1e3, r.seconds_alloc * 1e3, r.seconds_copy * 1e3,
                     r.seconds_free * 1e3, r.kv_bytes / 1e9);
+        /* the switch against its limit: the busiest device's copies over its link */
+        if (t.sw > 0 && o->link_gbs > 0)
+            printf("\nswitch %.1f ms; the busiest device sent or received %.3f GB from another: at %.0f GB/s a "
+                   "link, at least %.1f ms\n",
+                   t.sw * 1e3, t.sw_link / 1e9, o->link_gbs, t.sw_link / (o->link_gbs * 1e9) * 1e3);
     }
     free(toks);
     cleave_context_free(ctx);

@@ -20,7 +20,9 @@ static void info_usage(void) {
            "  -ctk, -ctv TYPE         the K and V cache types (default f16)\n"
            "  -psm, --prefill-split-mode M  the prefill phase's mode (with -sm: the generation's)\n"
            "  -pts, --prefill-tensor-split L  the prefill phase's shares\n"
-           "  --psm-keep-both         a switch keeps both placements resident\n" CLI_PLACEMENT_HELP);
+           "  --psm-keep-both         a switch keeps both placements resident\n"
+           "  --link-gbs G            the devices' link in GB/s each way (e.g. a measured peer copy\n"
+           "                          rate): the least time the switch's copies take\n" CLI_PLACEMENT_HELP);
 }
 
 static double mib(size_t b) { return b / 1048576.0; }
@@ -69,7 +71,24 @@ static void print_peak(const cleave_placement_report *r, int k, const char *name
     printf(" -> %s\n", r->switch_fits[k] ? "fits" : "does not fit");
 }
 
-static void print_report(const cleave_placement_report *r, const cli_placement *pl, const char *kv) {
+/* What the switch copies between the devices (the context full), and with
+ * a link's bandwidth, the least time those copies can take: each device
+ * sends and receives at once, so its larger direction over the link. */
+static void print_moves(const cleave_placement_report *r, int k, double link_gbs) {
+    printf("  copies (MiB out/in, the context full):");
+    double worst = 0;
+    for (size_t d = 0; d < r->n_devices; d++) {
+        size_t o = r->switch_bytes_out[k][d], in = r->switch_bytes_in[k][d];
+        printf("%s %s %.1f/%.1f", d ? "," : "", r->device[d], mib(o), mib(in));
+        double larger = (double)(o > in ? o : in);
+        if (larger > worst) worst = larger;
+    }
+    if (link_gbs > 0) printf("; at %.0f GB/s a link, at least %.1f ms", link_gbs, worst / (link_gbs * 1e9) * 1e3);
+    printf("\n");
+}
+
+static void print_report(const cleave_placement_report *r, const cli_placement *pl, const char *kv,
+                         double link_gbs) {
     printf("context %u cells (both phases), batch %u, KV %s, %zu device%s\n", r->n_ctx, r->n_batch, kv,
            r->n_devices, r->n_devices == 1 ? "" : "s");
     const char *fit = pl->fit == 0 ? "(equal)" : "(fitted)";
@@ -78,7 +97,9 @@ static void print_report(const cleave_placement_report *r, const cli_placement *
         print_phase(r, CLEAVE_PHASE_GENERATE, "generation", pl->n_shares ? "(-ts)" : fit);
         if (r->phase[CLEAVE_PHASE_GENERATE].fits) {
             print_peak(r, CLEAVE_PHASE_GENERATE, "switch to generation");
+            print_moves(r, CLEAVE_PHASE_GENERATE, link_gbs);
             print_peak(r, CLEAVE_PHASE_PREFILL, "switch back to prefill");
+            print_moves(r, CLEAVE_PHASE_PREFILL, link_gbs);
         }
         if (r->why[0]) printf("warning: %s\n", r->why);
     } else {
@@ -102,6 +123,7 @@ int cmd_info(int argc, char **argv) {
     cli_placement pl = cli_placement_default();
     cli_context_opts cx = cli_context_default(512);
     bool placing = false, keep_both = false;
+    double link_gbs = 0; /* GB/s, 0: not given */
     cli_usage_for("info", INFO_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -112,6 +134,9 @@ int cmd_info(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) {
             if (!cli_int(a, v, 1, 1 << 24, &n_ctx)) return 1;
             i++;
+        } else if (!strcmp(a, "--link-gbs")) {
+            if (!cli_positive(a, v, &link_gbs)) return 1;
+            placing = true, i++;
         } else if (!strcmp(a, "--psm-keep-both")) {
             keep_both = placing = true;
         } else if ((pr = cli_placement_flag(a, v, &pl)) != 0 || (pr = cli_phase_flag(a, v, &pl)) != 0 ||
@@ -145,7 +170,7 @@ int cmd_info(int argc, char **argv) {
         snprintf(kv, sizeof kv, "%s/%s", cleave_type_name(cx.kv_type), cleave_type_name(vt));
         printf("model: %s (%s, %.2f M params, %u layers, training context %u)\n", path, d.arch, d.n_params / 1e6,
                d.n_layer, d.n_ctx_train);
-        print_report(&r, &pl, kv);
+        print_report(&r, &pl, kv, link_gbs);
     }
     cleave_model_free(m);
     return st ? cli_fail("placement", st) : 0;

@@ -262,8 +262,11 @@ static void switch_for_generation(cleave_context *ctx) {
         for (size_t d = 0; d < r.n_devices; d++) {
             cleave_device_memory mem;
             if (cleave_context_memory(ctx, d, &mem)) continue;
-            fprintf(stderr, "cleave:   %-28s in %9.1f MiB, out %9.1f MiB, peak %9.1f MiB\n", mem.name,
-                    r.bytes_in[d] / 1048576.0, r.bytes_out[d] / 1048576.0, mem.peak / 1048576.0);
+            fprintf(stderr,
+                    "cleave:   %-28s in %9.1f MiB, out %9.1f MiB (from and to other devices %.1f, %.1f), "
+                    "peak %9.1f MiB\n",
+                    mem.name, r.bytes_in[d] / 1048576.0, r.bytes_out[d] / 1048576.0, r.peer_in[d] / 1048576.0,
+                    r.peer_out[d] / 1048576.0, mem.peak / 1048576.0);
         }
         fprintf(stderr, "cleave:   of which KV cache %.1f MiB\n", r.kv_bytes / 1048576.0);
         fprintf(stderr, "cleave:   time: prepare %.1f ms, allocate %.1f ms, copy %.1f ms, free %.1f ms, other %.1f ms\n",
