@@ -582,6 +582,13 @@ cleave_status cleave_generate_model(const char *preset, const char *arch, cleave
 cleave_status cleave_generate_model_mix(const char *preset, const char *arch, const char *mix,
                                         uint64_t seed, const char *out_gguf,
                                         cleave_progress_fn progress, void *progress_user);
+/* The same file's header, tensors and layout with the weights left as a
+ * hole of zeros: the file has its full length but takes no disk blocks
+ * where the file system keeps sparse files. For planning (cleave info:
+ * where a model of these shapes would fit) with shapes larger than the
+ * disk; it runs, with zero weights. */
+cleave_status cleave_generate_model_shapes(const char *preset, const char *arch, const char *mix,
+                                           const char *out_gguf);
 
 /* ---- tools: quantization ----------------------------------------------- */
 

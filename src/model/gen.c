@@ -271,7 +271,7 @@ static void llama3_rope_freqs(float *out, uint32_t head_dim, float base) {
 }
 
 static cleave_status generate(const char *preset, const char *arch, const quant_mix *mix, bool pure,
-                              uint64_t seed, const char *out_gguf, cleave_progress_fn progress,
+                              bool shapes_only, uint64_t seed, const char *out_gguf, cleave_progress_fn progress,
                               void *progress_user) {
     if (!preset || !out_gguf) return err_set(CLEAVE_ERR_INVALID_ARG, "gen: preset and output required");
     char want[32];
@@ -323,6 +323,7 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     if (!st) st = set_hparams(w, p, mix, pure);
     if (!st) st = vocab_synth_write(w, p->n_vocab);
     if (!st) st = add_all_tensors(w, &g, p);
+    if (!st && shapes_only) gguf_writer_shapes_only(w);
     if (!st) st = gguf_writer_write(w, out_gguf, progress, progress_user);
     gguf_writer_free(w);
     free(rnd);
@@ -334,25 +335,44 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     return st;
 }
 
+/* The mixture a --type names: a plain weight type (every matrix in it,
+ * pure) or a llama.cpp file type. */
+static cleave_status mix_of(const char *mix_name, const quant_mix **mix, bool *pure) {
+    cleave_type type;
+    *pure = mix_name && cleave_type_from_name(mix_name, &type) == CLEAVE_OK;
+    if (*pure) {
+        *mix = quant_type_supported(type) ? quant_mix_find(cleave_type_name(type)) : NULL;
+        return *mix ? CLEAVE_OK : err_set(CLEAVE_ERR_INVALID_ARG, "gen: unsupported weight type");
+    }
+    *mix = quant_mix_find(mix_name);
+    if (!*mix)
+        return err_set(CLEAVE_ERR_INVALID_ARG, "unknown type '%s' (a type such as f16 or q4_K, "
+                                               "or one of %s)",
+                       mix_name ? mix_name : "(none)", quant_mix_names());
+    return CLEAVE_OK;
+}
+
 cleave_status cleave_generate_model(const char *preset, const char *arch, cleave_type type,
                                     uint64_t seed, const char *out_gguf,
                                     cleave_progress_fn progress, void *progress_user) {
     const quant_mix *mix = quant_type_supported(type) ? quant_mix_find(cleave_type_name(type)) : NULL;
     if (!mix) return err_set(CLEAVE_ERR_INVALID_ARG, "gen: unsupported weight type");
-    return generate(preset, arch, mix, true, seed, out_gguf, progress, progress_user);
+    return generate(preset, arch, mix, true, false, seed, out_gguf, progress, progress_user);
 }
 
 cleave_status cleave_generate_model_mix(const char *preset, const char *arch, const char *mix_name,
                                         uint64_t seed, const char *out_gguf,
                                         cleave_progress_fn progress, void *progress_user) {
-    /* a plain type name means that type everywhere, as --type always did */
-    cleave_type type;
-    if (mix_name && cleave_type_from_name(mix_name, &type) == CLEAVE_OK)
-        return cleave_generate_model(preset, arch, type, seed, out_gguf, progress, progress_user);
-    const quant_mix *mix = quant_mix_find(mix_name);
-    if (!mix)
-        return err_set(CLEAVE_ERR_INVALID_ARG, "unknown type '%s' (a type such as f16 or q4_K, "
-                                               "or one of %s)",
-                       mix_name ? mix_name : "(none)", quant_mix_names());
-    return generate(preset, arch, mix, false, seed, out_gguf, progress, progress_user);
+    const quant_mix *mix;
+    bool pure;
+    cleave_status st = mix_of(mix_name, &mix, &pure);
+    return st ? st : generate(preset, arch, mix, pure, false, seed, out_gguf, progress, progress_user);
+}
+
+cleave_status cleave_generate_model_shapes(const char *preset, const char *arch, const char *mix_name,
+                                           const char *out_gguf) {
+    const quant_mix *mix;
+    bool pure;
+    cleave_status st = mix_of(mix_name, &mix, &pure);
+    return st ? st : generate(preset, arch, mix, pure, true, 0, out_gguf, NULL, NULL);
 }

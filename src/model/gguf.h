@@ -104,6 +104,10 @@ cleave_status gguf_copy_kv(gguf_writer *w, const gguf_file *f, size_t i);
 cleave_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type,
                                      uint32_t n_dims, const uint64_t *ne, const void *data,
                                      gguf_fill_fn fill, void *fill_user, size_t *index);
+/* The next write leaves every tensor's data a hole of zeros (the file
+ * its full length, sparse where the file system allows): a file of a
+ * model's shapes for planning, whose tensors are not read. */
+void gguf_writer_shapes_only(gguf_writer *w);
 /* Writes version 3 with general.alignment (default 32) to path, atomically
  * (temp file + rename). progress may be NULL. */
 cleave_status gguf_writer_write(gguf_writer *w, const char *path, cleave_progress_fn progress,

@@ -34,6 +34,7 @@ struct gguf_writer {
     size_t n_kv, cap_kv;
     gguf_wtensor *t;
     size_t n_t, cap_t;
+    bool shapes_only; /* the tensor data left a hole (gguf_writer_shapes_only) */
 };
 
 static cleave_status grow(void **p, size_t *cap, size_t n, size_t elem, const char *what) {
@@ -355,7 +356,16 @@ static cleave_status writer_emit(gguf_writer *w, gguf_out *o, size_t data_start,
         if (!st) st = out_uint(o, t->type, 4);
         if (!st) st = out_uint(o, t->offset, 8);
     }
-    for (size_t i = 0; !st && i < w->n_t; i++) {
+    if (w->shapes_only) {
+        /* the data as a hole: the file's full length, zeros, no blocks
+         * written (none taken where the file system keeps sparse files) */
+        if (!st && fflush(o->fp) != 0) st = err_set(CLEAVE_ERR_IO, "%s: write failed: %s", o->tmp, strerror(errno));
+        if (!st && ftruncate(fileno(o->fp), (off_t)o->total) != 0)
+            st = err_set(CLEAVE_ERR_IO, "%s: cannot extend to %zu bytes: %s", o->tmp, o->total, strerror(errno));
+        if (!st && fseek(o->fp, 0, SEEK_END) != 0) st = err_set(CLEAVE_ERR_IO, "%s: seek failed", o->tmp);
+        o->written = o->total;
+    }
+    for (size_t i = 0; !st && !w->shapes_only && i < w->n_t; i++) {
         st = out_pad(o, data_start + w->t[i].offset);
         if (!st) st = out_tensor(o, &w->t[i], i, buf);
     }
@@ -365,6 +375,10 @@ static cleave_status writer_emit(gguf_writer *w, gguf_out *o, size_t data_start,
     if (!st && fsync(fileno(o->fp)) != 0)
         st = err_set(CLEAVE_ERR_IO, "%s: fsync failed: %s", o->tmp, strerror(errno));
     return st ? st : out_report(o);
+}
+
+void gguf_writer_shapes_only(gguf_writer *w) {
+    if (w) w->shapes_only = true;
 }
 
 cleave_status gguf_writer_write(gguf_writer *w, const char *path, cleave_progress_fn progress,

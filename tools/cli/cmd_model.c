@@ -7,7 +7,7 @@
 #include "cli.h"
 
 #define CONVERT_SYNOPSIS "--from llama2c|hf INPUT... -o OUT.gguf"
-#define GEN_SYNOPSIS "--preset PRESET [--arch ARCH] [--type TYPE] [--seed N] -o OUT.gguf"
+#define GEN_SYNOPSIS "--preset PRESET [--arch ARCH] [--type TYPE] [--seed N] [--shapes-only] -o OUT.gguf"
 
 static void convert_usage(FILE *out) {
     fprintf(out,
@@ -69,12 +69,15 @@ static void gen_usage(FILE *out) {
             "  TYPE: a weight type for every matrix (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
             "  q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4; default f16) or a llama.cpp file type whose\n"
             "  per-tensor choices cleave quantize makes (Q4_K_M, Q5_K_S, Q3_K_L, ...)\n"
-            "  --seed N: the weights' random seed (default 1)\n");
+            "  --seed N: the weights' random seed (default 1)\n"
+            "  --shapes-only: the weights left a hole of zeros, taking no disk space (a sparse\n"
+            "  file): for cleave info's placement preview of shapes larger than the disk\n");
 }
 
 int cmd_gen(int argc, char **argv) {
     const char *preset = NULL, *arch = NULL, *out = NULL, *type_name = "f16";
     long long seed = 1;
+    bool shapes_only = false;
     cli_usage_for("gen", GEN_SYNOPSIS);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -83,6 +86,7 @@ int cmd_gen(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--preset") && v) preset = v, i++;
         else if (!strcmp(a, "--arch") && v) arch = v, i++;
+        else if (!strcmp(a, "--shapes-only")) shapes_only = true;
         else if (!strcmp(a, "--type") && v) type_name = v, i++;
         else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && v) out = v, i++;
         else if (!strcmp(a, "--seed")) {
@@ -94,8 +98,9 @@ int cmd_gen(int argc, char **argv) {
     }
     if (!preset || !out)
         return cli_usage_error("gen", GEN_SYNOPSIS, "--preset and -o OUT are required");
-    cleave_status st = cleave_generate_model_mix(preset, arch, type_name, (uint64_t)seed, out,
-                                                 cli_progress, (void *)"writing");
+    cleave_status st = shapes_only ? cleave_generate_model_shapes(preset, arch, type_name, out)
+                                   : cleave_generate_model_mix(preset, arch, type_name, (uint64_t)seed, out,
+                                                               cli_progress, (void *)"writing");
     if (st) return cli_fail("gen", st);
     fprintf(stderr, "cleave: wrote %s\n", out);
     return 0;
