@@ -93,8 +93,10 @@ def main():
             size_gib = os.path.getsize(path) / 2**30
             for n in counts:
                 rc, text = info(a.cleave, path, n, a.budget_mib, a.ctx, a.link_gbs)
-                if rc:
-                    rows.append((label, size_gib, n, None, text.strip().splitlines()[-1]))
+                if rc:  # the reason, shortened to the device's need against its budget
+                    m = re.search(r"device \d+ needs ([0-9.]+) MiB.*? but has ([0-9.]+) MiB", text)
+                    why = f"does not fit: needs {m.group(1)} MiB of {m.group(2)}" if m else "does not fit"
+                    rows.append((label, size_gib, n, None, why))
                     continue
                 rows.append((label, size_gib, n, parse(text, n), None))
             os.unlink(path)

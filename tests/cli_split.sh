@@ -94,6 +94,11 @@ rows=$(printf '%s\n' "$out" |
 if [ "$rows" -ne 4 ] || [ "$(wc -l < "$tmp/grid.csv")" -ne 13 ]; then
   echo "FAIL: bench-psm grid"; printf '%s\n' "$out"; cat "$tmp/err" "$tmp/grid.csv"; fail=1
 fi
+# answers shorter than the warm-up's 16 tokens: its context is the longest request's
+out=$("$cli" bench-psm -m "$m" --devices cpu:2 -t 1 --grid-pp 32 --grid-tg 4 2>"$tmp/err")
+if ! printf '%s\n' "$out" | grep -qE '^\| 32 \| 4 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| - \| \| \|$'; then
+  echo "FAIL: bench-psm grid of 4 generated tokens"; printf '%s\n' "$out"; cat "$tmp/err"; fail=1
+fi
 "$cli" bench-psm -m "$m" --devices cpu:2 --grid-pp 16 >/dev/null 2>"$tmp/err"
 if [ $? -ne 1 ] || ! grep -q "needs both --grid-pp and --grid-tg" "$tmp/err"; then
   echo "FAIL: bench-psm should refuse half a grid"; cat "$tmp/err"; fail=1

@@ -272,7 +272,7 @@ static int grid(psm_opts *o) {
     /* warm-up: every mode's kernels and decode graphs run once, with a
      * whole batch, so that what starts with the first large all-reduce
      * (NCCL) is not timed */
-    static const int warm_mark[1] = {16};
+    const int warm_mark[1] = {max_tg < 16 ? max_tg : 16}; /* within the context: max_pp + max_tg */
     size_t warm = cp.n_batch ? cp.n_batch : 512;
     if (warm > (size_t)max_pp) warm = (size_t)max_pp;
     request_times t;
