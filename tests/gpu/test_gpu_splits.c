@@ -7,7 +7,9 @@
  * one split and the steps under the other (a switch of the live context),
  * every step continuing
  * from the one-GPU token so one flip does not cascade. Uses cuda:0 and
- * cuda:1, or two handles of cuda:0 on a one-GPU machine. f32 weights must
+ * cuda:1, or two handles of cuda:0 on a one-GPU machine, or the devices
+ * given as the argument (cuda:0,cuda:1,cuda:2,cuda:3; tiny8's 8 kv heads
+ * and 8 layers give each of up to 8 GPUs its share). f32 weights must
  * match to 5e-4 (the tensor split adds the o and down projections' partial
  * sums in another order: 1.1e-4 measured on the small model; 1e-3 for
  * stories260K, see main), others to the GEMM path's rounding. */
@@ -131,12 +133,12 @@ static void compare(const char *label, const char *path, const char *devs, doubl
     cleave_model_free(m);
 }
 
-int main(void) {
-    /* two GPUs, or two handles of one */
+int main(int argc, char **argv) {
+    /* the devices given, else two GPUs, or two handles of one */
     cleave_model *probe = NULL;
-    const char *devs = "cuda:0,cuda:1";
+    const char *devs = argc > 1 ? argv[1] : "cuda:0,cuda:1";
     const char *stories = tu_stories_model();
-    if (stories && !cleave_model_load(stories, NULL, &probe)) {
+    if (argc < 2 && stories && !cleave_model_load(stories, NULL, &probe)) {
         cleave_context_params cp = cleave_context_default_params();
         cp.n_ctx = 64;
         cp.devices = "cuda:1";
@@ -153,6 +155,8 @@ int main(void) {
     if (stories) compare("stories260K f32", stories, devs, 1e-3);
     const char *q3 = tu_tiny_model("qwen3", CLEAVE_TYPE_F32);
     if (q3) compare("tiny qwen3 f32", q3, devs, 5e-4);
+    const char *wide = tu_gen_model("tiny8", "llama", CLEAVE_TYPE_F32, 7);
+    if (wide) compare("tiny8 llama f32", wide, devs, 5e-4);
     const cleave_type types[] = {CLEAVE_TYPE_F32, CLEAVE_TYPE_F16, CLEAVE_TYPE_BF16, CLEAVE_TYPE_Q8_0};
     for (int t = 0; t < 4; t++) {
         char label[64];
