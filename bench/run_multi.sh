@@ -5,6 +5,9 @@
 #   bench/run_multi.sh build LLAMA_SRC   build cleave (build-gpu, with
 #       cleave-peercopy and cleave-allreduce) and llama.cpp (build-llama)
 #   bench/run_multi.sh SECTION [MODELS_DIR]   markdown on stdout:
+#     check   correctness first: every split on all the GPUs against one
+#             (tests/gpu/test_gpu_splits), each phase's placement and the
+#             switch's peak and copies as previewed (tests/test_phases)
 #     peer    the link: cleave-peercopy over every pair and a ring, the
 #             all-reduce alone (cleave-allreduce); writes MODELS_DIR/link-gbs
 #             (both ways at once, devices 0 and 1), which later sections
@@ -25,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
-step=${1:?usage: bench/run_multi.sh build LLAMA_SRC | peer|dense2|psm32|moe2|scale [MODELS_DIR]}
+step=${1:?usage: bench/run_multi.sh build LLAMA_SRC | check|peer|dense2|psm32|moe2|scale [MODELS_DIR]}
 shift
 if [ "$step" = build ]; then
   src=$1
@@ -35,8 +38,9 @@ if [ "$step" = build ]; then
      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 >"$log" 2>&1 &&
    cmake --build build-llama -j "$(nproc)" --target llama-bench llama-batched-bench >>"$log" 2>&1) &
   llama=$!
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-gpu -j 4 --target cleave-cli cleave-peercopy cleave-allreduce >/dev/null
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCLEAVE_GPU_TESTS=ON >/dev/null
+  cmake --build build-gpu -j 4 --target cleave-cli cleave-peercopy cleave-allreduce test_gpu_splits test_phases \
+    >/dev/null
   wait $llama || { tail -30 "$log"; exit 1; }
   echo "built cleave and llama.cpp"
   exit 0
@@ -107,6 +111,12 @@ requests() {
 }
 
 case $step in
+check)
+  if [ "$dry" = 1 ]; then "$tools/tests/test_phases" cpu:2 cpu 2>&1 | tail -1
+  else
+    "$tools/tests/gpu/test_gpu_splits" "$(devs "$n_gpus")" 2>&1 | tail -1
+    "$tools/tests/test_phases" cuda:0,cuda:1 cuda:0 2>&1 | tail -1
+  fi ;;
 peer)
   [ "$dry" = 1 ] || nvidia-smi topo -m | head -$((n_gpus + 1))
   "$tools/cleave-peercopy" "$(devs "$n_gpus")" "$([ "$dry" = 1 ] && echo 8 || echo 1024)" | tee "$models/peer.txt"
