@@ -254,6 +254,12 @@ typedef struct cleave_phase_placement {
     size_t weights[CLEAVE_MAX_DEVICES], kv[CLEAVE_MAX_DEVICES], compute[CLEAVE_MAX_DEVICES]; /* device memory */
     size_t kv_host[CLEAVE_MAX_DEVICES]; /* a tiered KV cache's host part */
     uint32_t kv_vram_cells;             /* cells of each layer in device memory */
+    /* tensor: each device's kv heads and FFN rows (of each expert, in a
+     * mixture), cut in units of head_align heads and ff_align rows (the
+     * quant blocks of the o and down projections' columns), so a device
+     * with a share can hold none where the units are fewer than the devices */
+    uint32_t kv_heads[CLEAVE_MAX_DEVICES], ff_rows[CLEAVE_MAX_DEVICES];
+    uint32_t head_align, ff_align;
 } cleave_phase_placement;
 typedef struct cleave_placement_report {
     size_t n_devices;

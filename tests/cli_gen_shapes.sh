@@ -3,7 +3,8 @@
 # a hole of zeros. The same length and `cleave info` as the generated
 # file; a preset larger than a test machine's disk (70B bf16, 131 GiB)
 # written in no time and previewed on H200-sized budgets over 2, 4 and 8
-# devices; the zero weights run.
+# devices; the zero weights run; a tensor split's cut per device, and the
+# note where a part cuts into fewer units than there are devices.
 set -u
 cli=$1 tmp=$3
 mkdir -p "$tmp"
@@ -57,6 +58,21 @@ done
 grep -qE "^  none +[0-9]+$" "$tmp/info2.txt" && [ "$(awk '/^  none / {print $2}' "$tmp/info2.txt")" -lt 8192 ] ||
   { echo "FAIL: one 143000 MiB device should not hold 70B bf16 with 8192 cells"; cat "$tmp/info2.txt"; fail=1; }
 rm -f "$big"
+
+# a tensor split's cut per device: tiny8's 8 kv heads and 256 FFN rows over
+# two devices, and Qwen3-30B-A3B's 768-row experts in Q4_K's 256-column
+# blocks over 8: three devices hold FFN rows, and info says so
+"$cli" info "$tmp/shapes.gguf" --devices cpu:2 -sm tensor >"$tmp/cut.txt" 2>&1
+grep -q "^  kv heads (of 8, in units of 1): cpu:0 4, cpu:1 4$" "$tmp/cut.txt" &&
+  grep -q "^  FFN rows (of 256, in units of 32): cpu:0 128, cpu:1 128$" "$tmp/cut.txt" && ! grep -q "note:" "$tmp/cut.txt" ||
+  { echo "FAIL: tiny8's cut over two devices"; cat "$tmp/cut.txt"; fail=1; }
+"$cli" gen --preset qwen3-30b-a3b --type Q4_K_M --shapes-only -o "$tmp/moe.gguf" >/dev/null 2>&1 || fail=1
+"$cli" info "$tmp/moe.gguf" --devices cpu:8 -sm tensor -c 4096 >"$tmp/cut.txt" 2>&1
+grep -q "^  FFN rows (of 768, in units of 256): cpu:0 256, cpu:1 256, cpu:2 256, cpu:3 0," "$tmp/cut.txt" &&
+  grep -q "^  note: the FFN cuts into 3 units of 256 rows .* so 5 devices with a share hold no FFN rows" "$tmp/cut.txt" &&
+  grep -q "^  note: 4 kv heads in units of 1 leave 4 devices with a share without attention" "$tmp/cut.txt" ||
+  { echo "FAIL: Qwen3-30B-A3B's cut over 8 devices"; cat "$tmp/cut.txt"; fail=1; }
+rm -f "$tmp/moe.gguf"
 
 [ $fail -eq 0 ] && echo "cli_gen_shapes: all checks passed"
 exit $fail

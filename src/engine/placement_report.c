@@ -21,7 +21,12 @@ static void phase_of(const plan *p, cleave_split_mode mode, bool fits, cleave_ph
         out->shares[d] = p->mode == CLEAVE_SPLIT_NONE ? 0.0 : p->shares[d];
         out->weights[d] = p->bytes[d].weights, out->kv[d] = p->bytes[d].kv;
         out->compute[d] = p->bytes[d].compute, out->kv_host[d] = p->bytes[d].kv_host;
+        if (p->mode == CLEAVE_SPLIT_TENSOR) {
+            out->kv_heads[d] = p->kv_heads[d].hi - p->kv_heads[d].lo;
+            out->ff_rows[d] = p->ff_rows[d].hi - p->ff_rows[d].lo;
+        }
     }
+    if (p->mode == CLEAVE_SPLIT_TENSOR) out->head_align = p->head_align, out->ff_align = p->ff_align;
 }
 
 /* The largest contexts (see cleave.h): each mode alone, fitted as the

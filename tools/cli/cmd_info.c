@@ -37,6 +37,31 @@ static void shares_text(const double *w, size_t n, char *buf, size_t cap) {
         at += (size_t)snprintf(buf + at, cap - at, "%s%.1f", d ? "," : "", sum > 0 ? 100.0 * w[d] / sum : 0.0);
 }
 
+/* A tensor split's cut: each device's kv heads and FFN rows, and where a
+ * device with a share holds none of one (fewer units than devices: the
+ * split cannot spread that part). */
+static void print_cuts(const cleave_placement_report *r, const cleave_phase_placement *ph) {
+    uint32_t heads = 0, rows = 0;
+    size_t idle_heads = 0, idle_rows = 0;
+    for (size_t d = 0; d < r->n_devices; d++) {
+        heads += ph->kv_heads[d], rows += ph->ff_rows[d];
+        if (ph->shares[d] > 0) idle_heads += ph->kv_heads[d] == 0, idle_rows += ph->ff_rows[d] == 0;
+    }
+    printf("  kv heads (of %u, in units of %u):", heads, ph->head_align);
+    for (size_t d = 0; d < r->n_devices; d++) printf("%s %s %u", d ? "," : "", r->device[d], ph->kv_heads[d]);
+    printf("\n  FFN rows (of %u, in units of %u):", rows, ph->ff_align);
+    for (size_t d = 0; d < r->n_devices; d++) printf("%s %s %u", d ? "," : "", r->device[d], ph->ff_rows[d]);
+    printf("\n");
+    if (idle_rows)
+        printf("  note: the FFN cuts into %u units of %u rows (the down projection's quant blocks), so %zu "
+               "device%s with a share hold%s no FFN rows and the split cannot spread it evenly\n",
+               rows / (ph->ff_align ? ph->ff_align : 1), ph->ff_align, idle_rows, idle_rows == 1 ? "" : "s",
+               idle_rows == 1 ? "s" : "");
+    if (idle_heads)
+        printf("  note: %u kv heads in units of %u leave %zu device%s with a share without attention\n", heads,
+               ph->head_align, idle_heads, idle_heads == 1 ? "" : "s");
+}
+
 static void print_phase(const cleave_placement_report *r, int k, const char *name, const char *how) {
     const cleave_phase_placement *ph = &r->phase[k];
     char sh[256] = "";
@@ -60,6 +85,7 @@ static void print_phase(const cleave_placement_report *r, int k, const char *nam
     if (ph->kv_vram_cells < r->n_ctx)
         printf("  KV cache in two tiers: %u of %u cells of each layer in device memory\n", ph->kv_vram_cells,
                r->n_ctx);
+    if (ph->mode == CLEAVE_SPLIT_TENSOR) print_cuts(r, ph);
 }
 
 static void print_peak(const cleave_placement_report *r, int k, const char *name) {
