@@ -268,6 +268,14 @@ static void report(const char *path) {
           d.weight_type != CLEAVE_TYPE_F32);
     fprintf(stderr, "switch report: in %zu + %zu bytes, out %zu + %zu, KV %zu, %.2f ms\n",
             r.bytes_in[0], r.bytes_in[1], r.bytes_out[0], r.bytes_out[1], r.kv_bytes, r.seconds * 1e3);
+    /* between the devices: what one sent the other received; each half of
+     * its layers and their KV moves over (the rest is copied within it) */
+    fprintf(stderr, "between the devices: %zu and %zu bytes\n", r.peer_out[0], r.peer_out[1]);
+    CHECK(r.peer_out[0] == r.peer_in[1] && r.peer_out[1] == r.peer_in[0]);
+    for (int i = 0; i < 2; i++)
+        CHECK(r.peer_out[i] > 0 && r.peer_out[i] <= r.bytes_out[i] && r.peer_in[i] <= r.bytes_in[i]);
+    size_t peer = r.peer_out[0] + r.peer_out[1], all = d.weight_bytes + kv;
+    CHECK_MSG(peer > all * 4 / 10 && peer < all * 6 / 10, "%zu bytes between the devices, of %zu", peer, all);
     CHECK(cleave_context_switch_report(NULL, &r) == CLEAVE_ERR_INVALID_ARG);
     cleave_context_free(c);
     cleave_model_free(m);
