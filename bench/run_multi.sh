@@ -25,6 +25,7 @@
 #             -npl 1..32, memory per device, the switch's time and limit
 # DRY=1 runs every section on virtual CPU devices with tiny models, short
 # prompts and no llama.cpp: the script's own check, not a benchmark.
+# bench/plot_multi.py draws the scale section's output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -172,8 +173,11 @@ scale)
         echo "batched-bench, $mode:"
         $C batched-bench -m "$f" --devices "$(devs "$n")" -sm $mode -npp 512 -ntg $tg -npl 1,2,4,8,16,32 2>&1 |
           grep -E '^\|  |rror' || true
-        [ "$dry" = 1 ] || CUDA_VISIBLE_DEVICES=$(visible "$n") $L/llama-batched-bench -m "$f" -ngl 99 -fa on -sm $mode \
-          -npp 512 -ntg $tg -npl 1,2,4,8,16,32 2>&1 | grep -E '^\|  ' || true
+        if [ "$dry" != 1 ]; then
+          echo "llama.cpp batched-bench, $mode:"
+          CUDA_VISIBLE_DEVICES=$(visible "$n") $L/llama-batched-bench -m "$f" -ngl 99 -fa on -sm $mode \
+            -npp 512 -ntg $tg -npl 1,2,4,8,16,32 2>&1 | grep -E '^\|  ' || true
+        fi
         echo "memory per device, $mode:"
         $C run -m "$f" --devices "$(devs "$n")" -sm $mode -c 8192 -p hello -n 8 --temp 0 --mem-report 2>&1 >/dev/null |
           grep -E "^cleave: +(cuda|cpu)[:0-9]* +planned|peak|rror" || true
