@@ -132,7 +132,28 @@ static void not_files(const char *good) {
     rmdir(dir);
 }
 
+/* Generating a model: bad requests refused by name, whole or as shapes
+ * only, and nothing left at the output path. */
+static void bad_generation(void) {
+    const char *out = tu_tmp("gen-refused.gguf");
+    unlink(out);
+    CHECK(cleave_generate_model(NULL, NULL, CLEAVE_TYPE_F16, 1, out, NULL, NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_generate_model("tiny", NULL, CLEAVE_TYPE_F16, 1, NULL, NULL, NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_generate_model_shapes("3b", NULL, "f16", out) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "unknown preset '3b'") != NULL);
+    CHECK(cleave_generate_model_shapes("tiny", NULL, "Q9_K_Z", out) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "unknown type 'Q9_K_Z'") != NULL);
+    CHECK(cleave_generate_model_shapes("70b", "qwen3", "bf16", out) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(strstr(cleave_last_error(), "preset 70b is a llama model") != NULL);
+    CHECK(cleave_generate_model_shapes("tiny", NULL, NULL, out) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_generate_model_shapes("tiny", NULL, "f16", NULL) == CLEAVE_ERR_INVALID_ARG);
+    CHECK(cleave_generate_model_shapes("tiny", NULL, "f16", "/nonexistent/dir/x.gguf") == CLEAVE_ERR_IO);
+    CHECK(strstr(cleave_last_error(), "/nonexistent/dir/x.gguf") != NULL);
+    CHECK(access(out, F_OK) != 0);
+}
+
 int main(void) {
+    bad_generation();
     expert_files();
     const char *good = tu_tiny_model("llama", CLEAVE_TYPE_F32);
     if (!good) return tu_finish("test_model_errors");
