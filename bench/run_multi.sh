@@ -23,6 +23,10 @@
 #     scale   70B-shape Q4_K_M (and bf16 where the disk holds it) and 32B on
 #             2, 4 and 8 GPUs (those present): pp4096, tg128, batched-bench
 #             -npl 1..32, memory per device, the switch's time and limit
+# Each cleave or llama.cpp line loads its model anew: the scale section
+# loads a model 11 times per GPU count (5 lines per split and the switch),
+# 33 loads of 131 GiB for 70B bf16, so split it over calls with
+# SCALE="70b Q4_K_M" (one "preset type" per call) and COUNTS="4 8".
 # DRY=1 runs every section on virtual CPU devices with tiny models, short
 # prompts and no llama.cpp: the script's own check, not a benchmark.
 # bench/plot_multi.py draws the scale section's output.
@@ -162,10 +166,11 @@ scale)
   specs=("70b Q4_K_M" "32b Q5_K_M")
   # 70B bf16 is 131 GiB: only where the disk holds it beside the others
   [ "$dry" = 1 ] || [ "$(df --output=avail -BG "$models" | tail -1 | tr -dc 0-9)" -lt 180 ] || specs+=("70b bf16")
+  [ -z "${SCALE:-}" ] || specs=("$SCALE")
   for spec in "${specs[@]}"; do
     # shellcheck disable=SC2086 # preset and type
     f=$(model $spec)
-    for n in 2 4 8; do
+    for n in ${COUNTS:-2 4 8}; do
       [ "$n" -le "$n_gpus" ] || continue
       echo "### $spec, $n GPUs"
       for mode in layer tensor; do
