@@ -447,28 +447,26 @@ static cleave_status parse_not(parser *P, jnode **out) {
     return parse_compare(P, out);
 }
 
-static cleave_status parse_and(parser *P, jnode **out) {
-    TRY(parse_not(P, out));
-    while (is_name(P, "and")) {
-        NEW(n, JN_AND, cur(P));
+/* a WORD b WORD c, left to right (and, or), each operand one level down. */
+static cleave_status parse_word_chain(parser *P, const char *word, jnode_kind kind,
+                                      cleave_status (*operand)(parser *, jnode **), jnode **out) {
+    TRY(operand(P, out));
+    while (is_name(P, word)) {
+        NEW(n, kind, cur(P));
         next(P);
         n->a = *out;
-        TRY(parse_not(P, &n->b));
+        TRY(operand(P, &n->b));
         *out = n;
     }
     return CLEAVE_OK;
 }
 
+static cleave_status parse_and(parser *P, jnode **out) {
+    return parse_word_chain(P, "and", JN_AND, parse_not, out);
+}
+
 static cleave_status parse_or(parser *P, jnode **out) {
-    TRY(parse_and(P, out));
-    while (is_name(P, "or")) {
-        NEW(n, JN_OR, cur(P));
-        next(P);
-        n->a = *out;
-        TRY(parse_and(P, &n->b));
-        *out = n;
-    }
-    return CLEAVE_OK;
+    return parse_word_chain(P, "or", JN_OR, parse_and, out);
 }
 
 cleave_status jp_parse_expr(parser *P, bool condexpr, jnode **out) {
