@@ -335,15 +335,18 @@ static cleave_status generate(const char *preset, const char *arch, const quant_
     return st;
 }
 
+/* One weight type for every matrix. */
+static cleave_status plain_mix(cleave_type type, const quant_mix **mix) {
+    *mix = quant_type_supported(type) ? quant_mix_find(cleave_type_name(type)) : NULL;
+    return *mix ? CLEAVE_OK : err_set(CLEAVE_ERR_INVALID_ARG, "gen: unsupported weight type");
+}
+
 /* The mixture a --type names: a plain weight type (every matrix in it,
  * pure) or a llama.cpp file type. */
 static cleave_status mix_of(const char *mix_name, const quant_mix **mix, bool *pure) {
     cleave_type type;
     *pure = mix_name && cleave_type_from_name(mix_name, &type) == CLEAVE_OK;
-    if (*pure) {
-        *mix = quant_type_supported(type) ? quant_mix_find(cleave_type_name(type)) : NULL;
-        return *mix ? CLEAVE_OK : err_set(CLEAVE_ERR_INVALID_ARG, "gen: unsupported weight type");
-    }
+    if (*pure) return plain_mix(type, mix);
     *mix = quant_mix_find(mix_name);
     if (!*mix)
         return err_set(CLEAVE_ERR_INVALID_ARG, "unknown type '%s' (a type such as f16 or q4_K, "
@@ -355,9 +358,9 @@ static cleave_status mix_of(const char *mix_name, const quant_mix **mix, bool *p
 cleave_status cleave_generate_model(const char *preset, const char *arch, cleave_type type,
                                     uint64_t seed, const char *out_gguf,
                                     cleave_progress_fn progress, void *progress_user) {
-    const quant_mix *mix = quant_type_supported(type) ? quant_mix_find(cleave_type_name(type)) : NULL;
-    if (!mix) return err_set(CLEAVE_ERR_INVALID_ARG, "gen: unsupported weight type");
-    return generate(preset, arch, mix, true, false, seed, out_gguf, progress, progress_user);
+    const quant_mix *mix;
+    cleave_status st = plain_mix(type, &mix);
+    return st ? st : generate(preset, arch, mix, true, false, seed, out_gguf, progress, progress_user);
 }
 
 cleave_status cleave_generate_model_mix(const char *preset, const char *arch, const char *mix_name,
