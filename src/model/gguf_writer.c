@@ -339,6 +339,16 @@ static cleave_status writer_layout(gguf_writer *w, size_t align, size_t *header,
     return CLEAVE_OK;
 }
 
+/* The rest of the file as a hole: its full length, zeros, no blocks
+ * written (none taken where the file system keeps sparse files). */
+static cleave_status out_hole(gguf_out *o) {
+    if (fflush(o->fp) != 0) return err_set(CLEAVE_ERR_IO, "%s: write failed: %s", o->tmp, strerror(errno));
+    if (ftruncate(fileno(o->fp), (off_t)o->total) != 0)
+        return err_set(CLEAVE_ERR_IO, "%s: cannot extend to %zu bytes: %s", o->tmp, o->total, strerror(errno));
+    o->written = o->total;
+    return CLEAVE_OK;
+}
+
 static cleave_status writer_emit(gguf_writer *w, gguf_out *o, size_t data_start, uint8_t *buf) {
     cleave_status st = out_write(o, "GGUF", 4);
     if (!st) st = out_uint(o, 3, 4);
@@ -357,17 +367,12 @@ static cleave_status writer_emit(gguf_writer *w, gguf_out *o, size_t data_start,
         if (!st) st = out_uint(o, t->offset, 8);
     }
     if (w->shapes_only) {
-        /* the data as a hole: the file's full length, zeros, no blocks
-         * written (none taken where the file system keeps sparse files) */
-        if (!st && fflush(o->fp) != 0) st = err_set(CLEAVE_ERR_IO, "%s: write failed: %s", o->tmp, strerror(errno));
-        if (!st && ftruncate(fileno(o->fp), (off_t)o->total) != 0)
-            st = err_set(CLEAVE_ERR_IO, "%s: cannot extend to %zu bytes: %s", o->tmp, o->total, strerror(errno));
-        if (!st && fseek(o->fp, 0, SEEK_END) != 0) st = err_set(CLEAVE_ERR_IO, "%s: seek failed", o->tmp);
-        o->written = o->total;
-    }
-    for (size_t i = 0; !st && !w->shapes_only && i < w->n_t; i++) {
-        st = out_pad(o, data_start + w->t[i].offset);
-        if (!st) st = out_tensor(o, &w->t[i], i, buf);
+        if (!st) st = out_hole(o);
+    } else {
+        for (size_t i = 0; !st && i < w->n_t; i++) {
+            st = out_pad(o, data_start + w->t[i].offset);
+            if (!st) st = out_tensor(o, &w->t[i], i, buf);
+        }
     }
     if (!st) st = out_pad(o, o->total);
     if (!st && fflush(o->fp) != 0)
