@@ -226,6 +226,8 @@ static const struct {
     {"{{ '%d' % 'x' }}", "real number is required"},
     {"{{ '%s %s' % ('x',) }}", "not enough arguments"},
     {"{{ messages[0].items() | tojson }}", "not JSON serializable"},
+    {"{{ 'abc'[::,1] }}", "a slice cannot be one of several subscripts"},
+    {"{{ [1, 2][0, 1:] }}", "a slice cannot be one of several subscripts"},
 };
 
 static cleave_status render(const char *tpl, jinja_limits lim, char **out, size_t *n) {

@@ -196,6 +196,11 @@ static cleave_status parse_postfix(parser *P, jnode **n) {
             }
             next(P);
             if (!items.n) return jp_fail(P, "expected a subscript", NULL);
+            /* a[1:2, 3] indexes with a tuple holding a slice: strings,
+             * lists and dicts take neither (jinja2 raises a TypeError) */
+            for (size_t i = 0; items.n > 1 && i < items.n; i++)
+                if (items.v[i]->kind == JN_SLICE)
+                    return jp_fail(P, "a slice cannot be one of several subscripts", NULL);
             NEW(g, JN_ITEM, at);
             g->a = *n;
             if (items.n == 1) {
